@@ -1,0 +1,28 @@
+"""kiln: the Kiln wire format (Frozen records plus tensor directories) for Python.
+
+Quick use::
+
+    import kiln
+    t = kiln.parse_type("struct{id:i64,values:list<f64>,}")
+    buf = kiln.encode({"id": 7, "values": [1.0, 2.5]}, t)
+    kiln.decode(buf, t)   # {'id': 7, 'values': array([1. , 2.5])}
+"""
+
+from ._errors import KilnError, EncodeError
+from ._types import (Type, parse_type, as_type, struct, list_, opt, dict_, bool_, i8, i16,
+                     i32, i64, u8, u16, u32, u64, int_, uint, f32, f64, str_, bytes_, tensors,
+                     MAX_DEPTH)
+from ._tensor import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, numpy_dtype
+from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
+                   DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
+from ._compat import IMPLEMENTATION
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KilnError", "EncodeError", "Type", "parse_type", "as_type", "struct", "list_", "opt",
+    "dict_", "bool_", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "int_", "uint",
+    "f32", "f64", "str_", "bytes_", "tensors", "Tensor", "TensorDirectory", "unpack_nibbles",
+    "pack_nibbles", "numpy_dtype", "Encoder", "Decoder", "encode", "decode", "encode_tensors",
+    "decode_tensors", "IMPLEMENTATION", "MAX_DEPTH", "DEFAULT_MAX_COUNT", "DEFAULT_MAX_BYTES",
+]

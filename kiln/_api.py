@@ -1,0 +1,138 @@
+"""The public encode/decode API."""
+
+import threading
+
+from ._errors import KilnError
+from ._types import Type, as_type, tensors as _tensors_type
+from . import _compat
+
+DEFAULT_MAX_COUNT = 16_777_216
+DEFAULT_MAX_BYTES = 16_777_216
+U32_MAX = 0xFFFFFFFF
+
+
+def _check_caps(max_count, max_bytes):
+    for nm, v in (("max_count", max_count), ("max_bytes", max_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError("%s must be a non-negative int" % nm)
+    if max_count > U32_MAX:
+        raise ValueError("max_count cannot exceed the wire maximum 4294967295")
+
+
+class Encoder:
+    """Encode values of one type; the plan is compiled once.
+
+    ``encode(value) -> bytes``; ``encode_into(value, buffer, offset=0) -> end``
+    writes into a bytearray starting at ``offset`` and resizes it to end where
+    the encoding ends (the bytes before ``offset`` are kept; ``offset=-1``
+    appends).  On error the bytes after ``offset`` are unspecified.
+    """
+
+    __slots__ = ("type", "frame", "_prog", "encode", "encode_into")
+
+    def __init__(self, type, frame=False, *, kernels=None):
+        self.type = as_type(type)
+        self.frame = bool(frame)
+        k = kernels or _compat.kernels
+        self._prog = k.compile_encoder(self.type.plan(),
+                                       self.type.schema_hash if self.frame else None)
+        self.encode = self._prog.encode
+        self.encode_into = self._prog.encode_into
+
+    def __repr__(self):
+        return "kiln.Encoder(%r, frame=%r)" % (self.type.text, self.frame)
+
+
+class Decoder:
+    """Decode buffers of one type with fixed options; the plan is compiled once.
+
+    Options: ``frame`` (a 16-byte frame must precede the value), ``trusted``
+    (skip UTF-8 and quantization-shape checks; every length is still checked),
+    ``max_count``/``max_bytes`` (the caps), ``copy`` (tensor payloads are
+    copied into storage the result owns instead of viewing ``buf``).
+    """
+
+    __slots__ = ("type", "frame", "trusted", "max_count", "max_bytes", "copy", "_prog",
+                 "decode")
+
+    def __init__(self, type, frame=False, *, trusted=False, max_count=DEFAULT_MAX_COUNT,
+                 max_bytes=DEFAULT_MAX_BYTES, copy=False, kernels=None):
+        _check_caps(max_count, max_bytes)
+        self.type = as_type(type)
+        self.frame = bool(frame)
+        self.trusted = bool(trusted)
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.copy = bool(copy)
+        k = kernels or _compat.kernels
+        self._prog = k.compile_decoder(self.type.plan(),
+                                       self.type.schema_hash if self.frame else None,
+                                       self.trusted, max_count, max_bytes, self.copy)
+        self.decode = self._prog.decode
+
+    def __repr__(self):
+        return "kiln.Decoder(%r, frame=%r)" % (self.type.text, self.frame)
+
+
+_lock = threading.Lock()
+_enc_cache = {}
+_dec_cache = {}
+_CACHE_MAX = 256
+
+
+def _cached(cache, key, factory):
+    prog = cache.get(key)
+    if prog is None:
+        prog = factory()
+        with _lock:
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            cache[key] = prog
+    return prog
+
+
+def _key_type(type):
+    # Type objects hash by text and binding; strings are parsed (and cached) once
+    return type if isinstance(type, Type) else (type if isinstance(type, str) else id(type), type)
+
+
+def encode(value, type, *, frame=False):
+    """Encode ``value`` as ``type`` (a Type, canonical text, or a bound class)."""
+    key = (_key_type(type), bool(frame), _compat.IMPLEMENTATION)
+    enc = _cached(_enc_cache, key, lambda: Encoder(type, frame))
+    return enc.encode(value)
+
+
+def decode(buf, type, *, frame=False, trusted=False, max_count=DEFAULT_MAX_COUNT,
+           max_bytes=DEFAULT_MAX_BYTES, copy=False):
+    """Decode one value of ``type`` that fills the whole of ``buf``."""
+    key = (_key_type(type), bool(frame), bool(trusted), max_count, max_bytes, bool(copy),
+           _compat.IMPLEMENTATION)
+    dec = _cached(_dec_cache, key, lambda: Decoder(type, frame, trusted=trusted,
+                                                   max_count=max_count, max_bytes=max_bytes,
+                                                   copy=copy))
+    return dec.decode(buf)
+
+
+def encode_tensors(tensors):
+    """Encode a standalone tensor directory.
+
+    ``tensors`` is a TensorDirectory, a sequence of Tensor or arrays (order
+    kept), or a mapping of name to Tensor or array (sorted by key bytes).
+    """
+    return encode(tensors, _tensors_type)
+
+
+def decode_tensors(buf, *, copy=False, trusted=False, max_count=DEFAULT_MAX_COUNT,
+                   max_bytes=DEFAULT_MAX_BYTES):
+    """Decode a standalone tensor directory into a :class:`kiln.TensorDirectory`."""
+    return decode(buf, _tensors_type, copy=copy, trusted=trusted, max_count=max_count,
+                  max_bytes=max_bytes)
+
+
+def encoded_size_hint(value, type):  # pragma: no cover - convenience
+    return len(encode(value, type))
+
+
+__all__ = ["Encoder", "Decoder", "encode", "decode", "encode_tensors", "decode_tensors",
+           "KilnError"]

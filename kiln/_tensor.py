@@ -1,0 +1,432 @@
+"""Tensors and tensor directories (the ``tensors`` Frozen type).
+
+A :class:`Tensor` is a dtype, a shape and a payload of little-endian bits.
+Decoding a directory returns a :class:`TensorDirectory` whose tensors view the
+caller's buffer (``copy=False``) or own one copy of their payload
+(``copy=True``).
+
+numpy mapping of ``Tensor.numpy()``:
+
+=========  ==============================================================
+dtype      numpy dtype
+=========  ==============================================================
+f64 f32    ``<f8`` ``<f4``; f16 is ``<f2``
+i8..u64    ``|i1`` ``|u1`` ``<i2`` ``<u2`` ``<i4`` ``<u4`` ``<i8`` ``<u8``
+bool       ``|b1``
+bf16       ``ml_dtypes.bfloat16`` when ml_dtypes is installed, else ``<u2``
+f8e4m3     ``ml_dtypes.float8_e4m3fn``, else ``|u1``
+f8e5m2     ``ml_dtypes.float8_e5m2``, else ``|u1``
+e8m0       ``ml_dtypes.float8_e8m0fnu``, else ``|u1``
+i4 u4 e2m1 the packed bytes as a 1-D ``|u1`` array (use :func:`unpack_nibbles`)
+opaque     the raw payload bytes as a 1-D ``|u1`` array
+=========  ==============================================================
+
+The ml_dtypes types are in host byte order; on a big-endian host ``numpy()``
+returns a byte-swapped copy for bf16 (one-byte types need no swap).
+"""
+
+import sys
+from collections.abc import Mapping
+
+import numpy as np
+
+from ._errors import EncodeError, KilnError
+
+try:  # optional extra kiln[ml]
+    import ml_dtypes as _ml
+except ImportError:  # pragma: no cover - depends on the environment
+    _ml = None
+
+U32_MAX = 0xFFFFFFFF
+
+DTYPE_CODES = {
+    "f64": 1, "f32": 2, "f16": 3, "bf16": 4, "f8e4m3": 5, "f8e5m2": 6, "bool": 7,
+    "i8": 8, "u8": 9, "i16": 10, "u16": 11, "i32": 12, "u32": 13, "i64": 14,
+    "u64": 15, "i4": 16, "u4": 17, "e2m1": 18, "e8m0": 19,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
+WIDTH = {1: 8, 2: 4, 3: 2, 4: 2, 5: 1, 6: 1, 7: 1, 8: 1, 9: 1, 10: 2, 11: 2, 12: 4,
+         13: 4, 14: 8, 15: 8, 16: 0, 17: 0, 18: 0, 19: 1}
+PACKED = frozenset((16, 17, 18))
+
+_LE = {1: "<f8", 2: "<f4", 3: "<f2", 7: "|b1", 8: "|i1", 9: "|u1", 10: "<i2", 11: "<u2",
+       12: "<i4", 13: "<u4", 14: "<i8", 15: "<u8"}
+_FALLBACK = {4: "<u2", 5: "|u1", 6: "|u1", 19: "|u1"}
+_ML_NAMES = {4: "bfloat16", 5: "float8_e4m3fn", 6: "float8_e5m2", 19: "float8_e8m0fnu"}
+
+
+def numpy_dtype(code):
+    """The numpy dtype ``Tensor.numpy()`` uses for a dtype code (see module doc)."""
+    if code in _LE:
+        return np.dtype(_LE[code])
+    if code in _ML_NAMES:
+        if _ml is not None and hasattr(_ml, _ML_NAMES[code]):
+            return np.dtype(getattr(_ml, _ML_NAMES[code]))
+        return np.dtype(_FALLBACK[code])
+    return np.dtype("|u1")
+
+
+def _code_of(dtype):
+    if isinstance(dtype, str):
+        code = DTYPE_CODES.get(dtype)
+        if code is None:
+            raise ValueError("unknown tensor dtype %r (names: %s)" % (dtype, ", ".join(DTYPE_CODES)))
+        return code
+    if isinstance(dtype, bool) or not isinstance(dtype, int):
+        raise TypeError("dtype must be a name or an int code, not %r" % (dtype,))
+    if dtype in DTYPE_NAMES or 4096 <= dtype <= 32767:
+        return dtype
+    raise ValueError("dtype code %d is neither 1..19 nor an opaque code 4096..32767" % dtype)
+
+
+def element_count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def unpack_nibbles(packed, count, signed=False):
+    """Unpack a packed i4/u4/e2m1 payload into one uint8 (or int8) per element.
+
+    The low nibble of each byte is the earlier element.  ``signed=True``
+    sign-extends (for i4).
+    """
+    b = np.frombuffer(packed, dtype=np.uint8) if not isinstance(packed, np.ndarray) \
+        else packed.view(np.uint8).reshape(-1)
+    out = np.empty(b.shape[0] * 2, dtype=np.uint8)
+    out[0::2] = b & 0x0F
+    out[1::2] = b >> 4
+    out = out[:count]
+    if signed:
+        s = out.astype(np.int8)
+        s[s > 7] -= 16
+        return s
+    return out
+
+
+def pack_nibbles(values):
+    """Pack small integers (0..15, or -8..7 for i4) two per byte, low nibble first."""
+    v = np.asarray(values).reshape(-1)
+    if v.dtype.kind not in "iu":
+        raise TypeError("pack_nibbles takes integers")
+    if v.size and (int(v.min()) < -8 or int(v.max()) > 15):
+        raise ValueError("nibble values must lie in -8..15")
+    u = (v.astype(np.int16) & 0x0F).astype(np.uint8)
+    if u.size & 1:
+        u = np.concatenate([u, np.zeros(1, np.uint8)])
+    return (u[0::2] | (u[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+class Tensor:
+    """One tensor: a dtype, a shape and little-endian payload bytes.
+
+    ``Tensor(data, dtype=..., shape=...)`` takes ``data`` as the payload bytes
+    (any contiguous buffer) in wire order.  Use :meth:`from_numpy` to build one
+    from an array.  ``scale_index``/``outer_index`` may be an int index in the
+    directory or the name of another tensor (resolved when encoding).
+    """
+
+    __slots__ = ("name", "code", "shape", "layout", "block_size", "quant_scheme",
+                 "quant_axis", "group_size", "scale_index", "outer_index", "_data", "_owner")
+
+    def __init__(self, data, *, dtype, shape, name=None, layout=None, block_size=0,
+                 quant_scheme=0, quant_axis=None, group_size=0, scale_index=None,
+                 outer_index=None):
+        self.code = _code_of(dtype)
+        self.shape = tuple(int(d) for d in shape)
+        if len(self.shape) > 8:
+            raise ValueError("rank %d is above 8" % len(self.shape))
+        if any(d < 0 for d in self.shape):
+            raise ValueError("negative dimension in shape %s" % (self.shape,))
+        if name is not None and not isinstance(name, str):
+            raise TypeError("tensor name must be a str")
+        if layout is not None and not isinstance(layout, str):
+            raise TypeError("layout name must be a str")
+        self.name = name
+        self.layout = layout
+        self.block_size = int(block_size)
+        self.quant_scheme = int(quant_scheme)
+        self.quant_axis = quant_axis
+        self.group_size = int(group_size)
+        self.scale_index = scale_index
+        self.outer_index = outer_index
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data)
+            if data.dtype.byteorder == ">" or (data.dtype.byteorder == "=" and sys.byteorder == "big"):
+                data = data.astype(data.dtype.newbyteorder("<"))
+        mv = memoryview(data)
+        if not mv.c_contiguous:
+            raise ValueError("tensor data must be contiguous")
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        self._data = mv.toreadonly()
+        self._owner = None
+        if self.code < 4096:
+            w = WIDTH[self.code]
+            n = element_count(self.shape)
+            need = (n + 1) // 2 if w == 0 else n * w
+            if len(self._data) != need:
+                raise ValueError("%s tensor of shape %s needs %d bytes, data has %d"
+                                 % (DTYPE_NAMES[self.code], self.shape, need, len(self._data)))
+
+    @classmethod
+    def _from_wire(cls, mv, row, name, layout, owner):
+        t = cls.__new__(cls)
+        (t.code, t.shape, _n, _l, t.block_size, t.quant_scheme, axis, t.group_size,
+         scale, outer, _o, _len) = row
+        t.name = name
+        t.layout = layout
+        t.quant_axis = None if axis == 0xFFFF else axis
+        t.scale_index = None if scale == U32_MAX else scale
+        t.outer_index = None if outer == U32_MAX else outer
+        t._data = mv
+        t._owner = owner
+        return t
+
+    @classmethod
+    def from_numpy(cls, array, name=None):
+        """A tensor holding a copy-free (when possible) little-endian image of ``array``.
+
+        Accepts numpy arrays of any byte order, objects with ``__dlpack__``,
+        and objects exposing the buffer protocol.
+        """
+        arr = array
+        if not isinstance(arr, np.ndarray):
+            if hasattr(arr, "__dlpack__"):
+                arr = np.from_dlpack(arr)
+            else:
+                arr = np.asarray(memoryview(arr))
+        code = _dtype_code_of_numpy(arr.dtype)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")
+        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        return cls(arr.reshape(-1).view(np.uint8) if arr.size else b"", dtype=code,
+                   shape=arr.shape, name=name)
+
+    @property
+    def dtype(self):
+        """The dtype name (``"f32"``), or the int code of an opaque dtype."""
+        return DTYPE_NAMES.get(self.code, self.code)
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+    @property
+    def nbytes(self):
+        return len(self._data)
+
+    @property
+    def data(self):
+        """A read-only memoryview of the payload bytes."""
+        return self._data
+
+    def numpy(self):
+        """An array over the payload (no copy), little-endian dtype; see module doc."""
+        dt = numpy_dtype(self.code)
+        arr = np.frombuffer(self._data, dtype=dt) if len(self._data) else np.empty(0, dt)
+        if self.code in PACKED or self.code >= 4096:
+            return arr
+        if sys.byteorder == "big" and self.code == 4 and dt.kind != "u":  # pragma: no cover
+            arr = arr.view("<u2").astype(">u2").view(dt)
+        return arr.reshape(self.shape)
+
+    def __repr__(self):
+        nm = "" if self.name is None else " %r" % self.name
+        return "<kiln.Tensor%s %s%s, %d bytes>" % (nm, self.dtype, list(self.shape), self.nbytes)
+
+    def _meta(self):
+        return (self.name, self.code, self.shape, self.layout, self.block_size,
+                self.quant_scheme, self.quant_axis, self.group_size, self.scale_index,
+                self.outer_index)
+
+    def __eq__(self, other):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return self._meta() == other._meta() and self._data == other._data
+
+    __hash__ = None
+
+
+def _dtype_code_of_numpy(dt):
+    dt = np.dtype(dt)
+    if _ml is not None:
+        for code, nm in _ML_NAMES.items():
+            t = getattr(_ml, nm, None)
+            if t is not None and dt == np.dtype(t):
+                return code
+    if dt.kind == "b":
+        return 7
+    key = dt.kind + str(dt.itemsize)
+    table = {"f8": 1, "f4": 2, "f2": 3, "i1": 8, "u1": 9, "i2": 10, "u2": 11, "i4": 12,
+             "u4": 13, "i8": 14, "u8": 15}
+    if key not in table:
+        raise TypeError("no Kiln tensor dtype for numpy dtype %s" % dt)
+    return table[key]
+
+
+class TensorDirectory:
+    """The decoded tensors of one directory: a sequence, also indexable by name."""
+
+    __slots__ = ("_tensors", "_index", "__weakref__")
+
+    def __init__(self, tensors=()):
+        self._tensors = list(tensors)
+        self._index = None
+
+    @property
+    def names(self):
+        """Tensor names in directory order (None for unnamed tensors)."""
+        return [t.name for t in self._tensors]
+
+    def __len__(self):
+        return len(self._tensors)
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            idx = self._index
+            if idx is None:
+                idx = self._index = {t.name: i for i, t in enumerate(self._tensors)
+                                     if t.name is not None}
+            return self._tensors[idx[key]]
+        return self._tensors[key]
+
+    def __contains__(self, key):
+        if isinstance(key, str):
+            return key in self.names
+        return key in self._tensors
+
+    def keys(self):
+        return self.names
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except (KeyError, IndexError):
+            return default
+
+    def to_dict(self):
+        """``{name: numpy array}`` for named tensors."""
+        return {t.name: t.numpy() for t in self._tensors}
+
+    def __eq__(self, other):
+        if isinstance(other, TensorDirectory):
+            return self._tensors == other._tensors
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "<kiln.TensorDirectory of %d tensors>" % len(self._tensors)
+
+
+class _Hooks:
+    """What the kernels call for a ``tensors`` value (plan.tensors)."""
+
+    @staticmethod
+    def build(mv, start, base, table, copy, trusted):
+        pb = start + base
+        out = []
+        errors = "surrogateescape" if trusted else "strict"
+        for row in table:
+            name = None if row[2] is None else row[2].decode("utf-8", errors)
+            layout = None if row[3] is None else row[3].decode("utf-8", errors)
+            a = pb + row[10]
+            if copy:
+                owned = np.empty(row[11], np.uint8)
+                if row[11]:
+                    owned[:] = mv[a:a + row[11]]
+                owned.flags.writeable = False
+                data = memoryview(owned)
+                out.append(Tensor._from_wire(data, row, name, layout, owned))
+            else:
+                out.append(Tensor._from_wire(mv[a:a + row[11]].toreadonly(), row, name,
+                                             layout, None))
+        return TensorDirectory(out)
+
+    @staticmethod
+    def normalize(value):
+        return normalize_tensors(value)
+
+
+HOOKS = _Hooks()
+
+
+def _as_tensor(x, name):
+    if isinstance(x, Tensor):
+        if name is not None and x.name != name:
+            t = Tensor.__new__(Tensor)
+            for slot in Tensor.__slots__:
+                setattr(t, slot, getattr(x, slot))
+            t.name = name
+            return t
+        return x
+    return Tensor.from_numpy(x, name=name)
+
+
+def normalize_tensors(value):
+    """Turn a tensors value into write records (raises EncodeError on bad input)."""
+    try:
+        if isinstance(value, TensorDirectory):
+            tensors = list(value)
+        elif isinstance(value, Mapping):
+            items = []
+            for k, x in value.items():
+                if not isinstance(k, str):
+                    raise EncodeError("TYPE", 0, "tensor mapping key %r is not a str" % (k,))
+                items.append((k.encode("utf-8"), k, x))
+            items.sort(key=lambda t: t[0])
+            tensors = [_as_tensor(x, k) for _, k, x in items]
+        elif isinstance(value, (list, tuple)):
+            tensors = [_as_tensor(x, None) for x in value]
+        else:
+            raise EncodeError("TYPE", 0, "expected tensors (a TensorDirectory, a sequence or a "
+                              "mapping), got %s" % type(value).__name__)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, EncodeError):
+            raise
+        raise EncodeError("TYPE", 0, str(e)) from None
+    index = {}
+    for i, t in enumerate(tensors):
+        if t.name is not None:
+            index.setdefault(t.name, i)
+    records = []
+    for i, t in enumerate(tensors):
+        scale = _resolve(t.scale_index, index, i)
+        outer = _resolve(t.outer_index, index, i)
+        try:
+            name = None if t.name is None else t.name.encode("utf-8")
+            layout = None if t.layout is None else t.layout.encode("utf-8")
+        except UnicodeEncodeError:
+            raise EncodeError("UTF8", 0, "tensor %d: name has no UTF-8 form" % i) from None
+        if name is not None and not name:
+            raise EncodeError("TYPE", 0, "tensor %d: an empty name is not allowed" % i)
+        axis = 0xFFFF if t.quant_axis is None else int(t.quant_axis)
+        if not (0 <= axis <= 0xFFFF and 0 <= t.group_size <= U32_MAX
+                and 0 <= t.block_size <= U32_MAX and 0 <= t.quant_scheme <= 0xFFFF):
+            raise EncodeError("TYPE", 0, "tensor %d: a quantization field is out of range" % i)
+        records.append((t.code, t.shape, name, layout, t.block_size, t.quant_scheme, axis,
+                        t.group_size, scale, outer, t._data))
+    return records
+
+
+def _resolve(ref, index, i):
+    if ref is None:
+        return U32_MAX
+    if isinstance(ref, str):
+        if ref not in index:
+            raise EncodeError("TYPE", 0, "tensor %d refers to unknown tensor %r" % (i, ref))
+        return index[ref]
+    ref = int(ref)
+    if not 0 <= ref <= U32_MAX:
+        raise EncodeError("TYPE", 0, "tensor %d: index %d out of range" % (i, ref))
+    return ref
+
+
+__all__ = ["Tensor", "TensorDirectory", "unpack_nibbles", "pack_nibbles", "numpy_dtype",
+           "KilnError"]

@@ -1,0 +1,575 @@
+"""The Kiln type model: canonical type text, schema hash, minimum sizes, plans.
+
+Types are immutable values.  Build them from canonical text with
+:func:`parse_type`, with the constructors (``kiln.i32``, ``kiln.list_(T)``,
+``kiln.struct({...})`` ...) or from a Python class with :func:`struct`.
+"""
+
+import dataclasses
+import operator
+import re
+import sys
+import typing
+
+from ._errors import KilnError
+from . import _plan as P
+
+MAX_DEPTH = 64
+FNV_OFFSET = 14695981039346656037
+FNV_PRIME = 1099511628211
+_MASK64 = (1 << 64) - 1
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def fnv1a_tokens(tokens):
+    """FNV-1a 64 over each token's bytes followed by one 0x00 byte."""
+    h = FNV_OFFSET
+    for tok in tokens:
+        for b in tok.encode("ascii"):
+            h = ((h ^ b) * FNV_PRIME) & _MASK64
+        h = (h * FNV_PRIME) & _MASK64  # the 0x00 byte: h ^ 0 == h
+    return h
+
+
+class Type:
+    """A Kiln type.
+
+    Attributes:
+        text: canonical type text, e.g. ``struct{id:i64,batch:tensors,}``.
+        tokens: the tuple of tokens whose concatenation is ``text``.
+        schema_hash: FNV-1a 64 hash of the tokens (what a frame carries).
+        min_size: the minimum number of bytes one value occupies on the wire.
+        depth: how many containers are nested (a scalar is 0).
+    """
+
+    __slots__ = ("tokens", "text", "min_size", "depth", "_hash", "_plan")
+
+    def __init__(self, tokens, min_size, depth):
+        if depth > MAX_DEPTH:
+            raise KilnError("DEPTH", 0, "type nests %d containers; at most %d allowed"
+                            % (depth, MAX_DEPTH))
+        self.tokens = tuple(tokens)
+        self.text = "".join(self.tokens)
+        self.min_size = min_size
+        self.depth = depth
+        self._hash = None
+        self._plan = None
+
+    @property
+    def schema_hash(self):
+        h = self._hash
+        if h is None:
+            h = self._hash = fnv1a_tokens(self.tokens)
+        return h
+
+    def __repr__(self):
+        return "kiln.Type(%r)" % (self.text,)
+
+    def __str__(self):
+        return self.text
+
+    def __eq__(self, other):
+        if not isinstance(other, Type):
+            return NotImplemented
+        return self.text == other.text and self._binding() == other._binding()
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    def __hash__(self):
+        return hash((self.text, self._binding()))
+
+    def _binding(self):
+        return None
+
+    def plan(self):
+        """The compiled plan of this type (built once, then cached)."""
+        p = self._plan
+        if p is None:
+            p = self._plan = self._build_plan()
+        return p
+
+
+class Scalar(Type):
+    __slots__ = ("name", "op")
+
+    def __init__(self, name, op, size):
+        Type.__init__(self, (name,), size, 0)
+        self.name = name
+        self.op = op
+
+    def _build_plan(self):
+        return P.Plan(self.op, self.min_size, self.text)
+
+
+class Str(Type):
+    __slots__ = ()
+
+    def __init__(self):
+        Type.__init__(self, ("str",), 4, 0)
+
+    def _build_plan(self):
+        return P.Plan(P.OP_STR, 4, self.text)
+
+
+class Tensors(Type):
+    __slots__ = ()
+
+    def __init__(self):
+        Type.__init__(self, ("tensors",), 64, 1)
+
+    def _build_plan(self):
+        from ._tensor import HOOKS
+        return P.Plan(P.OP_TENSORS, 64, self.text, tensors=HOOKS)
+
+
+class List(Type):
+    __slots__ = ("elem",)
+
+    def __init__(self, elem):
+        elem = as_type(elem)
+        Type.__init__(self, ("list<",) + elem.tokens + (">",), 4, elem.depth + 1)
+        self.elem = elem
+
+    def _binding(self):
+        return self.elem._binding()
+
+    def _build_plan(self):
+        e = self.elem
+        if isinstance(e, Scalar):
+            if e.op == P.OP_U8:
+                return P.Plan(P.OP_BYTES, 4, self.text, elem=e.plan())
+            return P.Plan(P.OP_PODLIST, 4, self.text, elem=e.plan())
+        return P.Plan(P.OP_LIST, 4, self.text, elem=e.plan())
+
+
+class Opt(Type):
+    __slots__ = ("elem",)
+
+    def __init__(self, elem):
+        elem = as_type(elem)
+        Type.__init__(self, ("opt<",) + elem.tokens + (">",), 1, elem.depth + 1)
+        self.elem = elem
+
+    def _binding(self):
+        return self.elem._binding()
+
+    def _build_plan(self):
+        return P.Plan(P.OP_OPT, 1, self.text, elem=self.elem.plan())
+
+
+class Dict(Type):
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        value = as_type(value)
+        Type.__init__(self, ("dict<", "str", ",") + value.tokens + (">",), 4,
+                      value.depth + 1)
+        self.value = value
+
+    def _binding(self):
+        return self.value._binding()
+
+    def _build_plan(self):
+        return P.Plan(P.OP_DICT, 4, self.text, elem=self.value.plan())
+
+
+class Struct(Type):
+    """A struct: named fields in declaration order.
+
+    ``cls`` is None for a struct decoded to a ``dict``; otherwise the
+    dataclass or NamedTuple the struct is bound to.
+    """
+
+    __slots__ = ("fields", "cls")
+
+    def __init__(self, fields, cls=None):
+        items = list(fields.items()) if hasattr(fields, "items") else list(fields)
+        toks = ["struct{"]
+        size = 0
+        depth = 0
+        seen = set()
+        out = []
+        for name, ftype in items:
+            if not isinstance(name, str) or not _IDENT.match(name):
+                raise KilnError("TYPE", 0, "field name %r is not an identifier" % (name,))
+            if name in seen:
+                raise KilnError("TYPE", 0, "field name %r repeats" % (name,))
+            seen.add(name)
+            ftype = as_type(ftype)
+            out.append((name, ftype))
+            toks.append(name)
+            toks.append(":")
+            toks.extend(ftype.tokens)
+            toks.append(",")
+            size += ftype.min_size
+            depth = max(depth, ftype.depth)
+        toks.append("}")
+        Type.__init__(self, toks, size, depth + 1)
+        self.fields = tuple(out)
+        self.cls = cls
+
+    def _binding(self):
+        inner = tuple(t._binding() for _, t in self.fields)
+        if self.cls is None and not any(x is not None for x in inner):
+            return None
+        return (self.cls, inner)
+
+    def _build_plan(self):
+        names = tuple(n for n, _ in self.fields)
+        plans = tuple(t.plan() for _, t in self.fields)
+        cls = self.cls
+        make = get = None
+        if cls is not None:
+            make = _make_constructor(cls, names)
+            get = _make_getter(names)
+        return P.Plan(P.OP_STRUCT, self.min_size, self.text, fields=plans,
+                      names=names, cls=cls, make=make, get=get)
+
+
+def _make_constructor(cls, names):
+    if _is_namedtuple(cls):
+        new = tuple.__new__
+
+        def make(*values):
+            return new(cls, values)
+        return make
+    return cls
+
+
+def _make_getter(names):
+    if len(names) == 1:
+        g = operator.attrgetter(names[0])
+        return lambda obj: (g(obj),)
+    if not names:
+        return lambda obj: ()
+    return operator.attrgetter(*names)
+
+
+def _is_namedtuple(cls):
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+# --- scalar singletons ---------------------------------------------------
+
+bool_ = Scalar("bool", P.OP_BOOL, 1)
+i8 = Scalar("i8", P.OP_I8, 1)
+i16 = Scalar("i16", P.OP_I16, 2)
+i32 = Scalar("i32", P.OP_I32, 4)
+i64 = Scalar("i64", P.OP_I64, 8)
+u8 = Scalar("u8", P.OP_U8, 1)
+u16 = Scalar("u16", P.OP_U16, 2)
+u32 = Scalar("u32", P.OP_U32, 4)
+u64 = Scalar("u64", P.OP_U64, 8)
+int_ = Scalar("int", P.OP_I64, 8)
+uint = Scalar("uint", P.OP_U64, 8)
+f32 = Scalar("f32", P.OP_F32, 4)
+f64 = Scalar("f64", P.OP_F64, 8)
+str_ = Str()
+tensors = Tensors()
+
+SCALARS = {t.name: t for t in (bool_, i8, i16, i32, i64, u8, u16, u32, u64,
+                                int_, uint, f32, f64)}
+SCALARS["str"] = str_
+SCALARS["tensors"] = tensors
+
+
+def list_(elem):
+    """``list<T>``."""
+    return List(elem)
+
+
+def opt(elem):
+    """``opt<T>``: a value or None."""
+    return Opt(elem)
+
+
+def dict_(value):
+    """``dict<str,V>``."""
+    return Dict(value)
+
+
+def struct(fields, cls=None):
+    """A struct type.
+
+    ``fields`` is a mapping or a sequence of ``(name, type)`` pairs, decoded to
+    a ``dict``; or a dataclass / NamedTuple class, whose annotations give the
+    field types and whose instances are what decode returns.
+    """
+    if isinstance(fields, type):
+        return _struct_from_class(fields, 0, {})
+    return Struct(fields, cls)
+
+
+# --- canonical text parser ------------------------------------------------
+
+_TOKEN = re.compile(r"struct\{|list<|opt<|dict<|[A-Za-z_][A-Za-z0-9_]*|[:,}>]")
+
+
+def _tokenize(text):
+    pos = 0
+    toks = []
+    n = len(text)
+    while pos < n:
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise KilnError("TYPE", pos, "unexpected character %r in type text" % text[pos])
+        toks.append((m.group(), pos))
+        pos = m.end()
+    return toks
+
+
+def parse_type(text):
+    """Parse canonical type text such as ``list<struct{id:i64,name:str,}>``."""
+    if isinstance(text, Type):
+        return text
+    if not isinstance(text, str):
+        raise TypeError("type text must be a str, not %s" % type(text).__name__)
+    cached = _PARSE_CACHE.get(text)
+    if cached is not None:
+        return cached
+    toks = _tokenize(text)
+    # iterative parser: no recursion, so a hostile nest cannot exhaust the stack
+    stack = []   # frames: [kind, pos, payload]
+    i = 0
+    n = len(toks)
+    result = None
+
+    def need(tok):
+        nonlocal i
+        if i >= n or toks[i][0] != tok:
+            at = toks[i][1] if i < n else len(text)
+            raise KilnError("TYPE", at, "expected %r in type text" % tok)
+        i += 1
+
+    while True:
+        # parse the start of one type
+        if i >= n:
+            raise KilnError("TYPE", len(text), "type text ends early")
+        tok, at = toks[i]
+        i += 1
+        if tok in ("list<", "opt<", "dict<", "struct{"):
+            if len(stack) >= MAX_DEPTH:
+                raise KilnError("DEPTH", at, "type nests more than %d containers" % MAX_DEPTH)
+        if tok in ("list<", "opt<"):
+            stack.append([tok, at, None])
+            continue
+        if tok == "dict<":
+            need("str")
+            need(",")
+            stack.append([tok, at, None])
+            continue
+        if tok == "struct{":
+            frame = ["struct{", at, []]
+            stack.append(frame)
+            if i < n and toks[i][0] == "}":
+                i += 1
+                stack.pop()
+                value = Struct(())
+            else:
+                name, nat = toks[i] if i < n else ("", len(text))
+                if not _IDENT.match(name) or name in SCALARS:
+                    if not _IDENT.match(name):
+                        raise KilnError("TYPE", nat, "expected a field name")
+                i += 1
+                need(":")
+                frame[2].append(name)
+                continue
+        elif tok in SCALARS:
+            value = SCALARS[tok]
+        else:
+            raise KilnError("TYPE", at, "unknown type token %r" % tok)
+        # reduce: attach the finished value to the enclosing frames
+        while True:
+            if not stack:
+                result = value
+                break
+            frame = stack[-1]
+            kind = frame[0]
+            if kind == "list<":
+                need(">")
+                stack.pop()
+                value = List(value)
+                continue
+            if kind == "opt<":
+                need(">")
+                stack.pop()
+                value = Opt(value)
+                continue
+            if kind == "dict<":
+                need(">")
+                stack.pop()
+                value = Dict(value)
+                continue
+            # struct: value completes the pending field
+            fields = frame[2]
+            fields[-1] = (fields[-1], value)
+            need(",")
+            if i < n and toks[i][0] == "}":
+                i += 1
+                stack.pop()
+                try:
+                    value = Struct(fields)
+                except KilnError as e:
+                    raise KilnError(e.code, frame[1], e.reason) from None
+                continue
+            name, nat = toks[i] if i < n else ("", len(text))
+            if not _IDENT.match(name):
+                raise KilnError("TYPE", nat, "expected a field name")
+            i += 1
+            need(":")
+            fields.append(name)
+            value = None
+            break
+        if result is not None:
+            break
+    if i != n:
+        raise KilnError("TYPE", toks[i][1], "text continues after the type")
+    if len(_PARSE_CACHE) < 1024:
+        _PARSE_CACHE[text] = result
+    return result
+
+
+_PARSE_CACHE = {}
+
+
+# --- Python annotations -> types --------------------------------------------
+
+def as_type(t):
+    """Turn a Type, canonical text, Python class or annotation into a Type."""
+    if isinstance(t, Type):
+        return t
+    if isinstance(t, str):
+        return parse_type(t)
+    return _from_annotation(t, 0, {})
+
+
+def _from_annotation(ann, depth, active):
+    if isinstance(ann, Type):
+        return ann
+    if depth > MAX_DEPTH:
+        raise KilnError("DEPTH", 0, "annotation nests more than %d containers" % MAX_DEPTH)
+    if isinstance(ann, str):
+        return parse_type(ann)
+    if ann is int:
+        return i64
+    if ann is float:
+        return f64
+    if ann is str:
+        return str_
+    if ann is bytes or ann is bytearray:
+        return bytes_
+    if ann is bool:
+        return bool_
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin is typing.Annotated:
+        for meta in args[1:]:
+            if isinstance(meta, Type):
+                base = args[0]
+                if _is_ndarray(base) and isinstance(meta, Scalar):
+                    return List(meta)
+                return meta
+        return _from_annotation(args[0], depth, active)
+    if origin is typing.Union or (sys.version_info >= (3, 10) and _is_uniontype(origin)):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return Opt(_from_annotation(rest[0], depth + 1, active))
+        raise KilnError("TYPE", 0, "only Optional[T] unions map to Kiln types, not %r" % (ann,))
+    if origin in (list, typing.List) or (origin is not None and origin.__name__ == "Sequence"):
+        if len(args) != 1:
+            raise KilnError("TYPE", 0, "list annotation needs one element type: %r" % (ann,))
+        return List(_from_annotation(args[0], depth + 1, active))
+    if origin in (dict, typing.Dict) or (origin is not None and origin.__name__ == "Mapping"):
+        if len(args) != 2 or args[0] is not str:
+            raise KilnError("TYPE", 0, "dict annotation must be dict[str, V]: %r" % (ann,))
+        return Dict(_from_annotation(args[1], depth + 1, active))
+    if _is_ndarray(origin or ann):
+        if len(args) == 2:
+            dt = typing.get_args(args[1])
+            if dt:
+                return List(_numpy_scalar_type(dt[0]))
+        raise KilnError("TYPE", 0, "a numpy array annotation needs a width: use "
+                        "Annotated[np.ndarray, kiln.f32] or NDArray[np.float32]")
+    if isinstance(ann, type):
+        from ._tensor import TensorDirectory
+        if issubclass(ann, TensorDirectory):
+            return tensors
+        if dataclasses.is_dataclass(ann) or _is_namedtuple(ann):
+            return _struct_from_class(ann, depth, active)
+        try:
+            return _numpy_scalar_type(ann)
+        except KilnError:
+            pass
+    raise KilnError("TYPE", 0, "no Kiln type for annotation %r" % (ann,))
+
+
+def _is_uniontype(origin):
+    import types as _t
+    return origin is getattr(_t, "UnionType", None)
+
+
+def _is_ndarray(x):
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        return False
+    return x is numpy.ndarray
+
+
+def _numpy_scalar_type(t):
+    import numpy as np
+    try:
+        dt = np.dtype(t)
+    except TypeError:
+        raise KilnError("TYPE", 0, "no Kiln type for %r" % (t,)) from None
+    table = {"?": bool_, "i1": i8, "u1": u8, "i2": i16, "u2": u16, "i4": i32,
+             "u4": u32, "i8": i64, "u8": u64, "f4": f32, "f8": f64}
+    key = "?" if dt.kind == "b" else dt.kind + str(dt.itemsize)
+    if key not in table:
+        raise KilnError("TYPE", 0, "no Kiln scalar for numpy dtype %s" % dt)
+    return table[key]
+
+
+_CLASS_CACHE = {}
+
+
+def _struct_from_class(cls, depth, active):
+    cached = _CLASS_CACHE.get(cls)
+    if cached is not None:
+        return cached
+    if cls in active:
+        raise KilnError("DEPTH", 0, "class %s refers to itself; Kiln types are finite"
+                        % cls.__qualname__)
+    if depth > MAX_DEPTH:
+        raise KilnError("DEPTH", 0, "classes nest more than %d containers" % MAX_DEPTH)
+    active = dict(active)
+    active[cls] = True
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception as e:
+        raise KilnError("TYPE", 0, "cannot resolve annotations of %s: %s"
+                        % (cls.__qualname__, e)) from None
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                raise KilnError("TYPE", 0, "dataclass field %s.%s has init=False"
+                                % (cls.__qualname__, f.name))
+    elif _is_namedtuple(cls):
+        names = list(cls._fields)
+    else:
+        raise KilnError("TYPE", 0, "%s is neither a dataclass nor a NamedTuple" % cls.__qualname__)
+    fields = []
+    for name in names:
+        if name not in hints:
+            raise KilnError("TYPE", 0, "field %s.%s has no annotation" % (cls.__qualname__, name))
+        fields.append((name, _from_annotation(hints[name], depth + 1, active)))
+    t = Struct(fields, cls)
+    _CLASS_CACHE[cls] = t
+    return t
+
+
+bytes_ = List(u8)
