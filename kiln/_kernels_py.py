@@ -908,10 +908,13 @@ def validate_directory(buf, s, standalone, trusted, max_count, max_bytes, copy):
             if shape[k]:
                 raise _err("TYPE", d + 48 + 8 * k, "shape slot %d past rank %d is not 0" % (k, rank))
         ne = 1
-        for k in range(rank):
-            ne *= shape[k]
-            if ne > U64_MAX:
-                raise _err("LIMIT", d + 48, "element count overflows u64")
+        if 0 not in shape[:rank]:  # a zero dimension makes the exact product 0
+            for k in range(rank):
+                ne *= shape[k]
+                if ne > U64_MAX:
+                    raise _err("LIMIT", d + 48, "element count overflows u64")
+        else:
+            ne = 0
         counts[i] = ne
         block_size, blen = dsc[7], dsc[14]
         if opaque:
