@@ -648,8 +648,8 @@ def as_pod_array(v, op, offset=0):
         if kind not in "fiu":
             raise EncodeError("TYPE", offset, "expected floats, got %s" % arr.dtype)
         if kind == "f" and arr.dtype.itemsize > le.itemsize:
-            out = arr.astype(le)
             with np.errstate(over="ignore", invalid="ignore"):
+                out = arr.astype(le)
                 if not np.array_equal(np.isfinite(out), np.isfinite(arr)):
                     raise EncodeError("TYPE", offset, "a value overflows %s" % le.name)
             return out
