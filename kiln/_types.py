@@ -321,6 +321,30 @@ def _tokenize(text):
     return toks
 
 
+_OPENERS = re.compile(r"[<{>}]")
+
+
+def _check_text_depth(text):
+    # refuse a hostile nest before tokenizing all of it
+    depth = 0
+    for m in _OPENERS.finditer(text):
+        if m.group() in "<{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise KilnError("DEPTH", _open_start(text, m.start()),
+                                "type nests more than %d containers" % MAX_DEPTH)
+        else:
+            depth -= 1
+
+
+def _open_start(text, pos):
+    # the offset of the token that opens the container ("list<" starts 4 before "<")
+    start = pos
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return start
+
+
 def parse_type(text):
     """Parse canonical type text such as ``list<struct{id:i64,name:str,}>``."""
     if isinstance(text, Type):
@@ -330,6 +354,7 @@ def parse_type(text):
     cached = _PARSE_CACHE.get(text)
     if cached is not None:
         return cached
+    _check_text_depth(text)
     toks = _tokenize(text)
     # iterative parser: no recursion, so a hostile nest cannot exhaust the stack
     stack = []   # frames: [kind, pos, payload]

@@ -1,0 +1,65 @@
+"""Implementation selection, and the documentation matching the code."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+from _util import ROOT
+from conftest import _want_c
+
+
+def _impl_in_subprocess(env_extra):
+    env = dict(os.environ)
+    env.pop("KILN_PUREPYTHON", None)
+    env.update(env_extra)
+    r = subprocess.run([sys.executable, "-c", "import kiln; print(kiln.IMPLEMENTATION)"],
+                       env=env, capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+def test_compiled_is_the_default(pytestconfig):
+    if not _want_c(pytestconfig):
+        pytest.skip("KILN_PUREPYTHON=1 run: only the pure implementation is expected")
+    import kiln._kernels_c  # noqa: F401  (an ImportError fails this test)
+    assert _impl_in_subprocess({}) == "cython"
+
+
+def test_purepython_env_forces_python():
+    assert _impl_in_subprocess({"KILN_PUREPYTHON": "1"}) == "python"
+
+
+def test_implementation_matches_kernels():
+    from kiln import _compat
+    assert kiln.IMPLEMENTATION == ("cython" if _compat.kernels.__name__.endswith("_c")
+                                   else "python")
+
+
+def test_kernel_interface_is_complete(impl):
+    from kiln import _kernels_py
+    doc_names = ["compile_decoder", "compile_encoder", "validate_directory", "write_directory",
+                 "check_count"]
+    for name in doc_names:
+        assert name in _kernels_py.__doc__
+        assert callable(getattr(impl.kernels, name))
+
+
+def test_readme_example_runs():
+    src = open(os.path.join(ROOT, "README.md")).read()
+    block = re.findall(r"```python\n(.*?)```", src, re.S)[0]
+    ns = {}
+    exec(compile(block, "README.md", "exec"), ns)
+    assert ns["r"].id == 7 and ns["r"].values.tolist() == [1.0, -2.5]
+
+
+def test_ml_dtypes_fallback(monkeypatch):
+    from kiln import _tensor
+    monkeypatch.setattr(_tensor, "_ml", None)
+    assert kiln.numpy_dtype(4) == np.dtype("<u2")
+    assert kiln.numpy_dtype(5) == np.dtype("u1")
+    t = kiln.Tensor(b"\x80\x3f", dtype="bf16", shape=[1])
+    assert t.numpy().tolist() == [0x3F80]
