@@ -13,6 +13,14 @@ from _util import CASES
 
 KERNELS = both_kernels()
 
+
+@pytest.fixture(autouse=True)
+def _need_both(pytestconfig):
+    from conftest import _want_c
+    if not _want_c(pytestconfig):
+        pytest.skip("KILN_PUREPYTHON=1 run: there is no second implementation to compare")
+    import kiln._kernels_c  # noqa: F401  (missing when expected: an error, not a skip)
+
 TYPES = [
     "struct{id:i64,name:str,score:f64,tags:list<i32>,}",
     "list<struct{a:opt<str>,b:dict<str,list<f32>>,c:bool,}>",

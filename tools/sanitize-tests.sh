@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Build the extension with ASan + UBSan and run the whole test suite under it.
+# Any sanitizer report aborts the interpreter, so it fails the run.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DEST="$("$HERE/sanitize-build.sh" "${1:-/tmp/kiln-asan}")"
+cd "$DEST"
+. "$HERE/sanitize-env.sh"
+LOG="$DEST/sanitize-tests.log"
+set +e
+python3 -m pytest --c-extensions -q -p no:cacheprovider -x 2>&1 | tee "$LOG"
+rc=${PIPESTATUS[0]}
+set -e
+if grep -qE "ERROR: AddressSanitizer|runtime error:|UndefinedBehaviorSanitizer" "$LOG"; then
+    echo "sanitizer reports found" >&2
+    exit 1
+fi
+exit "$rc"
