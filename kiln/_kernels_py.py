@@ -42,6 +42,7 @@ The Python layer (``kiln._types``, ``kiln._api``, ``kiln._tensor``) builds
 plans and objects; loops over elements, fields and descriptors live here.
 """
 
+import operator
 import struct as _struct
 import sys
 
@@ -292,54 +293,55 @@ def _build_decoder(plan, opts):
 
 
 def _build_struct_decoder(plan, opts):
-    # group consecutive non-bool fixed scalars into one struct.Struct unpack
-    steps = []
+    """Generate one straight-line function for the struct: consecutive non-bool
+    fixed scalars are read by one struct.Struct, other fields call their decoder."""
+    ns = {"run_eof": _run_eof, "make": plan.make}
+    lines = ["def dec_struct(d, p):", "    n = len(d)"]
+    k = 0
     run = []
 
     def flush():
-        if run:
-            fmt = "<" + "".join(P.SCALAR_FORMAT[f.op][0] for f in run)
-            sizes = tuple(P.SCALAR_FORMAT[f.op][1] for f in run)
-            steps.append((_struct.Struct(fmt), sizes, len(run)))
-            del run[:]
-
-    for f in plan.fields:
-        if f.op in P.SCALAR_FORMAT and f.op != P.OP_BOOL:
-            run.append(f)
+        if not run:
+            return
+        j = len(ns)
+        fmt = "<" + "".join(P.SCALAR_FORMAT[f.op][0] for _, f in run)
+        st = _struct.Struct(fmt)
+        ns["s%d" % j] = st.unpack_from
+        ns["z%d" % j] = tuple(P.SCALAR_FORMAT[f.op][1] for _, f in run)
+        targets = ", ".join("v%d" % i for i, _ in run)
+        lines.append("    if p + %d > n: raise run_eof(p, z%d, n)" % (st.size, j))
+        if len(run) == 1:
+            lines.append("    %s = s%d(d, p)[0]" % (targets, j))
         else:
-            flush()
-            steps.append((None, _build_decoder(f, opts), 1))
+            lines.append("    %s = s%d(d, p)" % (targets, j))
+        lines.append("    p += %d" % st.size)
+        del run[:]
+
+    for i, f in enumerate(plan.fields):
+        if f.op in P.SCALAR_FORMAT and f.op != P.OP_BOOL:
+            run.append((i, f))
+            continue
+        flush()
+        ns["f%d" % i] = _build_decoder(f, opts)
+        lines.append("    v%d, p = f%d(d, p)" % (i, i))
+        k += 1
     flush()
-    names = plan.names
-    make = plan.make
-    steps = tuple(steps)
+    vals = ", ".join("v%d" % i for i in range(len(plan.fields)))
+    if plan.make is None:
+        body = ", ".join("%r: v%d" % (nm, i) for i, nm in enumerate(plan.names))
+        lines.append("    return {%s}, p" % body)
+    else:
+        lines.append("    return make(%s), p" % vals)
+    exec(compile("\n".join(lines), "<kiln struct %s>" % plan.text[:60], "exec"), ns)
+    return ns["dec_struct"]
 
-    def run_eof(p, sizes, n):
-        for s in sizes:
-            if p + s > n:
-                return _eof(p, s, n)
-            p += s
-        return _eof(p, 0, n)  # pragma: no cover
 
-    def dec_struct(d, p):
-        vals = []
-        for s, x, k in steps:
-            if s is None:
-                v, p = x(d, p)
-                vals.append(v)
-            else:
-                size = s.size
-                if p + size > len(d):
-                    raise run_eof(p, x, len(d))
-                if k == 1:
-                    vals.append(s.unpack_from(d, p)[0])
-                else:
-                    vals.extend(s.unpack_from(d, p))
-                p += size
-        if make is None:
-            return dict(zip(names, vals)), p
-        return make(*vals), p
-    return dec_struct
+def _run_eof(p, sizes, n):
+    for size in sizes:
+        if p + size > n:
+            return _eof(p, size, n)
+        p += size
+    return _eof(p, 0, n)  # pragma: no cover
 
 
 class DecodeProgram:
@@ -459,8 +461,23 @@ def _build_encoder(plan):
         return enc_bytes
     if op == P.OP_PODLIST:
         eop = plan.elem.op
+        fmt = P.SCALAR_FORMAT[eop][0]
+        packers = {}
+        small = eop != P.OP_BOOL
 
         def enc_pod(v, out):
+            if small and type(v) is list and len(v) <= 64:
+                # short Python lists: struct packs them faster than numpy converts them;
+                # struct's checks (integers only, ranges, f32 overflow) match as_pod_array's
+                n = len(v)
+                pk = packers.get(n)
+                if pk is None:
+                    pk = packers[n] = _struct.Struct("<I%d%s" % (n, fmt)).pack
+                try:
+                    out += pk(n, *v)
+                    return
+                except (_struct.error, TypeError, OverflowError, ValueError):
+                    pass  # as_pod_array below says what is wrong
             arr = as_pod_array(v, eop, len(out))
             c = arr.shape[0]
             if c > U32_MAX:
@@ -634,7 +651,7 @@ def as_pod_array(v, op, offset=0):
         if kind != "b":
             raise EncodeError("TYPE", offset, "expected bools, got %s" % arr.dtype)
     elif op in P.INT_RANGE:
-        if kind not in "iu":
+        if kind not in "iub":
             raise EncodeError("TYPE", offset, "expected integers for %s, got %s"
                               % (le.name, arr.dtype))
         if not np.can_cast(arr.dtype, le, "safe"):
@@ -645,7 +662,7 @@ def as_pod_array(v, op, offset=0):
                 bad = mn if mn < lo else mx
                 raise EncodeError("TYPE", offset, "%d does not fit %s" % (bad, le.name))
     else:
-        if kind not in "fiu":
+        if kind not in "fiub":
             raise EncodeError("TYPE", offset, "expected floats, got %s" % arr.dtype)
         if kind == "f" and arr.dtype.itemsize > le.itemsize:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -681,6 +698,16 @@ def _build_struct_encoder(plan):
     flush()
     fast = tuple(fast)
     key_set = frozenset(names)
+    if nf == 1:
+        _ig = operator.itemgetter(names[0])
+
+        def item_get(v):
+            return (_ig(v),)
+    elif nf == 0:
+        def item_get(v):
+            return ()
+    else:
+        item_get = operator.itemgetter(*names)
 
     def values_of(v, out):
         if cls is not None and isinstance(v, cls):
@@ -691,12 +718,11 @@ def _build_struct_encoder(plan):
             want = cls.__qualname__ if cls is not None else "a mapping"
             raise EncodeError("TYPE", len(out), "expected %s for %s, got %s"
                               % (want, plan.text, _type_name(v)))
-        vals = []
-        for nm in names:
-            try:
-                vals.append(v[nm])
-            except KeyError:
-                raise EncodeError("TYPE", len(out), "missing field %r" % nm) from None
+        try:
+            vals = item_get(v)
+        except KeyError:
+            missing = [nm for nm in names if nm not in v]
+            raise EncodeError("TYPE", len(out), "missing field %r" % missing[0]) from None
         if len(v) != nf:
             extra = sorted(k for k in v.keys() if k not in key_set)
             raise EncodeError("TYPE", len(out), "unknown fields %s for %s" % (extra, plan.text))

@@ -191,7 +191,7 @@ def test_bytes(impl):
 def test_pod_encode_never_wraps(impl):
     for text, bad in [("list<i8>", [128]), ("list<u8>", [256]), ("list<u16>", [-1]),
                       ("list<i32>", np.array([2 ** 31], np.int64)), ("list<i32>", [1.5]),
-                      ("list<u64>", np.array([-1], np.int64)), ("list<i32>", ["a"]),
+                      ("list<u64>", np.array([-1], np.int64)), ("list<i32>", ["a"]), ("list<i32>", [True, "x"]),
                       ("list<f32>", [1e300]), ("list<bool>", [2])]:
         with pytest.raises(kiln.EncodeError) as ei:
             impl.encode(bad, text)
