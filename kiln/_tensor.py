@@ -118,6 +118,9 @@ def pack_nibbles(values):
     return (u[0::2] | (u[1::2] << 4)).astype(np.uint8).tobytes()
 
 
+_NO_AXIS = 0xFFFF
+
+
 class Tensor:
     """One tensor: a dtype, a shape and little-endian payload bytes.
 
@@ -127,62 +130,50 @@ class Tensor:
     directory or the name of another tensor (resolved when encoding).
     """
 
-    __slots__ = ("name", "code", "shape", "layout", "block_size", "quant_scheme",
-                 "quant_axis", "group_size", "scale_index", "outer_index", "_data", "_owner")
+    # _row has the kernels' table layout: (code, shape, name bytes, layout bytes,
+    # block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index,
+    # byte_offset, byte_length) with 0xFFFF / 0xFFFFFFFF meaning "none"
+    __slots__ = ("name", "layout", "_row", "_data", "_owner")
 
     def __init__(self, data, *, dtype, shape, name=None, layout=None, block_size=0,
                  quant_scheme=0, quant_axis=None, group_size=0, scale_index=None,
                  outer_index=None):
-        self.code = _code_of(dtype)
-        self.shape = tuple(int(d) for d in shape)
-        if len(self.shape) > 8:
-            raise ValueError("rank %d is above 8" % len(self.shape))
-        if any(d < 0 for d in self.shape):
-            raise ValueError("negative dimension in shape %s" % (self.shape,))
+        code = _code_of(dtype)
+        shape = tuple(int(d) for d in shape)
+        if len(shape) > 8:
+            raise ValueError("rank %d is above 8" % len(shape))
+        if any(d < 0 for d in shape):
+            raise ValueError("negative dimension in shape %s" % (shape,))
         if name is not None and not isinstance(name, str):
             raise TypeError("tensor name must be a str")
         if layout is not None and not isinstance(layout, str):
             raise TypeError("layout name must be a str")
-        self.name = name
-        self.layout = layout
-        self.block_size = int(block_size)
-        self.quant_scheme = int(quant_scheme)
-        self.quant_axis = quant_axis
-        self.group_size = int(group_size)
-        self.scale_index = scale_index
-        self.outer_index = outer_index
         if isinstance(data, np.ndarray):
-            data = np.ascontiguousarray(data)
+            if not data.flags.c_contiguous:
+                data = data.copy(order="C")
             if data.dtype.byteorder == ">" or (data.dtype.byteorder == "=" and sys.byteorder == "big"):
                 data = data.astype(data.dtype.newbyteorder("<"))
+            data = data.reshape(-1).view(np.uint8)
         mv = memoryview(data)
         if not mv.c_contiguous:
             raise ValueError("tensor data must be contiguous")
         if mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
+        if code < 4096:
+            w = WIDTH[code]
+            n = element_count(shape)
+            need = (n + 1) // 2 if w == 0 else n * w
+            if len(mv) != need:
+                raise ValueError("%s tensor of shape %s needs %d bytes, data has %d"
+                                 % (DTYPE_NAMES[code], shape, need, len(mv)))
+        self.name = name
+        self.layout = layout
+        self._row = (code, shape, None, None, int(block_size), int(quant_scheme),
+                     _NO_AXIS if quant_axis is None else int(quant_axis), int(group_size),
+                     U32_MAX if scale_index is None else scale_index,
+                     U32_MAX if outer_index is None else outer_index, 0, len(mv))
         self._data = mv.toreadonly()
         self._owner = None
-        if self.code < 4096:
-            w = WIDTH[self.code]
-            n = element_count(self.shape)
-            need = (n + 1) // 2 if w == 0 else n * w
-            if len(self._data) != need:
-                raise ValueError("%s tensor of shape %s needs %d bytes, data has %d"
-                                 % (DTYPE_NAMES[self.code], self.shape, need, len(self._data)))
-
-    @classmethod
-    def _from_wire(cls, mv, row, name, layout, owner):
-        t = cls.__new__(cls)
-        (t.code, t.shape, _n, _l, t.block_size, t.quant_scheme, axis, t.group_size,
-         scale, outer, _o, _len) = row
-        t.name = name
-        t.layout = layout
-        t.quant_axis = None if axis == 0xFFFF else axis
-        t.scale_index = None if scale == U32_MAX else scale
-        t.outer_index = None if outer == U32_MAX else outer
-        t._data = mv
-        t._owner = owner
-        return t
 
     @classmethod
     def from_numpy(cls, array, name=None):
@@ -191,28 +182,39 @@ class Tensor:
         Accepts numpy arrays of any byte order, objects with ``__dlpack__``,
         and objects exposing the buffer protocol.
         """
-        arr = array
-        if not isinstance(arr, np.ndarray):
-            if hasattr(arr, "__dlpack__"):
-                arr = np.from_dlpack(arr)
-            else:
-                arr = np.asarray(memoryview(arr))
-        code = _dtype_code_of_numpy(arr.dtype)
-        if not arr.flags.c_contiguous:
-            arr = arr.copy(order="C")
-        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
-            arr = arr.astype(arr.dtype.newbyteorder("<"))
-        return cls(arr.reshape(-1).view(np.uint8) if arr.size else b"", dtype=code,
-                   shape=arr.shape, name=name)
+        arr = _as_array(array)
+        return cls(arr, dtype=_dtype_code_of_numpy(arr.dtype), shape=arr.shape, name=name)
+
+    code = property(lambda self: self._row[0], doc="The dtype code (1..19, or opaque).")
+    shape = property(lambda self: self._row[1], doc="The shape, a tuple of ints.")
+    block_size = property(lambda self: self._row[4])
+    quant_scheme = property(lambda self: self._row[5])
+    group_size = property(lambda self: self._row[7])
+
+    @property
+    def quant_axis(self):
+        a = self._row[6]
+        return None if a == _NO_AXIS else a
+
+    @property
+    def scale_index(self):
+        a = self._row[8]
+        return None if a == U32_MAX else a
+
+    @property
+    def outer_index(self):
+        a = self._row[9]
+        return None if a == U32_MAX else a
 
     @property
     def dtype(self):
         """The dtype name (``"f32"``), or the int code of an opaque dtype."""
-        return DTYPE_NAMES.get(self.code, self.code)
+        c = self._row[0]
+        return DTYPE_NAMES.get(c, c)
 
     @property
     def rank(self):
-        return len(self.shape)
+        return len(self._row[1])
 
     @property
     def nbytes(self):
@@ -225,13 +227,19 @@ class Tensor:
 
     def numpy(self):
         """An array over the payload (no copy), little-endian dtype; see module doc."""
-        dt = numpy_dtype(self.code)
-        arr = np.frombuffer(self._data, dtype=dt) if len(self._data) else np.empty(0, dt)
-        if self.code in PACKED or self.code >= 4096:
+        code = self._row[0]
+        dt = _DT_CACHE.get(code)
+        if dt is None:
+            dt = _DT_CACHE[code] = numpy_dtype(code)
+        if len(self._data):
+            arr = np.frombuffer(self._data, dtype=dt)
+        else:
+            arr = np.empty(0, dt)
+        if code in PACKED or code >= 4096:
             return arr
-        if sys.byteorder == "big" and self.code == 4 and dt.kind != "u":  # pragma: no cover
+        if sys.byteorder == "big" and code == 4 and dt.kind != "u":  # pragma: no cover
             arr = arr.view("<u2").astype(">u2").view(dt)
-        return arr.reshape(self.shape)
+        return arr.reshape(self._row[1])
 
     def __repr__(self):
         nm = "" if self.name is None else " %r" % self.name
@@ -250,7 +258,30 @@ class Tensor:
     __hash__ = None
 
 
+_DT_CACHE = {}
+
+
+def _as_array(array):
+    arr = array
+    if not isinstance(arr, np.ndarray):
+        if hasattr(arr, "__dlpack__"):
+            arr = np.from_dlpack(arr)
+        else:
+            arr = np.asarray(memoryview(arr))
+    return arr
+
+
+_CODE_BY_DTYPE = {}
+
+
 def _dtype_code_of_numpy(dt):
+    code = _CODE_BY_DTYPE.get(dt)
+    if code is None:
+        code = _CODE_BY_DTYPE[dt] = _dtype_code_lookup(dt)
+    return code
+
+
+def _dtype_code_lookup(dt):
     dt = np.dtype(dt)
     if _ml is not None:
         for code, nm in _ML_NAMES.items():
@@ -332,21 +363,30 @@ class _Hooks:
     def build(mv, start, base, table, copy, trusted):
         pb = start + base
         out = []
+        app = out.append
         errors = "surrogateescape" if trusted else "strict"
+        new = Tensor.__new__
+        ro = mv.toreadonly()
         for row in table:
-            name = None if row[2] is None else row[2].decode("utf-8", errors)
-            layout = None if row[3] is None else row[3].decode("utf-8", errors)
+            t = new(Tensor)
+            nm = row[2]
+            t.name = None if nm is None else nm.decode("utf-8", errors)
+            lay = row[3]
+            t.layout = None if lay is None else lay.decode("utf-8", errors)
+            t._row = row
             a = pb + row[10]
+            n = row[11]
             if copy:
-                owned = np.empty(row[11], np.uint8)
-                if row[11]:
-                    owned[:] = mv[a:a + row[11]]
+                owned = np.empty(n, np.uint8)
+                if n:
+                    owned[:] = ro[a:a + n]
                 owned.flags.writeable = False
-                data = memoryview(owned)
-                out.append(Tensor._from_wire(data, row, name, layout, owned))
+                t._data = memoryview(owned)
+                t._owner = owned
             else:
-                out.append(Tensor._from_wire(mv[a:a + row[11]].toreadonly(), row, name,
-                                             layout, None))
+                t._data = ro[a:a + n]
+                t._owner = None
+            app(t)
         return TensorDirectory(out)
 
     @staticmethod
@@ -366,7 +406,24 @@ def _as_tensor(x, name):
             t.name = name
             return t
         return x
+    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype.byteorder in _LE_ORDERS:
+        # fast path: a plain array needs no Tensor object checks
+        code = _dtype_code_of_numpy(x.dtype)
+        t = Tensor.__new__(Tensor)
+        t.name = name
+        t.layout = None
+        try:
+            data = memoryview(x).cast("B")
+        except (TypeError, ValueError, NotImplementedError):
+            data = memoryview(x.reshape(-1).view(np.uint8))
+        t._row = (code, x.shape, None, None, 0, 0, _NO_AXIS, 0, U32_MAX, U32_MAX, 0, len(data))
+        t._data = data.toreadonly()
+        t._owner = None
+        return t
     return Tensor.from_numpy(x, name=name)
+
+
+_LE_ORDERS = ("<", "|") + (("=",) if sys.byteorder == "little" else ())
 
 
 def normalize_tensors(value):
@@ -396,9 +453,15 @@ def normalize_tensors(value):
         if t.name is not None:
             index.setdefault(t.name, i)
     records = []
+    app = records.append
     for i, t in enumerate(tensors):
-        scale = _resolve(t.scale_index, index, i)
-        outer = _resolve(t.outer_index, index, i)
+        row = t._row
+        scale = row[8]
+        outer = row[9]
+        if scale != U32_MAX:
+            scale = _resolve(scale, index, i)
+        if outer != U32_MAX:
+            outer = _resolve(outer, index, i)
         try:
             name = None if t.name is None else t.name.encode("utf-8")
             layout = None if t.layout is None else t.layout.encode("utf-8")
@@ -406,12 +469,11 @@ def normalize_tensors(value):
             raise EncodeError("UTF8", 0, "tensor %d: name has no UTF-8 form" % i) from None
         if name is not None and not name:
             raise EncodeError("TYPE", 0, "tensor %d: an empty name is not allowed" % i)
-        axis = 0xFFFF if t.quant_axis is None else int(t.quant_axis)
-        if not (0 <= axis <= 0xFFFF and 0 <= t.group_size <= U32_MAX
-                and 0 <= t.block_size <= U32_MAX and 0 <= t.quant_scheme <= 0xFFFF):
+        axis, group, block, scheme = row[6], row[7], row[4], row[5]
+        if not (0 <= axis <= 0xFFFF and 0 <= group <= U32_MAX
+                and 0 <= block <= U32_MAX and 0 <= scheme <= 0xFFFF):
             raise EncodeError("TYPE", 0, "tensor %d: a quantization field is out of range" % i)
-        records.append((t.code, t.shape, name, layout, t.block_size, t.quant_scheme, axis,
-                        t.group_size, scale, outer, t._data))
+        app((row[0], row[1], name, layout, block, scheme, axis, group, scale, outer, t._data))
     return records
 
 

