@@ -133,7 +133,7 @@ class Tensor:
     # _row has the kernels' table layout: (code, shape, name bytes, layout bytes,
     # block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index,
     # byte_offset, byte_length) with 0xFFFF / 0xFFFFFFFF meaning "none"
-    __slots__ = ("name", "layout", "_row", "_data", "_owner")
+    __slots__ = ("name", "layout", "_row", "_buf", "_off")
 
     def __init__(self, data, *, dtype, shape, name=None, layout=None, block_size=0,
                  quant_scheme=0, quant_axis=None, group_size=0, scale_index=None,
@@ -172,8 +172,8 @@ class Tensor:
                      _NO_AXIS if quant_axis is None else int(quant_axis), int(group_size),
                      U32_MAX if scale_index is None else scale_index,
                      U32_MAX if outer_index is None else outer_index, 0, len(mv))
-        self._data = mv.toreadonly()
-        self._owner = None
+        self._buf = mv.toreadonly()
+        self._off = 0
 
     @classmethod
     def from_numpy(cls, array, name=None):
@@ -218,28 +218,36 @@ class Tensor:
 
     @property
     def nbytes(self):
-        return len(self._data)
+        return self._row[11]
 
     @property
     def data(self):
         """A read-only memoryview of the payload bytes."""
-        return self._data
+        off = self._off
+        return self._buf[off:off + self._row[11]]
 
     def numpy(self):
         """An array over the payload (no copy), little-endian dtype; see module doc."""
-        code = self._row[0]
-        dt = _DT_CACHE.get(code)
-        if dt is None:
-            dt = _DT_CACHE[code] = numpy_dtype(code)
-        if len(self._data):
-            arr = np.frombuffer(self._data, dtype=dt)
-        else:
-            arr = np.empty(0, dt)
+        row = self._row
+        dt = _SHAPED.get(row[0])
+        if dt is not None and row[11]:
+            # whole-element dtypes: one ndarray over the payload, already shaped
+            return _ndarray(row[1], dt, self._buf, self._off)
+        return self._numpy_slow(row)
+
+    def _numpy_slow(self, row):
+        code = row[0]
+        dt = numpy_dtype(code)
+        n = row[11]
         if code in PACKED or code >= 4096:
-            return arr
-        if sys.byteorder == "big" and code == 4 and dt.kind != "u":  # pragma: no cover
-            arr = arr.view("<u2").astype(">u2").view(dt)
-        return arr.reshape(self._row[1])
+            return np.frombuffer(self._buf, dt, n, self._off) if n else np.empty(0, dt)
+        if not n:
+            return np.empty(row[1], dt)
+        arr = _ndarray(row[1], dt, self._buf, self._off)
+        if sys.byteorder == "big" and dt.itemsize > 1:  # pragma: no cover
+            # an ml_dtypes type is host-ordered: swap the little-endian bits
+            arr = arr.view(dt.newbyteorder("<")).astype(dt)
+        return arr
 
     def __repr__(self):
         nm = "" if self.name is None else " %r" % self.name
@@ -253,12 +261,27 @@ class Tensor:
     def __eq__(self, other):
         if not isinstance(other, Tensor):
             return NotImplemented
-        return self._meta() == other._meta() and self._data == other._data
+        return self._meta() == other._meta() and self.data == other.data
 
     __hash__ = None
 
 
-_DT_CACHE = {}
+_ndarray = np.ndarray
+
+
+def _shaped_dtypes():
+    out = {}
+    for code in range(1, 20):
+        if code in PACKED:
+            continue
+        dt = numpy_dtype(code)
+        if code in _ML_NAMES and (dt.kind == "V" or sys.byteorder == "big") and dt.itemsize > 1:
+            continue  # host-ordered ml_dtypes need the slow path on big-endian hosts
+        out[code] = dt
+    return out
+
+
+_SHAPED = _shaped_dtypes()
 
 
 def _as_array(array):
@@ -299,38 +322,89 @@ def _dtype_code_lookup(dt):
 
 
 class TensorDirectory:
-    """The decoded tensors of one directory: a sequence, also indexable by name."""
+    """The tensors of one directory: a sequence, also indexable by name.
 
-    __slots__ = ("_tensors", "_index", "__weakref__")
+    A decoded directory builds each :class:`Tensor` object the first time it
+    is reached (by index, name or iteration); the checks all ran before.
+    """
+
+    __slots__ = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names",
+                 "__weakref__")
 
     def __init__(self, tensors=()):
         self._tensors = list(tensors)
+        self._rows = None
         self._index = None
+        self._names = None
+
+    @classmethod
+    def _from_table(cls, rows, buf, pb, errors):
+        d = cls.__new__(cls)
+        d._rows = rows
+        d._buf = buf
+        d._pb = pb
+        d._errors = errors
+        d._tensors = [None] * len(rows)
+        d._index = None
+        d._names = None
+        return d
+
+    def _make(self, i):
+        row = self._rows[i]
+        t = _new_tensor(Tensor)
+        nm = row[2]
+        t.name = None if nm is None else nm.decode("utf-8", self._errors)
+        lay = row[3]
+        t.layout = None if lay is None else lay.decode("utf-8", self._errors)
+        t._row = row
+        t._buf = self._buf
+        t._off = self._pb + row[10]
+        self._tensors[i] = t
+        return t
 
     @property
     def names(self):
         """Tensor names in directory order (None for unnamed tensors)."""
-        return [t.name for t in self._tensors]
+        names = self._names
+        if names is None:
+            if self._rows is None:
+                names = [t.name for t in self._tensors]
+            else:
+                err = self._errors
+                names = [None if r[2] is None else r[2].decode("utf-8", err) for r in self._rows]
+            self._names = names
+        return list(names)
 
     def __len__(self):
         return len(self._tensors)
 
     def __iter__(self):
-        return iter(self._tensors)
+        ts = self._tensors
+        for i in range(len(ts)):
+            t = ts[i]
+            yield t if t is not None else self._make(i)
 
     def __getitem__(self, key):
         if isinstance(key, str):
             idx = self._index
             if idx is None:
-                idx = self._index = {t.name: i for i, t in enumerate(self._tensors)
-                                     if t.name is not None}
-            return self._tensors[idx[key]]
-        return self._tensors[key]
+                idx = self._index = {n: i for i, n in enumerate(self.names) if n is not None}
+            i = idx[key]
+        elif isinstance(key, slice):
+            return [self[i] for i in range(*key.indices(len(self)))]
+        else:
+            i = key
+        t = self._tensors[i]
+        if t is None:
+            if i < 0:
+                i += len(self._tensors)
+            t = self._make(i)
+        return t
 
     def __contains__(self, key):
         if isinstance(key, str):
             return key in self.names
-        return key in self._tensors
+        return key in list(self)
 
     def keys(self):
         return self.names
@@ -343,11 +417,11 @@ class TensorDirectory:
 
     def to_dict(self):
         """``{name: numpy array}`` for named tensors."""
-        return {t.name: t.numpy() for t in self._tensors}
+        return {t.name: t.numpy() for t in self}
 
     def __eq__(self, other):
         if isinstance(other, TensorDirectory):
-            return self._tensors == other._tensors
+            return list(self) == list(other)
         return NotImplemented
 
     __hash__ = None
@@ -356,38 +430,30 @@ class TensorDirectory:
         return "<kiln.TensorDirectory of %d tensors>" % len(self._tensors)
 
 
+_new_tensor = Tensor.__new__
+
+
 class _Hooks:
     """What the kernels call for a ``tensors`` value (plan.tensors)."""
 
     @staticmethod
     def build(mv, start, base, table, copy, trusted):
-        pb = start + base
-        out = []
-        app = out.append
+        """Wrap a checked table: views of ``mv``, or one owned copy of the payloads."""
         errors = "surrogateescape" if trusted else "strict"
-        new = Tensor.__new__
-        ro = mv.toreadonly()
+        pb = start + base
+        if not copy:
+            return TensorDirectory._from_table(table, mv.toreadonly(), pb, errors)
+        end = 0
         for row in table:
-            t = new(Tensor)
-            nm = row[2]
-            t.name = None if nm is None else nm.decode("utf-8", errors)
-            lay = row[3]
-            t.layout = None if lay is None else lay.decode("utf-8", errors)
-            t._row = row
-            a = pb + row[10]
-            n = row[11]
-            if copy:
-                owned = np.empty(n, np.uint8)
-                if n:
-                    owned[:] = ro[a:a + n]
-                owned.flags.writeable = False
-                t._data = memoryview(owned)
-                t._owner = owned
-            else:
-                t._data = ro[a:a + n]
-                t._owner = None
-            app(t)
-        return TensorDirectory(out)
+            e = row[10] + row[11]
+            if e > end:
+                end = e
+        # every payload written once, into storage the directory owns
+        owned = np.empty(end, np.uint8)
+        if end:
+            owned[:] = mv[pb:pb + end]
+        owned.flags.writeable = False
+        return TensorDirectory._from_table(table, memoryview(owned), 0, errors)
 
     @staticmethod
     def normalize(value):
@@ -417,8 +483,8 @@ def _as_tensor(x, name):
         except (TypeError, ValueError, NotImplementedError):
             data = memoryview(x.reshape(-1).view(np.uint8))
         t._row = (code, x.shape, None, None, 0, 0, _NO_AXIS, 0, U32_MAX, U32_MAX, 0, len(data))
-        t._data = data.toreadonly()
-        t._owner = None
+        t._buf = data.toreadonly()
+        t._off = 0
         return t
     return Tensor.from_numpy(x, name=name)
 
@@ -473,7 +539,7 @@ def normalize_tensors(value):
         if not (0 <= axis <= 0xFFFF and 0 <= group <= U32_MAX
                 and 0 <= block <= U32_MAX and 0 <= scheme <= 0xFFFF):
             raise EncodeError("TYPE", 0, "tensor %d: a quantization field is out of range" % i)
-        app((row[0], row[1], name, layout, block, scheme, axis, group, scale, outer, t._data))
+        app((row[0], row[1], name, layout, block, scheme, axis, group, scale, outer, t.data))
     return records
 
 

@@ -59,7 +59,7 @@ def test_readme_example_runs():
 def test_ml_dtypes_fallback(monkeypatch):
     from kiln import _tensor
     monkeypatch.setattr(_tensor, "_ml", None)
-    monkeypatch.setattr(_tensor, "_DT_CACHE", {})
+    monkeypatch.setattr(_tensor, "_SHAPED", _tensor._shaped_dtypes())
     monkeypatch.setattr(_tensor, "_CODE_BY_DTYPE", {})
     assert kiln.numpy_dtype(4) == np.dtype("<u2")
     assert kiln.numpy_dtype(5) == np.dtype("u1")
