@@ -49,7 +49,8 @@ def test_kernel_interface_is_complete(impl):
 
 
 def test_readme_example_runs():
-    src = open(os.path.join(ROOT, "README.md")).read()
+    with open(os.path.join(ROOT, "README.md")) as f:
+        src = f.read()
     block = re.findall(r"```python\n(.*?)```", src, re.S)[0]
     ns = {}
     exec(compile(block, "README.md", "exec"), ns)

@@ -1,12 +1,12 @@
 """Packaging: what the sdist and the wheels contain, the cibuildwheel
 configuration, and the GitHub workflows (linted with actionlint).
 
-These tests build from a source checkout, so they run only there; this file
-is not shipped in the sdist (MANIFEST.in), so installed-wheel test runs
-(cibuildwheel, tools/check-dist.sh) do not collect it, and anywhere else
-without .git or .github it is skipped.  In a checkout with CI=true a missing tool (build,
-Cython, setuptools, actionlint) is a FAILURE, never a skip: all of them come
-with ``pip install -e '.[test]'``.
+These tests build from a source checkout, so they run only there.  This file
+is left out of the sdist (MANIFEST.in), so installed-wheel test runs
+(cibuildwheel, tools/check-dist.sh) do not collect it; anywhere else without
+.git or .github it is skipped.  In a checkout with CI=true a missing tool
+(build, Cython, setuptools, actionlint) is a FAILURE, never a skip: all of
+them come with ``pip install -e '.[test]'``.
 
 The file-list rules below are also used by tools/check-dist.sh::
 
@@ -246,6 +246,29 @@ def dists(tmp_path_factory):
         _build(["--wheel"], unpacked, wout, **env)
         (res[kind],) = glob.glob(os.path.join(wout, "*.whl"))
     return res
+
+
+def test_rules_reject_strays():
+    """The checkers are not vacuous: each stray file is reported."""
+    good = expected_sdist_files()
+    assert check_sdist(good) == []
+    for stray in ("src/_kernels_c.c", "kiln/_kernels_c.cpython-311-x86_64-linux-gnu.so",
+                  ".github/workflows/ci.yml", ".ci/run", "benchmarks/run.py",
+                  "fuzz/fuzz_frozen.py", "tools/check-dist.sh", "tests/__pycache__/x.pyc",
+                  "tests/test_dist.py", "build/lib/kiln/__init__.py", "constraints/tools.txt"):
+        assert check_sdist(good + [stray]) == ["sdist should not contain " + stray]
+    assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
+    kiln_py = [n for n in good if re.match(r"kiln/[^/]+\.pyi?$", n)] + ["kiln/py.typed"]
+    info = ["kiln-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
+    ext = "kiln/_kernels_c.cpython-312-darwin.so"
+    assert check_wheel(kiln_py + info, "kiln-0.1.0-py3-none-any.whl") == []
+    assert check_wheel(kiln_py + info + [ext], "kiln-0.1.0-cp312-cp312-macosx_11_0_arm64.whl") == []
+    assert check_wheel(kiln_py + info + [ext], "kiln-0.1.0-py3-none-any.whl") != []
+    assert check_wheel(kiln_py + info, "kiln-0.1.0-cp312-cp312-win_amd64.whl") != []
+    for stray in ("src/_kernels_c.pyx", "kiln/_kernels_c.c", "kiln/kiln_endian.h",
+                  "tests/test_golden.py", "spec/kiln-v2-cases.json", "kiln.libs/libfoo.so"):
+        assert check_wheel(kiln_py + info + [stray], "kiln-0.1.0-py3-none-any.whl") == \
+            ["wheel should not contain " + stray]
 
 
 def test_sdist_file_list(dists):
