@@ -463,84 +463,93 @@ class _Hooks:
 HOOKS = _Hooks()
 
 
-def _as_tensor(x, name):
-    if isinstance(x, Tensor):
-        if name is not None and x.name != name:
-            t = Tensor.__new__(Tensor)
-            for slot in Tensor.__slots__:
-                setattr(t, slot, getattr(x, slot))
-            t.name = name
-            return t
-        return x
-    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype.byteorder in _LE_ORDERS:
-        # fast path: a plain array needs no Tensor object checks
-        code = _dtype_code_of_numpy(x.dtype)
-        t = Tensor.__new__(Tensor)
-        t.name = name
-        t.layout = None
-        try:
-            data = memoryview(x).cast("B")
-        except (TypeError, ValueError, NotImplementedError):
-            data = memoryview(x.reshape(-1).view(np.uint8))
-        t._row = (code, x.shape, None, None, 0, 0, _NO_AXIS, 0, U32_MAX, U32_MAX, 0, len(data))
-        t._buf = data.toreadonly()
-        t._off = 0
-        return t
-    return Tensor.from_numpy(x, name=name)
-
-
 _LE_ORDERS = ("<", "|") + (("=",) if sys.byteorder == "little" else ())
 
 
+def _utf8(text, i):
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError("UTF8", 0, "tensor %d: name has no UTF-8 form" % i) from None
+
+
+def _array_record(x, name):
+    """The write record of a plain little-endian C-contiguous array, else None."""
+    if type(x) is not np.ndarray or not x.flags.c_contiguous or \
+            x.dtype.byteorder not in _LE_ORDERS:
+        return None
+    try:
+        data = memoryview(x).cast("B")
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    return (_dtype_code_of_numpy(x.dtype), x.shape, name, None, 0, 0, _NO_AXIS, 0, U32_MAX,
+            U32_MAX, data)
+
+
 def normalize_tensors(value):
-    """Turn a tensors value into write records (raises EncodeError on bad input)."""
+    """Turn a tensors value into write records (raises EncodeError on bad input).
+
+    A record is the kernels' write layout (see kiln._kernels_py.write_directory).
+    """
     try:
         if isinstance(value, TensorDirectory):
-            tensors = list(value)
+            pairs = [(None if t.name is None else _utf8(t.name, i), t)
+                     for i, t in enumerate(value)]
         elif isinstance(value, Mapping):
-            items = []
-            for k, x in value.items():
+            pairs = []
+            for i, (k, x) in enumerate(value.items()):
                 if not isinstance(k, str):
                     raise EncodeError("TYPE", 0, "tensor mapping key %r is not a str" % (k,))
-                items.append((k.encode("utf-8"), k, x))
-            items.sort(key=lambda t: t[0])
-            tensors = [_as_tensor(x, k) for _, k, x in items]
+                pairs.append((_utf8(k, i), x))
+            pairs.sort(key=_first)
         elif isinstance(value, (list, tuple)):
-            tensors = [_as_tensor(x, None) for x in value]
+            pairs = [(None, x) for x in value]
         else:
             raise EncodeError("TYPE", 0, "expected tensors (a TensorDirectory, a sequence or a "
                               "mapping), got %s" % type(value).__name__)
+        records = []
+        app = records.append
+        linked = False
+        for i, (name, x) in enumerate(pairs):
+            if name == b"":
+                raise EncodeError("TYPE", 0, "tensor %d: an empty name is not allowed" % i)
+            rec = _array_record(x, name)
+            if rec is not None:
+                app(rec)
+                continue
+            t = x if isinstance(x, Tensor) else Tensor.from_numpy(x)
+            row = t._row
+            if name is None and t.name is not None:
+                name = _utf8(t.name, i)
+                if not name:
+                    raise EncodeError("TYPE", 0, "tensor %d: an empty name is not allowed" % i)
+            axis, group, block, scheme = row[6], row[7], row[4], row[5]
+            if not (0 <= axis <= 0xFFFF and 0 <= group <= U32_MAX
+                    and 0 <= block <= U32_MAX and 0 <= scheme <= 0xFFFF):
+                raise EncodeError("TYPE", 0, "tensor %d: a quantization field is out of range" % i)
+            if row[8] != U32_MAX or row[9] != U32_MAX:
+                linked = True
+            app((row[0], row[1], name, None if t.layout is None else _utf8(t.layout, i), block,
+                 scheme, axis, group, row[8], row[9], t.data))
     except (TypeError, ValueError) as e:
         if isinstance(e, EncodeError):
             raise
         raise EncodeError("TYPE", 0, str(e)) from None
-    index = {}
-    for i, t in enumerate(tensors):
-        if t.name is not None:
-            index.setdefault(t.name, i)
-    records = []
-    app = records.append
-    for i, t in enumerate(tensors):
-        row = t._row
-        scale = row[8]
-        outer = row[9]
-        if scale != U32_MAX:
-            scale = _resolve(scale, index, i)
-        if outer != U32_MAX:
-            outer = _resolve(outer, index, i)
-        try:
-            name = None if t.name is None else t.name.encode("utf-8")
-            layout = None if t.layout is None else t.layout.encode("utf-8")
-        except UnicodeEncodeError:
-            raise EncodeError("UTF8", 0, "tensor %d: name has no UTF-8 form" % i) from None
-        if name is not None and not name:
-            raise EncodeError("TYPE", 0, "tensor %d: an empty name is not allowed" % i)
-        axis, group, block, scheme = row[6], row[7], row[4], row[5]
-        if not (0 <= axis <= 0xFFFF and 0 <= group <= U32_MAX
-                and 0 <= block <= U32_MAX and 0 <= scheme <= 0xFFFF):
-            raise EncodeError("TYPE", 0, "tensor %d: a quantization field is out of range" % i)
-        app((row[0], row[1], name, layout, block, scheme, axis, group, scale, outer, t.data))
+    if linked:
+        index = {}
+        for i, rec in enumerate(records):
+            if rec[2] is not None:
+                index.setdefault(rec[2].decode("utf-8"), i)
+        for i, rec in enumerate(records):
+            if rec[8] != U32_MAX or rec[9] != U32_MAX:
+                scale = rec[8] if rec[8] == U32_MAX else _resolve(rec[8], index, i)
+                outer = rec[9] if rec[9] == U32_MAX else _resolve(rec[9], index, i)
+                records[i] = rec[:8] + (scale, outer, rec[10])
     return records
+
+
+def _first(t):
+    return t[0]
 
 
 def _resolve(ref, index, i):
