@@ -9,6 +9,7 @@ Quick use::
 """
 
 from ._errors import KilnError, EncodeError
+from ._plan import Some
 from ._types import (Type, parse_type, as_type, struct, list_, opt, dict_, bool_, i8, i16,
                      i32, i64, u8, u16, u32, u64, int_, uint, f32, f64, str_, bytes_, tensors,
                      MAX_DEPTH)
@@ -20,7 +21,7 @@ from ._compat import IMPLEMENTATION
 __version__ = "0.1.0"
 
 __all__ = [
-    "KilnError", "EncodeError", "Type", "parse_type", "as_type", "struct", "list_", "opt",
+    "KilnError", "EncodeError", "Some", "Type", "parse_type", "as_type", "struct", "list_", "opt",
     "dict_", "bool_", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "int_", "uint",
     "f32", "f64", "str_", "bytes_", "tensors", "Tensor", "TensorDirectory", "unpack_nibbles",
     "pack_nibbles", "numpy_dtype", "Encoder", "Decoder", "encode", "decode", "encode_tensors",

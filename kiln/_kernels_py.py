@@ -197,6 +197,8 @@ def _build_decoder(plan, opts):
 
     if op == P.OP_OPT:
         inner = _build_decoder(plan.elem, opts)
+        nested = plan.elem.op == P.OP_OPT
+        Some = P.Some
 
         def dec_opt(d, p):
             if p >= len(d):
@@ -206,14 +208,17 @@ def _build_decoder(plan, opts):
                 return None, p + 1
             if b != 1:
                 raise _err("TYPE", p, "optional presence byte is %d, not 0 or 1" % b)
-            return inner(d, p + 1)
+            v, p = inner(d, p + 1)
+            if nested and (v is None or type(v) is Some):
+                v = Some(v)  # present, and the inner optional is empty: keep the level
+            return v, p
         return dec_opt
 
     if op == P.OP_LIST:
         elem = plan.elem
         m = elem.min_size
-        if elem.op == P.OP_STRUCT and elem.is_fixed() and all(
-                f.op != P.OP_BOOL for f in elem.fields) and m > 0:
+        if elem.op == P.OP_STRUCT and m > 0 and all(
+                f.op in P.SCALAR_FORMAT and f.op != P.OP_BOOL for f in elem.fields):
             # every element is one fixed record: unpack them in bulk
             rec = _struct.Struct("<" + "".join(P.SCALAR_FORMAT[f.op][0] for f in elem.fields))
             names = elem.names
@@ -488,12 +493,14 @@ def _build_encoder(plan):
     if op == P.OP_OPT:
         inner = _build_encoder(plan.elem)
 
+        Some = P.Some
+
         def enc_opt(v, out):
             if v is None:
                 out.append(0)
             else:
                 out.append(1)
-                inner(v, out)
+                inner(v.value if type(v) is Some else v, out)
         return enc_opt
     if op == P.OP_LIST:
         inner = _build_encoder(plan.elem)

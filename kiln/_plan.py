@@ -91,3 +91,28 @@ class Plan:
         if self.op == OP_STRUCT:
             return all(f.is_fixed() for f in self.fields)
         return False
+
+
+class Some:
+    """A present optional whose value is itself None or another ``Some``.
+
+    Python's ``None`` cannot tell ``opt<opt<T>>``'s two "empty" values apart,
+    so decoding an ``opt`` whose element is an ``opt`` wraps a present-but-empty
+    inner value: bytes ``01 00`` decode to ``Some(None)`` and ``00`` to
+    ``None``.  Any ``opt`` also accepts ``Some(x)`` when encoding (as ``x``).
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        if type(other) is Some:
+            return self.value == other.value
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "kiln.Some(%r)" % (self.value,)

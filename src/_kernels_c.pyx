@@ -194,6 +194,7 @@ def set_force_byteswap(flag):
 
 BIG_ENDIAN_TEST_HOOK = set_force_byteswap
 
+cdef object _Some = _P.Some
 cdef object _np_empty = _np.empty
 cdef object _np_ndarray = _np.ndarray
 cdef object _np_bool = _np.bool_
@@ -740,7 +741,10 @@ cdef object dec(Node nd, DCtx *c):
         if c.d[p] != 1:
             kfail("TYPE", p, "optional presence byte is %d, not 0 or 1" % c.d[p])
         c.pos = p + 1
-        return dec(nd.elem, c)
+        r = dec(nd.elem, c)
+        if nd.elem.op == OP_OPT and (r is None or type(r) is _Some):
+            return _Some(r)  # present, and the inner optional is empty: keep the level
+        return r
     if op == OP_BYTES:
         return dec_bytes(c)
     if op == OP_DICT:
@@ -1603,6 +1607,8 @@ cdef int enc(Node nd, Writer *w, object v) except -1:
         w_reserve(w, 1)
         w.data[w.pos] = 1
         w.pos += 1
+        if type(v) is _Some:
+            return enc(nd.elem, w, (<object>v).value)
         return enc(nd.elem, w, v)
     if op == OP_BYTES:
         return enc_bytes(w, v)

@@ -124,6 +124,8 @@ def _values(t):
                 if xs else np.empty(0, np.dtype(dt).newbyteorder("=")))
         return st.lists(_values(e), max_size=4)
     if isinstance(t, T.Opt):
+        if isinstance(t.elem, T.Opt):
+            return st.one_of(st.none(), _values(t.elem), st.builds(kiln.Some, _values(t.elem)))
         return st.one_of(st.none(), _values(t.elem))
     if isinstance(t, T.Dict):
         return st.dictionaries(st.text(max_size=4).filter(_utf8_ok), _values(t.value), max_size=4)

@@ -233,6 +233,19 @@ def test_optional(impl):
     assert err(impl, b"", "opt<i32>") == ("EOF", 0)
 
 
+def test_nested_optionals_keep_their_level(impl):
+    t = kiln.parse_type("opt<opt<i32>>")
+    assert impl.decode(b"\x00", t) is None
+    assert impl.decode(b"\x01\x00", t) == kiln.Some(None)
+    assert impl.decode(b"\x01\x01\x07\x00\x00\x00", t) == 7
+    assert impl.encode(kiln.Some(None), t) == b"\x01\x00"
+    assert impl.encode(None, t) == b"\x00"
+    assert impl.encode(kiln.Some(7), "opt<i32>") == impl.encode(7, "opt<i32>")
+    deep = kiln.parse_type("opt<opt<opt<str>>>")
+    for buf in (b"\x00", b"\x01\x00", b"\x01\x01\x00", b"\x01\x01\x01\x00\x00\x00\x00"):
+        assert impl.encode(impl.decode(buf, deep), deep) == buf
+
+
 def test_dict_keys_sorted_by_utf8_bytes(impl):
     value = {"é": 1, "b": 2, "a": 3, "Z": 4, "ab": 5}
     b = impl.encode(value, "dict<str,i8>")
