@@ -1,7 +1,11 @@
 """atheris harness: tensor directories (views, copies, trusted, small caps)."""
+import os
 import sys
 
-import atheris
+# the sanitized extension is built with -fsanitize=fuzzer-no-link: its coverage
+# hooks resolve against the libFuzzer inside atheris, so load that globally
+sys.setdlopenflags(sys.getdlopenflags() | os.RTLD_GLOBAL)
+import atheris  # noqa: E402
 
 with atheris.instrument_imports():
     import oracle

@@ -3,9 +3,13 @@ then applies one mutation chosen by the fuzzer; the oracle compares both
 implementations on the mutant.  Run under atheris with Hypothesis'
 fuzz_one_input driving generation."""
 import os
+import os
 import sys
 
-import atheris
+# the sanitized extension is built with -fsanitize=fuzzer-no-link: its coverage
+# hooks resolve against the libFuzzer inside atheris, so load that globally
+sys.setdlopenflags(sys.getdlopenflags() | os.RTLD_GLOBAL)
+import atheris  # noqa: E402
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))

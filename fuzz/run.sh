@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Differential fuzzing under ASan + UBSan.
+# Differential fuzzing under ASan + UBSan (see fuzz/README.md).
 #   fuzz/run.sh HARNESS SECONDS [extra libFuzzer flags]
-# HARNESS: frozen | directory | structured.  Findings land in fuzz/artifacts/.
+# HARNESS: frozen | directory | structured.  Findings land in fuzz/artifacts/HARNESS/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 H="$1"; SECS="$2"; shift 2
-DEST="$("$ROOT/tools/sanitize-build.sh" "/tmp/kiln-fuzz-$H")"
+VENV="${KILN_SAN_VENV:-/tmp/kiln-san-venv}"
+DEST="$("$ROOT/tools/sanitize-build.sh" "/tmp/kiln-fuzz-$H" fuzzer-no-link)"
 . "$ROOT/tools/sanitize-env.sh"
-mkdir -p "$ROOT/fuzz/artifacts/$H" "/tmp/kiln-fuzz-work-$H"
+# ASan + libFuzzer in one preloaded library, so coverage reaches the fuzzer
+PRELOAD="$(LD_PRELOAD= "$ROOT/tools/build-asan-fuzzer.sh")"
+LD_PRELOAD= mkdir -p "$ROOT/fuzz/artifacts/$H" "/tmp/kiln-fuzz-work-$H"
+SEED=()
 case "$H" in
-    frozen) SEED="$ROOT/fuzz/corpus/frozen" ;;
-    directory) SEED="$ROOT/fuzz/corpus/directory" ;;
-    *) SEED="" ;;
+    frozen) SEED=("$ROOT/fuzz/corpus/frozen") ;;
+    directory) SEED=("$ROOT/fuzz/corpus/directory") ;;
 esac
 cd "$DEST/fuzz"
-exec python3 "fuzz_$H.py" -max_total_time="$SECS" -malloc_limit_mb=512 -rss_limit_mb=4096 \
-    -timeout=20 -print_final_stats=1 -artifact_prefix="$ROOT/fuzz/artifacts/$H/" "$@" \
-    "/tmp/kiln-fuzz-work-$H" $SEED
+export PYTHONPATH="$DEST:$DEST/fuzz"
+export LD_PRELOAD="$PRELOAD"
+exec "$VENV/bin/python" "fuzz_$H.py" -max_total_time="$SECS" -malloc_limit_mb=512 \
+    -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
+    -artifact_prefix="$ROOT/fuzz/artifacts/$H/" "$@" "/tmp/kiln-fuzz-work-$H" "${SEED[@]}"

@@ -4,11 +4,13 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 DEST="$("$HERE/sanitize-build.sh" "${1:-/tmp/kiln-asan}")"
+VENV="${KILN_SAN_VENV:-/tmp/kiln-san-venv}"
 cd "$DEST"
 . "$HERE/sanitize-env.sh"
 LOG="$DEST/sanitize-tests.log"
 set +e
-python3 -m pytest --c-extensions -q -p no:cacheprovider -x 2>&1 | tee "$LOG"
+PYTHONPATH="$DEST" "$VENV/bin/python" -m pytest tests --c-extensions -q -p no:cacheprovider \
+    --deselect tests/test_dist.py 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 set -e
 if grep -qE "ERROR: AddressSanitizer|runtime error:|UndefinedBehaviorSanitizer" "$LOG"; then
