@@ -56,7 +56,8 @@ cdef extern from "kiln_endian.h":
     bint KILN_UNLIKELY(bint x) noexcept nogil
 
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_IsContiguous,
-                             PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_STRIDES)
+                             PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_STRIDES,
+                             PyBUF_C_CONTIGUOUS, PyBUF_ND)
 
 cdef extern from "Python.h":
     Py_ssize_t PY_SSIZE_T_MAX
@@ -311,6 +312,7 @@ cdef class Node:
     cdef object text
     cdef object dt_native   # pod: native-order dtype
     cdef object dt_big      # pod: big-endian dtype
+    cdef object dt_le       # pod: the wire's little-endian dtype
     cdef bint has_tensors
 
     def __dealloc__(self):
@@ -335,6 +337,7 @@ cdef Node compile_node(object plan):
         nd.width = le.itemsize
         nd.dt_native = le.newbyteorder("=")
         nd.dt_big = le.newbyteorder(">")
+        nd.dt_le = le
     elif op == OP_LIST or op == OP_OPT:
         nd.elem = compile_node(plan.elem)
         nd.elem_min = plan.elem.min_size
@@ -1306,6 +1309,30 @@ cdef int pod_fast_seq(Node nd, Writer *w, object seq, Py_ssize_t n) except -1:
     return 1
 
 
+cdef int enc_pod_buffer(Writer *w, object v, int width) except -1:
+    """Copy a 1-D C-contiguous array of the wire dtype; 0 when it is not one."""
+    cdef Py_buffer view
+    cdef Py_ssize_t c
+    try:
+        PyObject_GetBuffer(v, &view, PyBUF_C_CONTIGUOUS | PyBUF_ND)
+    except (BufferError, ValueError, TypeError):
+        return 0  # not C-contiguous: the general path copies it
+    try:
+        if view.ndim != 1:
+            return 0
+        c = view.len // width
+        if <uint64_t>c > U32_MAX:
+            efail("LIMIT", w.pos, "list of %d exceeds u32" % c)
+        w_reserve(w, 4 + view.len)
+        kiln_st_u32(w.data + w.pos, <uint32_t>c)
+        if view.len:
+            memcpy(w.data + w.pos + 4, view.buf, view.len)
+        w.pos += 4 + view.len
+    finally:
+        PyBuffer_Release(&view)
+    return 1
+
+
 cdef int enc_pod(Node nd, Writer *w, object v) except -1:
     cdef Py_buffer view
     cdef Py_ssize_t c
@@ -1316,6 +1343,10 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
             return 0
     elif PyTuple_CheckExact(v):
         if pod_fast_seq(nd, w, v, PyTuple_GET_SIZE(v)):
+            return 0
+    if type(v) is _np_ndarray and v.dtype == nd.dt_le:
+        # already the wire's bits: one copy, whatever the host (bool arrays hold 0/1)
+        if enc_pod_buffer(w, v, width) == 1:
             return 0
     if width > 1 and type(v) is _np_ndarray and v.ndim == 1 and v.dtype == nd.dt_big:
         # a big-endian array (host order on a big-endian host): swap it into the wire
