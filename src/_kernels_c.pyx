@@ -173,6 +173,12 @@ for _name, _v in (("OP_BOOL", OP_BOOL), ("OP_I8", OP_I8), ("OP_U8", OP_U8), ("OP
 cdef int SW[12]
 SW[:] = [0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8]
 
+# value range of each narrow integer op (index = op; i64/u64 are checked by conversion)
+cdef long long INT_LO[12]
+cdef long long INT_HI[12]
+INT_LO[:] = [0, 0, -128, 0, -32768, 0, -2147483648, 0, 0, 0, 0, 0]
+INT_HI[:] = [0, 1, 127, 255, 32767, 65535, 2147483647, 4294967295, 0, 0, 0, 0]
+
 # tensor dtype widths (index = code 1..19; 0 = packed nibbles)
 cdef int DW[20]
 DW[:] = [0, 8, 4, 2, 2, 1, 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 0, 0, 0, 1]
@@ -1016,48 +1022,24 @@ cdef int enc_int(Node nd, Writer *w, object v) except -1:
         return scalar_fail(nd, w, v)
     if x == -1 and PyErr_Occurred() != NULL:  # pragma: no cover - an int always converts
         return -1
-    if op == OP_I64:
-        w_reserve(w, 8)
-        kiln_st_u64(w.data + w.pos, <uint64_t>x)
-        w.pos += 8
-        return 0
-    if op == OP_I32:
-        if x < -2147483648 or x > 2147483647:
-            return scalar_fail(nd, w, v)
-        w_reserve(w, 4)
+    if op != OP_I64 and (x < INT_LO[op] or x > INT_HI[op]):
+        return scalar_fail(nd, w, v)
+    w_put_le(w, <uint64_t>x, SW[op])
+    return 0
+
+
+cdef inline int w_put_le(Writer *w, uint64_t x, int width) except -1:
+    """Append the low ``width`` bytes of ``x``, little-endian."""
+    w_reserve(w, width)
+    if width == 8:
+        kiln_st_u64(w.data + w.pos, x)
+    elif width == 4:
         kiln_st_u32(w.data + w.pos, <uint32_t>x)
-        w.pos += 4
-        return 0
-    if op == OP_U32:
-        if x < 0 or x > 4294967295:
-            return scalar_fail(nd, w, v)
-        w_reserve(w, 4)
-        kiln_st_u32(w.data + w.pos, <uint32_t>x)
-        w.pos += 4
-        return 0
-    if op == OP_I16:
-        if x < -32768 or x > 32767:
-            return scalar_fail(nd, w, v)
-        w_reserve(w, 2)
+    elif width == 2:
         kiln_st_u16(w.data + w.pos, <uint16_t>x)
-        w.pos += 2
-        return 0
-    if op == OP_U16:
-        if x < 0 or x > 65535:
-            return scalar_fail(nd, w, v)
-        w_reserve(w, 2)
-        kiln_st_u16(w.data + w.pos, <uint16_t>x)
-        w.pos += 2
-        return 0
-    if op == OP_I8:
-        if x < -128 or x > 127:
-            return scalar_fail(nd, w, v)
-    else:  # OP_U8
-        if x < 0 or x > 255:
-            return scalar_fail(nd, w, v)
-    w_reserve(w, 1)
-    w.data[w.pos] = <char>(<uint8_t>x)
-    w.pos += 1
+    else:
+        w.data[w.pos] = <char>(<uint8_t>x)
+    w.pos += width
     return 0
 
 
