@@ -437,40 +437,30 @@ cdef inline object dec_scalar(int op, DCtx *c):
         eof_fail(p, w, c.n)
         return None
     q = c.d + p
+    if op == OP_BOOL and q[0] > 1:
+        kfail("TYPE", p, "bool byte is %d, not 0 or 1" % q[0])
+    c.pos = p + w
     if op == OP_I64:
-        c.pos = p + 8
         return PyLong_FromLongLong(<int64_t>kiln_ld_u64(q))
     elif op == OP_F64:
-        c.pos = p + 8
         return PyFloat_FromDouble(kiln_ld_f64(q))
     elif op == OP_I32:
-        c.pos = p + 4
         return PyLong_FromLong(<int>kiln_ld_u32(q))
     elif op == OP_U32:
-        c.pos = p + 4
         return PyLong_FromUnsignedLong(kiln_ld_u32(q))
     elif op == OP_F32:
-        c.pos = p + 4
         return PyFloat_FromDouble(<double>kiln_ld_f32(q))
     elif op == OP_U64:
-        c.pos = p + 8
         return PyLong_FromUnsignedLongLong(kiln_ld_u64(q))
     elif op == OP_I16:
-        c.pos = p + 2
         return PyLong_FromLong(<short>kiln_ld_u16(q))
     elif op == OP_U16:
-        c.pos = p + 2
         return PyLong_FromLong(kiln_ld_u16(q))
     elif op == OP_I8:
-        c.pos = p + 1
         return PyLong_FromLong(<signed char>q[0])
     elif op == OP_U8:
-        c.pos = p + 1
         return PyLong_FromLong(q[0])
     else:  # OP_BOOL
-        if q[0] > 1:
-            kfail("TYPE", p, "bool byte is %d, not 0 or 1" % q[0])
-        c.pos = p + 1
         return True if q[0] else False
 
 
