@@ -15,6 +15,7 @@ SEED=()
 case "$H" in
     frozen) SEED=("$ROOT/fuzz/corpus/frozen") ;;
     directory) SEED=("$ROOT/fuzz/corpus/directory") ;;
+    structured) SEED=("$ROOT/fuzz/corpus/frozen") ;;  # any bytes seed Hypothesis' choices
 esac
 cd "$DEST/fuzz"
 export PYTHONPATH="$DEST:$DEST/fuzz"
