@@ -57,7 +57,8 @@ def test_float_lists_keep_every_bit(impl):
     raw = np.array([0x7FF8000000000001, 0x8000000000000000, 0x7FF4000000000000], "<u8")
     buf = u32(3) + raw.tobytes()
     arr = impl.decode(buf, "list<f64>")
-    assert arr.view("<u8" if arr.dtype.byteorder != ">" else ">u8").tolist() == raw.tolist()
+    # the array is native-ordered: view its bits in the array's own byte order
+    assert arr.view(np.dtype("u8").newbyteorder(arr.dtype.byteorder)).tolist() == raw.tolist()
     assert impl.encode(arr, "list<f64>") == buf
     raw32 = np.array([0x7F800001, 0x80000000, 0xFFC00123], "<u4")  # signalling NaN kept in lists
     buf32 = u32(3) + raw32.tobytes()
