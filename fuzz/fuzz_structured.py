@@ -41,7 +41,9 @@ def one(data, text):
                                                 b"\x00\x00\x00\x00", b"\x01\x00\x00\x01"]))
     else:
         b += data.draw(st.binary(min_size=1, max_size=3))
-    oracle.check(text, bytes(b))
+    # a mutated count of zero-size elements (list<struct{}>) is bounded only by
+    # the cap: 16,777,216 empty dicts is allowed but takes the fuzzer ~100 s
+    oracle.check(text, bytes(b), max_count=65536)
 
 
 if __name__ == "__main__":
