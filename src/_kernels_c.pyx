@@ -1403,16 +1403,22 @@ cdef struct DEnt:
     Py_ssize_t idx
 
 
+cdef inline int cmp_bytes_then_index(const void *p1, Py_ssize_t l1, Py_ssize_t i1,
+                                     const void *p2, Py_ssize_t l2, Py_ssize_t i2) noexcept nogil:
+    """Order byte strings as Python compares bytes; ties go by index (a stable sort)."""
+    cdef Py_ssize_t m = l1 if l1 < l2 else l2
+    cdef int r = memcmp(p1, p2, m) if m else 0
+    if r:
+        return r
+    if l1 != l2:
+        return -1 if l1 < l2 else 1
+    return -1 if i1 < i2 else (1 if i1 > i2 else 0)
+
+
 cdef int cmp_dent(const void *a, const void *b) noexcept nogil:
     cdef const DEnt *x = <const DEnt *>a
     cdef const DEnt *y = <const DEnt *>b
-    cdef Py_ssize_t m = x.ln if x.ln < y.ln else y.ln
-    cdef int r = memcmp(x.p, y.p, m) if m else 0
-    if r:
-        return r
-    if x.ln != y.ln:
-        return -1 if x.ln < y.ln else 1
-    return -1 if x.idx < y.idx else (1 if x.idx > y.idx else 0)
+    return cmp_bytes_then_index(x.p, x.ln, x.idx, y.p, y.ln, y.idx)
 
 
 cdef int dent_add(DEnt *e, Py_ssize_t idx, object k, object x, Writer *w) except -1:
@@ -1721,13 +1727,7 @@ cdef struct NameRef:
 cdef int cmp_nameref(const void *a, const void *b) noexcept nogil:
     cdef const NameRef *x = <const NameRef *>a
     cdef const NameRef *y = <const NameRef *>b
-    cdef uint32_t m = x.ln if x.ln < y.ln else y.ln
-    cdef int r = memcmp(x.p, y.p, m) if m else 0
-    if r:
-        return r
-    if x.ln != y.ln:
-        return -1 if x.ln < y.ln else 1
-    return -1 if x.idx < y.idx else (1 if x.idx > y.idx else 0)
+    return cmp_bytes_then_index(x.p, x.ln, x.idx, y.p, y.ln, y.idx)
 
 
 cdef struct Range:
