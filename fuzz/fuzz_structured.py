@@ -3,21 +3,17 @@ then applies one mutation chosen by the fuzzer; the oracle compares both
 implementations on the mutant.  Run under atheris with Hypothesis'
 fuzz_one_input driving generation."""
 import os
-import os
 import sys
 
-# the sanitized extension is built with -fsanitize=fuzzer-no-link: its coverage
-# hooks resolve against the libFuzzer inside atheris, so load that globally
-sys.setdlopenflags(sys.getdlopenflags() | os.RTLD_GLOBAL)
-import atheris  # noqa: E402
+import harness  # libFuzzer loaded globally; oracle and kiln instrumented
+from harness import atheris, oracle
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
+import kiln  # noqa: E402
 with atheris.instrument_imports():
-    import kiln
-    import oracle
-    from strategies import type_texts, values_of
+    from strategies import type_texts, values_of  # noqa: E402
 
 
 @settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -50,5 +46,4 @@ if __name__ == "__main__":
     # Hypothesis builds its strategies on the first call (seconds under ASan):
     # do that before libFuzzer's per-input timeout starts counting
     one.hypothesis.fuzz_one_input(b"\0" * 64)
-    atheris.Setup(sys.argv, one.hypothesis.fuzz_one_input)
-    atheris.Fuzz()
+    harness.main(one.hypothesis.fuzz_one_input)

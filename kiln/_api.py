@@ -130,9 +130,5 @@ def decode_tensors(buf, *, copy=False, trusted=False, max_count=DEFAULT_MAX_COUN
                   max_bytes=max_bytes)
 
 
-def encoded_size_hint(value, type):  # pragma: no cover - convenience
-    return len(encode(value, type))
-
-
 __all__ = ["Encoder", "Decoder", "encode", "decode", "encode_tensors", "decode_tensors",
            "KilnError"]

@@ -84,14 +84,6 @@ class Plan:
     def __repr__(self):
         return "Plan(%d, %r)" % (self.op, self.text)
 
-    def is_fixed(self):
-        """True when every value of this plan has exactly min_size bytes."""
-        if self.op in SCALAR_FORMAT:
-            return True
-        if self.op == OP_STRUCT:
-            return all(f.is_fixed() for f in self.fields)
-        return False
-
 
 class Some:
     """A present optional whose value is itself None or another ``Some``.

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._errors import EncodeError, KilnError
+from ._errors import EncodeError
 
 try:  # optional extra kiln[ml]
     import ml_dtypes as _ml
@@ -121,6 +121,11 @@ def pack_nibbles(values):
 _NO_AXIS = 0xFFFF
 
 
+def _or_none(value, sentinel):
+    """A descriptor field, with the wire's "none" sentinel as None."""
+    return None if value == sentinel else value
+
+
 class Tensor:
     """One tensor: a dtype, a shape and little-endian payload bytes.
 
@@ -191,20 +196,9 @@ class Tensor:
     quant_scheme = property(lambda self: self._row[5])
     group_size = property(lambda self: self._row[7])
 
-    @property
-    def quant_axis(self):
-        a = self._row[6]
-        return None if a == _NO_AXIS else a
-
-    @property
-    def scale_index(self):
-        a = self._row[8]
-        return None if a == U32_MAX else a
-
-    @property
-    def outer_index(self):
-        a = self._row[9]
-        return None if a == U32_MAX else a
+    quant_axis = property(lambda self: _or_none(self._row[6], _NO_AXIS))
+    scale_index = property(lambda self: _or_none(self._row[8], U32_MAX))
+    outer_index = property(lambda self: _or_none(self._row[9], U32_MAX))
 
     @property
     def dtype(self):
@@ -565,5 +559,4 @@ def _resolve(ref, index, i):
     return ref
 
 
-__all__ = ["Tensor", "TensorDirectory", "unpack_nibbles", "pack_nibbles", "numpy_dtype",
-           "KilnError"]
+__all__ = ["Tensor", "TensorDirectory", "unpack_nibbles", "pack_nibbles", "numpy_dtype"]

@@ -395,9 +395,8 @@ def parse_type(text):
                 value = Struct(())
             else:
                 name, nat = toks[i] if i < n else ("", len(text))
-                if not _IDENT.match(name) or name in SCALARS:
-                    if not _IDENT.match(name):
-                        raise KilnError("TYPE", nat, "expected a field name")
+                if not _IDENT.match(name):
+                    raise KilnError("TYPE", nat, "expected a field name")
                 i += 1
                 need(":")
                 frame[2].append(name)

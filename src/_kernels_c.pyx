@@ -991,7 +991,6 @@ cdef int enc_int(Node nd, Writer *w, object v) except -1:
     cdef int of = 0
     cdef int op = nd.op
     cdef object iv
-    cdef char *q
     if PyLong_Check(v):
         iv = v
     else:
@@ -1018,17 +1017,22 @@ cdef int enc_int(Node nd, Writer *w, object v) except -1:
     return 0
 
 
+cdef inline void st_le(char *q, uint64_t x, int width) noexcept nogil:
+    """Store the low ``width`` bytes of ``x`` at ``q``, little-endian."""
+    if width == 8:
+        kiln_st_u64(q, x)
+    elif width == 4:
+        kiln_st_u32(q, <uint32_t>x)
+    elif width == 2:
+        kiln_st_u16(q, <uint16_t>x)
+    else:
+        q[0] = <char>(<uint8_t>x)
+
+
 cdef inline int w_put_le(Writer *w, uint64_t x, int width) except -1:
     """Append the low ``width`` bytes of ``x``, little-endian."""
     w_reserve(w, width)
-    if width == 8:
-        kiln_st_u64(w.data + w.pos, x)
-    elif width == 4:
-        kiln_st_u32(w.data + w.pos, <uint32_t>x)
-    elif width == 2:
-        kiln_st_u16(w.data + w.pos, <uint16_t>x)
-    else:
-        w.data[w.pos] = <char>(<uint8_t>x)
+    st_le(w.data + w.pos, x, width)
     w.pos += width
     return 0
 
@@ -1193,32 +1197,9 @@ cdef int pod_store(int op, char *q, PyObject *o, bint loose) except -1:
         return 1
     if of:
         return 0
-    if op == OP_I64:
-        kiln_st_u64(q, <uint64_t>x)
-    elif op == OP_I32:
-        if x < -2147483648 or x > 2147483647:
-            return 0
-        kiln_st_u32(q, <uint32_t>x)
-    elif op == OP_U32:
-        if x < 0 or x > 4294967295:
-            return 0
-        kiln_st_u32(q, <uint32_t>x)
-    elif op == OP_I16:
-        if x < -32768 or x > 32767:
-            return 0
-        kiln_st_u16(q, <uint16_t>x)
-    elif op == OP_U16:
-        if x < 0 or x > 65535:
-            return 0
-        kiln_st_u16(q, <uint16_t>x)
-    elif op == OP_I8:
-        if x < -128 or x > 127:
-            return 0
-        q[0] = <char>(<uint8_t>x)
-    else:
-        if x < 0 or x > 255:
-            return 0
-        q[0] = <char>(<uint8_t>x)
+    if op != OP_I64 and (x < INT_LO[op] or x > INT_HI[op]):
+        return 0
+    st_le(q, <uint64_t>x, SW[op])
     return 1
 
 

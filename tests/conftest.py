@@ -70,7 +70,23 @@ def impl(request):
     return Impl(name=request.param, kernels=load_kernels(request.param))
 
 
-def both_kernels(config=None):
+def compiled_kernels(config):
+    """The compiled kernels module for a test that exercises it directly.
+
+    It runs whenever the module is importable (KILN_PUREPYTHON=1 only changes
+    the default).  Missing while expected: an error.  Missing in a pure-Python
+    run: skipped, since that distribution (KILN_NO_EXTENSIONS=1, the
+    py3-none-any wheel) ships no compiled kernels to test."""
+    try:
+        return importlib.import_module("kiln._kernels_c")
+    except ImportError:
+        if _want_c(config):
+            raise
+        pytest.skip("pure-Python distribution (KILN_PUREPYTHON=1, no kiln._kernels_c "
+                    "installed): nothing compiled to test")
+
+
+def both_kernels():
     out = [_kernels_py]
     try:
         out.append(importlib.import_module("kiln._kernels_c"))

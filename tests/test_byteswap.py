@@ -11,16 +11,14 @@ import numpy as np
 import pytest
 
 import kiln
-from conftest import _want_c
+from conftest import compiled_kernels
 
 POD = ["i16", "u16", "i32", "u32", "i64", "u64", "int", "uint", "f32", "f64"]
 
 
 @pytest.fixture
 def swapped(pytestconfig):
-    if not _want_c(pytestconfig):
-        pytest.skip("KILN_PUREPYTHON=1 run: the swap path lives in the compiled kernels")
-    from kiln import _kernels_c as K
+    K = compiled_kernels(pytestconfig)
     K.set_force_byteswap(True)
     try:
         yield K

@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 from _util import ROOT
-from conftest import _want_c
+from conftest import compiled_kernels
 
 
 def _impl_in_subprocess(env_extra):
@@ -23,9 +23,7 @@ def _impl_in_subprocess(env_extra):
 
 
 def test_compiled_is_the_default(pytestconfig):
-    if not _want_c(pytestconfig):
-        pytest.skip("KILN_PUREPYTHON=1 run: only the pure implementation is expected")
-    import kiln._kernels_c  # noqa: F401  (an ImportError fails this test)
+    compiled_kernels(pytestconfig)  # an ImportError while expected fails this test
     assert _impl_in_subprocess({}) == "cython"
 
 

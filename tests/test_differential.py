@@ -16,10 +16,8 @@ KERNELS = both_kernels()
 
 @pytest.fixture(autouse=True)
 def _need_both(pytestconfig):
-    from conftest import _want_c
-    if not _want_c(pytestconfig):
-        pytest.skip("KILN_PUREPYTHON=1 run: there is no second implementation to compare")
-    import kiln._kernels_c  # noqa: F401  (missing when expected: an error, not a skip)
+    from conftest import compiled_kernels
+    compiled_kernels(pytestconfig)
 
 TYPES = [
     "struct{id:i64,name:str,score:f64,tags:list<i32>,}",
