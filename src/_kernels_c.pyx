@@ -1077,22 +1077,29 @@ cdef int enc_bool(Writer *w, object v) except -1:
     return 0
 
 
+cdef object utf8_of(object u, const char **p, Py_ssize_t *ln, Py_ssize_t pos, str what):
+    """Point ``p``/``ln`` at the UTF-8 bytes of str ``u``; returns what keeps them
+    alive (None when the ASCII data of ``u`` itself is used)."""
+    if PyUnicode_IS_COMPACT_ASCII(u):
+        p[0] = <const char *>PyUnicode_DATA(u)
+        ln[0] = PyUnicode_GET_LENGTH(u)
+        return None
+    try:
+        b = PyUnicode_AsUTF8String(u)
+    except UnicodeEncodeError as ex:
+        raise EncodeError("UTF8", pos, "%s has no UTF-8 form (%s)" % (what, ex.reason)) from None
+    p[0] = PyBytes_AS_STRING(<PyObject *>b)
+    ln[0] = PyBytes_GET_SIZE(<PyObject *>b)
+    return b
+
+
 cdef int enc_str(Writer *w, object v) except -1:
     cdef const char *p
     cdef Py_ssize_t ln
     cdef object b
     if not PyUnicode_Check(v):
         efail("TYPE", w.pos, "expected str, got %s" % type(v).__name__)
-    if PyUnicode_IS_COMPACT_ASCII(v):
-        p = <const char *>PyUnicode_DATA(v)
-        ln = PyUnicode_GET_LENGTH(v)
-    else:
-        try:
-            b = PyUnicode_AsUTF8String(v)
-        except UnicodeEncodeError as ex:
-            raise EncodeError("UTF8", w.pos, "string has no UTF-8 form (%s)" % ex.reason) from None
-        p = PyBytes_AS_STRING(<PyObject *>b)
-        ln = PyBytes_GET_SIZE(<PyObject *>b)
+    b = utf8_of(v, &p, &ln, w.pos, "string")
     if <uint64_t>ln > U32_MAX:
         efail("LIMIT", w.pos, "string of %d bytes exceeds u32" % ln)
     w_reserve(w, 4 + ln)
@@ -1409,16 +1416,7 @@ cdef int dent_add(DEnt *e, Py_ssize_t idx, object k, object x, Writer *w) except
     cdef Py_ssize_t ln
     if not PyUnicode_Check(k):
         efail("TYPE", w.pos, "dict key %r is not a str" % (k,))
-    if PyUnicode_IS_COMPACT_ASCII(k):
-        p = <const char *>PyUnicode_DATA(k)
-        ln = PyUnicode_GET_LENGTH(k)
-    else:
-        try:
-            kb = PyUnicode_AsUTF8String(k)
-        except UnicodeEncodeError as ex:
-            raise EncodeError("UTF8", w.pos, "key has no UTF-8 form (%s)" % ex.reason) from None
-        p = PyBytes_AS_STRING(<PyObject *>kb)
-        ln = PyBytes_GET_SIZE(<PyObject *>kb)
+    kb = utf8_of(k, &p, &ln, w.pos, "key")
     Py_INCREF(k)
     Py_INCREF(x)
     e.k = <PyObject *>k
