@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import kiln  # noqa: E402
-with atheris.instrument_imports():
+with atheris.instrument_imports(include=["strategies"]):
     from strategies import type_texts, values_of  # noqa: E402
 
 

@@ -20,6 +20,11 @@ esac
 cd "$DEST/fuzz"
 export PYTHONPATH="$DEST:$DEST/fuzz"
 export LD_PRELOAD="$PRELOAD"
-exec "$VENV/bin/python" "fuzz_$H.py" -max_total_time="$SECS" -malloc_limit_mb=512 \
+# /usr/bin/time reports the fuzzer's own CPU time (the build above is not counted)
+TIMER=()
+if [ -x /usr/bin/time ]; then
+    TIMER=(/usr/bin/time -f "kiln-fuzz $H: cpu user %U s, sys %S s, wall %e s, max rss %M KiB")
+fi
+exec "${TIMER[@]}" "$VENV/bin/python" "fuzz_$H.py" -max_total_time="$SECS" -malloc_limit_mb=512 \
     -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
     -artifact_prefix="$ROOT/fuzz/artifacts/$H/" "$@" "/tmp/kiln-fuzz-work-$H" "${SEED[@]}"

@@ -532,7 +532,9 @@ def _build_encoder(plan):
                 raise EncodeError("TYPE", len(out), "expected a mapping for %s, got %s"
                                   % (text, _type_name(v)))
             pairs = []
-            for k, x in items():
+            # a dict is copied in one step (under its lock on free-threaded
+            # builds), so another thread changing it cannot break the loop
+            for k, x in (dict.copy(v).items() if type(v) is dict else items()):
                 if type(k) is not str and not isinstance(k, str):
                     raise EncodeError("TYPE", len(out), "dict key %r is not a str" % (k,))
                 try:

@@ -13,6 +13,7 @@ Only a C compiler, setuptools and Cython are needed to build this module:
 numpy is used at run time through its Python API.
 """
 
+cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
@@ -123,6 +124,43 @@ cdef extern from "Python.h":
     int PyDict_Next(object d, Py_ssize_t *pos, PyObject **k, PyObject **v)
     int PyObject_IsInstance(object o, object cls) except -1
     Py_ssize_t PyObject_Size(object o) except -1
+
+cdef extern from *:
+    """
+    /* Owned references to container items.  On a free-threaded build another
+       thread may change a list or dict while we encode it, so a borrowed item
+       could be freed under us: these take the reference atomically there
+       (PyList_GetItemRef, PyDict_GetItemRef, 3.13+).  With the GIL they are the
+       plain macro plus an incref.  kiln_list_item_ref returns NULL, with no
+       error set, when i is past the end. */
+    static PyObject *kiln_list_item_ref(PyObject *l, Py_ssize_t i) {
+    #ifdef Py_GIL_DISABLED
+        PyObject *o = PyList_GetItemRef(l, i);
+        if (o == NULL) PyErr_Clear();
+        return o;
+    #else
+        PyObject *o;
+        if (i >= PyList_GET_SIZE(l)) return NULL;
+        o = PyList_GET_ITEM(l, i);
+        Py_INCREF(o);
+        return o;
+    #endif
+    }
+    /* 1 with *out owned, 0 when missing, -1 with an error set */
+    static int kiln_dict_get_ref(PyObject *d, PyObject *k, PyObject **out) {
+    #if PY_VERSION_HEX >= 0x030D0000
+        return PyDict_GetItemRef(d, k, out);
+    #else
+        PyObject *o = PyDict_GetItemWithError(d, k);
+        *out = o;
+        if (o == NULL) return PyErr_Occurred() ? -1 : 0;
+        Py_INCREF(o);
+        return 1;
+    #endif
+    }
+    """
+    PyObject *kiln_list_item_ref(object l, Py_ssize_t i)
+    int kiln_dict_get_ref(object d, object k, PyObject **out) except -1
 
 cdef enum:
     OP_BOOL = 1
@@ -1298,8 +1336,13 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
     cdef Py_ssize_t c
     cdef int width = nd.width
     cdef bint swap = False
+    cdef int done
     if PyList_CheckExact(v):
-        if pod_fast_seq(nd, w, v, PyList_GET_SIZE(v)):
+        # the list's lock (free-threaded builds; nothing with the GIL) keeps
+        # its items alive while borrowed
+        with cython.critical_section(v):
+            done = pod_fast_seq(nd, w, v, PyList_GET_SIZE(v))
+        if done:
             return 0
     elif PyTuple_CheckExact(v):
         if pod_fast_seq(nd, w, v, PyTuple_GET_SIZE(v)):
@@ -1334,6 +1377,7 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
 cdef int enc_list(Node nd, Writer *w, object v) except -1:
     cdef Py_ssize_t c, i, last = 0
     cdef int d
+    cdef PyObject *xp
     cdef Node elem = nd.elem
     cdef bint is_list = PyList_CheckExact(v)
     cdef bint is_tuple = (not is_list) and PyTuple_CheckExact(v)
@@ -1355,8 +1399,12 @@ cdef int enc_list(Node nd, Writer *w, object v) except -1:
         w.segs[d].obj = NULL
     if is_list:
         i = 0
-        while i < PyList_GET_SIZE(v):
-            x = <object>PyList_GET_ITEM(v, i)
+        while True:
+            xp = kiln_list_item_ref(v, i)
+            if xp == NULL:
+                break
+            x = <object>xp
+            Py_DECREF(x)  # the cast took its own reference
             if d < MAXSEG:
                 w.segs[d].index = i
             enc(elem, w, x)
@@ -1446,11 +1494,14 @@ cdef int enc_dict(Node nd, Writer *w, object v) except -1:
             ents = <DEnt *>PyMem_Malloc(sizeof(DEnt) * (cap + 1))
             if ents == NULL:
                 raise MemoryError()
-            while PyDict_Next(v, &pos, &kp, &xp):
-                if n >= cap:  # pragma: no cover - nothing here can grow the dict
-                    raise RuntimeError("dictionary changed size during encoding")
-                dent_add(&ents[n], n, <object>kp, <object>xp, w)
-                n += 1
+            # PyDict_Next lends its items: hold the dict's lock while taking
+            # references (free-threaded builds; nothing with the GIL)
+            with cython.critical_section(v):
+                while PyDict_Next(v, &pos, &kp, &xp):
+                    if n >= cap:
+                        raise RuntimeError("dictionary changed size during encoding")
+                    dent_add(&ents[n], n, <object>kp, <object>xp, w)
+                    n += 1
         else:
             items = getattr(v, "items", None)
             if items is None:
@@ -1532,13 +1583,9 @@ cdef int enc_struct(Node nd, Writer *w, object v) except -1:
     elif PyDict_CheckExact(v):
         vals = PyTuple_New(nf)
         for i in range(nf):
-            o = PyDict_GetItemWithError(v, <object>fi[i].name)
-            if o == NULL:
-                if PyErr_Occurred() != NULL:
-                    return -1
+            if not kiln_dict_get_ref(v, <object>fi[i].name, &o):
                 efail("TYPE", w.pos, "missing field %r" % (<object>fi[i].name,))
-            Py_INCREF(<object>o)
-            PyTuple_SET_ITEM(vals, i, o)
+            PyTuple_SET_ITEM(vals, i, o)  # steals the owned reference
         if PyDict_GET_SIZE(v) != nf:
             unknown_fields(nd, w, v)
     else:
