@@ -649,6 +649,11 @@ def as_pod_array(v, op, offset=0):
             arr = np.asarray(v)
         except (ValueError, TypeError, OverflowError) as ex:
             raise EncodeError("TYPE", offset, "cannot read numbers: %s" % ex) from None
+        except RuntimeError as ex:
+            # numpy saw the sequence change length while it read it (another
+            # thread, on a free-threaded build)
+            raise EncodeError("TYPE", offset, "sequence changed length while encoding (%s)"
+                              % ex) from None
     if arr.ndim != 1:
         raise EncodeError("TYPE", offset, "expected a 1-D sequence, got shape %s" % (arr.shape,))
     if arr.dtype == le:

@@ -146,6 +146,11 @@ cdef extern from *:
         return o;
     #endif
     }
+    #ifdef Py_GIL_DISABLED
+    #define KILN_FREE_THREADED 1
+    #else
+    #define KILN_FREE_THREADED 0
+    #endif
     /* 1 with *out owned, 0 when missing, -1 with an error set */
     static int kiln_dict_get_ref(PyObject *d, PyObject *k, PyObject **out) {
     #if PY_VERSION_HEX >= 0x030D0000
@@ -161,6 +166,8 @@ cdef extern from *:
     """
     PyObject *kiln_list_item_ref(object l, Py_ssize_t i)
     int kiln_dict_get_ref(object d, object k, PyObject **out) except -1
+    bint KILN_FREE_THREADED
+    object PyDict_Copy(object d)
 
 cdef enum:
     OP_BOOL = 1
@@ -1490,18 +1497,19 @@ cdef int enc_dict(Node nd, Writer *w, object v) except -1:
     cdef Node elem = nd.elem
     try:
         if PyDict_CheckExact(v):
-            cap = PyDict_GET_SIZE(v)
+            # PyDict_Next lends its items.  With the GIL nothing in this loop
+            # lets other code run; a free-threaded build walks a copy, made in
+            # one step under the dict's lock, that no other thread can reach
+            src = PyDict_Copy(v) if KILN_FREE_THREADED else v
+            cap = PyDict_GET_SIZE(src)
             ents = <DEnt *>PyMem_Malloc(sizeof(DEnt) * (cap + 1))
             if ents == NULL:
                 raise MemoryError()
-            # PyDict_Next lends its items: hold the dict's lock while taking
-            # references (free-threaded builds; nothing with the GIL)
-            with cython.critical_section(v):
-                while PyDict_Next(v, &pos, &kp, &xp):
-                    if n >= cap:
-                        raise RuntimeError("dictionary changed size during encoding")
-                    dent_add(&ents[n], n, <object>kp, <object>xp, w)
-                    n += 1
+            while PyDict_Next(src, &pos, &kp, &xp):
+                if n >= cap:  # pragma: no cover - nothing here can grow the dict
+                    raise RuntimeError("dictionary changed size during encoding")
+                dent_add(&ents[n], n, <object>kp, <object>xp, w)
+                n += 1
         else:
             items = getattr(v, "items", None)
             if items is None:

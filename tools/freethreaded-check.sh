@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Run the whole test suite on a free-threaded CPython with the GIL off.
+#
+#   tools/freethreaded-check.sh [PYTHON]     (default: /opt/py313t/bin/python3.13t)
+#
+# Without a free-threaded interpreter, build one first (Debian; the source comes
+# from Debian's archive, no other network needed):
+#
+#   curl -fO http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_3.13.5.orig.tar.xz
+#   tar xf python3.13_3.13.5.orig.tar.xz && cd Python-3.13.5
+#   ./configure --disable-gil --prefix=/opt/py313t --with-ensurepip=install
+#   make -j2 && make install
+#
+# The script makes a fresh venv, installs the project with its test extra
+# (which builds the compiled kernels for that interpreter), checks that the
+# interpreter really is free-threaded, and runs pytest with PYTHON_GIL=0 and the
+# compiled kernels required.  It fails if importing kiln turned the GIL back on
+# (CPython does that for a module not declared free-threading safe).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${1:-/opt/py313t/bin/python3.13t}"
+[ $# -gt 0 ] && shift
+VENV="${KILN_FT_VENV:-/tmp/kiln-ft-venv}"
+"$PY" -c 'import sysconfig, sys; sys.exit(0 if sysconfig.get_config_var("Py_GIL_DISABLED") else "not a free-threaded build: %s" % sys.executable)'
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+(cd "$ROOT" && "$VENV/bin/python" -m pip install -q --prefer-binary --only-binary=hypothesis -e '.[test]')
+cd "$ROOT"
+export PYTHON_GIL=0
+"$VENV/bin/python" - <<'EOF'
+import sys, kiln
+print("python", sys.version.split()[0], "gil enabled:", sys._is_gil_enabled(),
+      "kiln:", kiln.IMPLEMENTATION)
+assert not sys._is_gil_enabled() and kiln.IMPLEMENTATION == "cython"
+EOF
+exec "$VENV/bin/python" -m pytest --c-extensions -q -p no:cacheprovider "$@"
