@@ -38,8 +38,12 @@ def one(data, text):
     else:
         b += data.draw(st.binary(min_size=1, max_size=3))
     # a mutated count of zero-size elements (list<struct{}>) is bounded only by
-    # the cap: 16,777,216 empty dicts is allowed but takes the fuzzer ~100 s
-    oracle.check(text, bytes(b), max_count=65536)
+    # the cap, as the spec says: 16,777,216 empty dicts is allowed but takes the
+    # fuzzer ~100 s, and even 61,952 took 20 s under ASan with the pure kernel
+    # instrumented (a libFuzzer timeout in the 2026-11-30 run).  Such lists
+    # hold at most (len(b) / 4) * cap elements, so a cap of 256 keeps every
+    # input under a second; the hostile table covers the spec's cap.
+    oracle.check(text, bytes(b), max_count=256)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Frozen values: every wire rule, in both implementations."""
 
+import dataclasses
 import math
 import mmap
 import struct
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln import _types
 
 
 def u32(n):
@@ -367,3 +369,83 @@ def test_decoder_object(impl):
     assert dec.decode(impl.encode(["a", "b"], t)) == ["a", "b"]
     with pytest.raises(kiln.KilnError):
         dec.decode(impl.encode(["a", "b", "c"], t))
+
+
+# --- dataclass construction: the direct path and when it must not be taken ---
+
+
+@dataclasses.dataclass
+class _Plain:
+    a: int
+    s: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    a: int
+    s: str
+
+
+@dataclasses.dataclass
+class _PostInit:
+    a: int
+    s: str
+
+    def __post_init__(self):
+        self.s = self.s.upper()
+
+
+@dataclasses.dataclass
+class _OwnInit:
+    a: int
+    s: str
+
+    def __init__(self, a, s):
+        self.a = a * 10
+        self.s = s
+
+
+@dataclasses.dataclass
+class _Guarded:
+    a: int
+    s: str
+
+    def __setattr__(self, k, v):
+        object.__setattr__(self, k, ("set", v))
+
+
+@dataclasses.dataclass(slots=True)
+class _Slots:
+    a: int
+    s: str
+
+
+@dataclasses.dataclass(kw_only=True)
+class _KwOnly:
+    a: int
+    s: str
+
+
+@pytest.mark.parametrize("cls, direct", [(_Plain, True), (_Frozen, True), (_Slots, True),
+                                         (_KwOnly, True), (_PostInit, False),
+                                         (_OwnInit, False), (_Guarded, False)])
+def test_dataclass_direct_construction_only_when_equivalent(cls, direct):
+    assert _types._direct_dataclass(cls, ("a", "s")) is direct
+
+
+@pytest.mark.parametrize("cls", [_Plain, _Frozen, _Slots, _KwOnly, _PostInit, _OwnInit, _Guarded])
+def test_dataclass_decode_matches_calling_the_class(impl, cls):
+    t = kiln.list_(cls)
+    buf = impl.encode([{"a": 1, "s": "x"}, {"a": 2, "s": "yé"}], "list<struct{a:i64,s:str,}>")
+    out = impl.decode(buf, t)
+    assert out == [cls(a=1, s="x"), cls(a=2, s="yé")]
+    assert all(type(o) is cls for o in out)
+    if cls is _Frozen:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            out[0].a = 5
+    if cls is _PostInit:
+        assert out[1].s == "YÉ"
+    if cls is _OwnInit:
+        assert out[0].a == 10
+    if cls is _Guarded:
+        assert out[0].a == ("set", 1)
