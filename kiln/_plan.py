@@ -61,19 +61,15 @@ class Plan:
     cls:       None for a struct decoded to a dict, else the bound class.
     make:      callable(*values) -> object for a class-bound struct.
     get:       callable(obj) -> tuple of field values for a class-bound struct.
-    direct:    True when ``make(*values)`` is exactly ``object.__new__(cls)``
-               followed by a generic attribute store per field (a plain
-               dataclass: see kiln._types._direct_dataclass), so a kernel may
-               build the object that way without calling ``__init__``.
     tensors:   for OP_TENSORS, the object providing ``build`` and ``normalize``
                (see kiln._tensor.TensorsHooks).
     """
 
     __slots__ = ("op", "min_size", "text", "elem", "fields", "names", "cls",
-                 "make", "get", "direct", "tensors", "__weakref__")
+                 "make", "get", "tensors", "__weakref__")
 
     def __init__(self, op, min_size, text, elem=None, fields=(), names=(),
-                 cls=None, make=None, get=None, tensors=None, direct=False):
+                 cls=None, make=None, get=None, tensors=None):
         self.op = op
         self.min_size = min_size
         self.text = text
@@ -83,7 +79,6 @@ class Plan:
         self.cls = cls
         self.make = make
         self.get = get
-        self.direct = direct
         self.tensors = tensors
 
     def __repr__(self):

@@ -222,13 +222,11 @@ class Struct(Type):
         plans = tuple(t.plan() for _, t in self.fields)
         cls = self.cls
         make = get = None
-        direct = False
         if cls is not None:
             make = _make_constructor(cls, names)
             get = _make_getter(names)
-            direct = _direct_dataclass(cls, names)
         return P.Plan(P.OP_STRUCT, self.min_size, self.text, fields=plans,
-                      names=names, cls=cls, make=make, get=get, direct=direct)
+                      names=names, cls=cls, make=make, get=get)
 
 
 def _make_constructor(cls, names):
@@ -244,46 +242,6 @@ def _make_constructor(cls, names):
             return cls(**dict(zip(names, values)))
         return make
     return cls
-
-
-def _direct_dataclass(cls, names):
-    """True when ``cls(*values)`` does nothing but store each field.
-
-    That is a dataclass whose ``__init__`` is the one ``dataclasses``
-    generated (compiled from a string, so its code's file is "<string>"),
-    taking exactly ``names``, with no ``__post_init__``, no InitVar, the
-    default ``__new__`` and metaclass, and attribute stores that reach
-    ``object.__setattr__`` (directly, or through a frozen dataclass's guard,
-    which its ``__init__`` bypasses the same way).  Anything else, or any doubt,
-    is False and the class is called as usual.
-    """
-    try:
-        if type(cls) is not type or not dataclasses.is_dataclass(cls):
-            return False
-        params = cls.__dict__.get("__dataclass_params__") or getattr(cls, "__dataclass_params__")
-        if not params.init or hasattr(cls, "__post_init__"):
-            return False
-        if cls.__new__ is not object.__new__:
-            return False
-        dc_fields = getattr(cls, "__dataclass_fields__")
-        if tuple(dc_fields) != tuple(names) or not all(f.init for f in dc_fields.values()):
-            return False  # InitVar pseudo-fields live here too
-        init = cls.__init__
-        code = getattr(init, "__code__", None)
-        if code is None or code.co_filename != "<string>" or init.__name__ != "__init__":
-            return False
-        if code.co_argcount + code.co_kwonlyargcount != len(names) + 1:
-            return False
-        for klass in cls.__mro__[:-1]:
-            if "__setattr__" in klass.__dict__ or "__delattr__" in klass.__dict__:
-                kp = klass.__dict__.get("__dataclass_params__")
-                if kp is None or not kp.frozen:
-                    return False
-            if "__getattribute__" in klass.__dict__:
-                return False
-        return True
-    except Exception:  # pragma: no cover - an odd class is simply not direct
-        return False
 
 
 def _make_getter(names):

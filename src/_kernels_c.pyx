@@ -123,7 +123,6 @@ cdef extern from "Python.h":
     PyObject *PyDict_GetItemWithError(object d, object k)
     int PyDict_Next(object d, Py_ssize_t *pos, PyObject **k, PyObject **v)
     int PyObject_IsInstance(object o, object cls) except -1
-    int PyObject_GenericSetAttr(object o, object name, object v) except -1
     Py_ssize_t PyObject_Size(object o) except -1
 
 cdef extern from *:
@@ -252,7 +251,6 @@ cdef object _np_empty = _np.empty
 cdef object _np_ndarray = _np.ndarray
 cdef object _np_bool = _np.bool_
 cdef object _np_ascontig = _np.ascontiguousarray
-cdef object _object_new = object.__new__
 
 
 # --- small helpers ---------------------------------------------------------
@@ -358,7 +356,6 @@ cdef class Node:
     cdef Py_ssize_t nf
     cdef FieldInfo *finfo
     cdef object make
-    cdef bint direct        # build a plain dataclass with object.__new__ + stores
     cdef object get
     cdef object cls
     cdef object key_set
@@ -409,7 +406,6 @@ cdef Node compile_node(object plan):
         nd.make = plan.make
         nd.get = plan.get
         nd.cls = plan.cls
-        nd.direct = bool(getattr(plan, "direct", False))
         nd.key_set = frozenset(nd.names)
         nd.finfo = <FieldInfo *>PyMem_Malloc(sizeof(FieldInfo) * (nd.nf + 1))
         if nd.finfo == NULL:
@@ -731,20 +727,6 @@ cdef object dec_struct(Node nd, DCtx *c):
             else:
                 v = dec(<Node>fi[i].node, c)
             PyDict_SetItem(out, <object>fi[i].name, v)
-        return out
-    if nd.direct:
-        # a plain dataclass: what its generated __init__ would do, without
-        # the Python-level call (kiln._types._direct_dataclass decides)
-        out = _object_new(nd.cls)
-        for i in range(nf):
-            fop = fi[i].op
-            if fop <= OP_F64:
-                v = dec_scalar(fop, c)
-            elif fop == OP_STR:
-                v = dec_str(c)
-            else:
-                v = dec(<Node>fi[i].node, c)
-            PyObject_GenericSetAttr(out, <object>fi[i].name, v)
         return out
     vals = PyTuple_New(nf)
     for i in range(nf):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _types
 
 
 def u32(n):
@@ -371,7 +370,7 @@ def test_decoder_object(impl):
         dec.decode(impl.encode(["a", "b", "c"], t))
 
 
-# --- dataclass construction: the direct path and when it must not be taken ---
+# --- dataclass construction: decoding calls the class as a user would ---
 
 
 @dataclasses.dataclass
@@ -424,13 +423,6 @@ class _Slots:
 class _KwOnly:
     a: int
     s: str
-
-
-@pytest.mark.parametrize("cls, direct", [(_Plain, True), (_Frozen, True), (_Slots, True),
-                                         (_KwOnly, True), (_PostInit, False),
-                                         (_OwnInit, False), (_Guarded, False)])
-def test_dataclass_direct_construction_only_when_equivalent(cls, direct):
-    assert _types._direct_dataclass(cls, ("a", "s")) is direct
 
 
 @pytest.mark.parametrize("cls", [_Plain, _Frozen, _Slots, _KwOnly, _PostInit, _OwnInit, _Guarded])
