@@ -548,12 +548,35 @@ cdef extern from *:
     }
     /* PyArrayObject_fields: the data pointer follows PyObject_HEAD */
     static char *kiln_np_data(PyObject *a) { return *(char **)((char *)a + sizeof(PyObject)); }
+    /* The head of PyArrayObject_fields (numpy's public, ABI-stable layout in
+       1.x and 2.x).  kiln_np_plain_1d: is `a` a 1-D C-contiguous array whose
+       descriptor is exactly `descr`?  Then its data and length, without the
+       buffer protocol's bookkeeping.  Checked against the buffer protocol in
+       _np_setup before it is ever used. */
+    typedef struct {
+        PyObject_HEAD
+        char *data;
+        int nd;
+        Py_ssize_t *dimensions;
+        Py_ssize_t *strides;
+        PyObject *base;
+        PyObject *descr;
+        int flags;
+    } kiln_np_head;
+    static int kiln_np_plain_1d(PyObject *a, PyObject *descr, char **data, Py_ssize_t *n) {
+        kiln_np_head *h = (kiln_np_head *)a;
+        if (h->descr != descr || h->nd != 1 || !(h->flags & 0x0001)) return 0;
+        *data = h->data;
+        *n = h->dimensions[0];
+        return 1;
+    }
     """
     void **kiln_np_api
     unsigned int kiln_np_abi()
     void *kiln_np_type()
     object kiln_np_new(object descr, Py_ssize_t n)
     char *kiln_np_data(object a)
+    int kiln_np_plain_1d(object a, object descr, char **data, Py_ssize_t *n)
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
@@ -591,9 +614,28 @@ def _np_setup():
                 return False
             if n and kiln_np_data(a) != buffer_data(a):
                 return False
+        # the array head as kiln_np_plain_1d reads it, against numpy's own view
+        a = _np.arange(12, dtype="<i4")
+        d = a.dtype
+        e = _np.empty(0, "<i4")
+        if not _np_head_agrees(a, d, True) or not _np_head_agrees(a[::2], d, False) or \
+                not _np_head_agrees(a.reshape(3, 4), d, False) or \
+                not _np_head_agrees(a.astype(">i4"), d, False) or \
+                not _np_head_agrees(e, e.dtype, True):
+            return False
     except Exception:
         return False
     _np_fast = True
+    return True
+
+
+cdef bint _np_head_agrees(object a, object descr, bint plain) except -1:
+    cdef char *p = NULL
+    cdef Py_ssize_t n = -1
+    if kiln_np_plain_1d(a, descr, &p, &n) != plain:
+        return False
+    if plain:
+        return n == a.shape[0] and (n == 0 or p == buffer_data(a))
     return True
 
 
@@ -1341,6 +1383,7 @@ cdef int enc_pod_buffer(Writer *w, object v, int width) except -1:
 cdef int enc_pod(Node nd, Writer *w, object v) except -1:
     cdef Py_buffer view
     cdef Py_ssize_t c
+    cdef char *src
     cdef int width = nd.width
     cdef bint swap = False
     cdef int done
@@ -1354,9 +1397,22 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
     elif PyTuple_CheckExact(v):
         if pod_fast_seq(nd, w, v, PyTuple_GET_SIZE(v)):
             return 0
-    if type(v) is _np_ndarray and v.dtype == nd.dt_le:
-        # already the wire's bits: one copy, whatever the host (bool arrays hold 0/1)
-        if enc_pod_buffer(w, v, width) == 1:
+    if type(v) is _np_ndarray:
+        # already the wire's bits: one copy, whatever the host (bool arrays
+        # hold 0/1).  With the GIL nothing can resize the array between
+        # reading its head and the copy; a free-threaded build takes a buffer
+        # export instead, which blocks a resize meanwhile.
+        if _np_fast and not KILN_FREE_THREADED and \
+                kiln_np_plain_1d(v, nd.dt_le, &src, &c):
+            if <uint64_t>c > U32_MAX:
+                efail("LIMIT", w.pos, "list of %d exceeds u32" % c)
+            w_reserve(w, 4 + c * width)
+            kiln_st_u32(w.data + w.pos, <uint32_t>c)
+            if c:
+                memcpy(w.data + w.pos + 4, src, c * width)
+            w.pos += 4 + c * width
+            return 0
+        if v.dtype == nd.dt_le and enc_pod_buffer(w, v, width) == 1:
             return 0
     if width > 1 and type(v) is _np_ndarray and v.ndim == 1 and v.dtype == nd.dt_big:
         # a big-endian array (host order on a big-endian host): swap it into the wire

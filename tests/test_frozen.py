@@ -441,3 +441,25 @@ def test_dataclass_decode_matches_calling_the_class(impl, cls):
         assert out[0].a == 10
     if cls is _Guarded:
         assert out[0].a == ("set", 1)
+
+
+def _pod_cases():
+    base = np.arange(20, dtype="<i4")
+    return [("plain", base), ("empty", np.empty(0, "<i4")), ("slice", base[3:9]),
+            ("strided", base[::3]), ("reversed", base[::-1]),
+            ("big-endian", base.astype(">i4")), ("int64", base.astype("<i8")),
+            ("readonly", np.frombuffer(base.tobytes(), "<i4"))]
+
+
+@pytest.mark.parametrize("name, arr", _pod_cases(), ids=[n for n, _ in _pod_cases()])
+def test_pod_array_layouts_encode_their_values(impl, name, arr):
+    # whatever the array's layout or byte order, the wire holds its values
+    buf = impl.encode(arr, "list<i32>")
+    want = len(arr).to_bytes(4, "little") + np.asarray(arr, "<i4").tobytes()
+    assert buf == want
+
+
+def test_pod_array_with_two_dimensions_is_refused(impl):
+    with pytest.raises(kiln.EncodeError) as ei:
+        impl.encode(np.zeros((2, 3), "<i4"), "list<i32>")
+    assert ei.value.code == "TYPE"
