@@ -120,7 +120,6 @@ cdef extern from "Python.h":
     bint PyDict_CheckExact(object o)
     Py_ssize_t PyDict_GET_SIZE(object o)
     int PyDict_SetItem(object d, object k, object v) except -1
-    PyObject *PyDict_GetItemWithError(object d, object k)
     int PyDict_Next(object d, Py_ssize_t *pos, PyObject **k, PyObject **v)
     int PyObject_IsInstance(object o, object cls) except -1
     Py_ssize_t PyObject_Size(object o) except -1
@@ -1356,10 +1355,24 @@ cdef int pod_fast_seq(Node nd, Writer *w, object seq, Py_ssize_t n) except -1:
     return 1
 
 
+cdef int w_pod_run(Writer *w, const char *src, Py_ssize_t c, int width, bint swap) except -1:
+    """Write the count and ``c`` elements of ``width`` bytes from ``src``, as
+    they are or byte-swapped into the wire's order."""
+    if <uint64_t>c > U32_MAX:
+        efail("LIMIT", w.pos, "list of %d exceeds u32" % c)
+    w_reserve(w, 4 + c * width)
+    kiln_st_u32(w.data + w.pos, <uint32_t>c)
+    if swap:
+        kiln_swap_copy(w.data + w.pos + 4, src, c, width)
+    elif c:
+        memcpy(w.data + w.pos + 4, src, c * width)
+    w.pos += 4 + c * width
+    return 0
+
+
 cdef int enc_pod_buffer(Writer *w, object v, int width) except -1:
     """Copy a 1-D C-contiguous array of the wire dtype; 0 when it is not one."""
     cdef Py_buffer view
-    cdef Py_ssize_t c
     try:
         PyObject_GetBuffer(v, &view, PyBUF_C_CONTIGUOUS | PyBUF_ND)
     except (BufferError, ValueError, TypeError):
@@ -1367,14 +1380,7 @@ cdef int enc_pod_buffer(Writer *w, object v, int width) except -1:
     try:
         if view.ndim != 1:
             return 0
-        c = view.len // width
-        if <uint64_t>c > U32_MAX:
-            efail("LIMIT", w.pos, "list of %d exceeds u32" % c)
-        w_reserve(w, 4 + view.len)
-        kiln_st_u32(w.data + w.pos, <uint32_t>c)
-        if view.len:
-            memcpy(w.data + w.pos + 4, view.buf, view.len)
-        w.pos += 4 + view.len
+        w_pod_run(w, <const char *>view.buf, view.len // width, width, False)
     finally:
         PyBuffer_Release(&view)
     return 1
@@ -1404,14 +1410,7 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
         # export instead, which blocks a resize meanwhile.
         if _np_fast and not KILN_FREE_THREADED and \
                 kiln_np_plain_1d(v, nd.dt_le, &src, &c):
-            if <uint64_t>c > U32_MAX:
-                efail("LIMIT", w.pos, "list of %d exceeds u32" % c)
-            w_reserve(w, 4 + c * width)
-            kiln_st_u32(w.data + w.pos, <uint32_t>c)
-            if c:
-                memcpy(w.data + w.pos + 4, src, c * width)
-            w.pos += 4 + c * width
-            return 0
+            return w_pod_run(w, src, c, width, False)
         if v.dtype == nd.dt_le and enc_pod_buffer(w, v, width) == 1:
             return 0
     if width > 1 and type(v) is _np_ndarray and v.ndim == 1 and v.dtype == nd.dt_big:
@@ -1422,16 +1421,7 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
         arr = as_pod_array(v, nd.elem_op, w.pos)
     PyObject_GetBuffer(arr, &view, PyBUF_SIMPLE)
     try:
-        c = view.len // width
-        if <uint64_t>c > U32_MAX:
-            efail("LIMIT", w.pos, "list of %d exceeds u32" % c)
-        w_reserve(w, 4 + view.len)
-        kiln_st_u32(w.data + w.pos, <uint32_t>c)
-        if swap:
-            kiln_swap_copy(w.data + w.pos + 4, view.buf, c, width)
-        elif view.len:
-            memcpy(w.data + w.pos + 4, view.buf, view.len)
-        w.pos += 4 + view.len
+        w_pod_run(w, <const char *>view.buf, view.len // width, width, swap)
     finally:
         PyBuffer_Release(&view)
     return 0
