@@ -45,6 +45,7 @@ plans and objects; loops over elements, fields and descriptors live here.
 import operator
 import struct as _struct
 import sys
+import threading
 
 import numpy as np
 
@@ -98,6 +99,25 @@ def check_count(buf, pos, cap, min_size):
         raise _err("EOF", pos, "count %d needs at least %d bytes, %d remain"
                    % (c, need, n - pos - 4))
     return c
+
+
+def _zero_budget_error(pos, c, left, cap):
+    return _err("LIMIT", pos, "count %d of zero-size elements is above what is left (%d) of "
+                "the max_count budget %d that all such elements of one value share"
+                % (c, left, cap))
+
+
+# what is left of the zero-size element budget of the decode running in this thread
+_budget = threading.local()
+
+
+def _has_zero_lists(plan, seen=None):
+    """Does the plan hold a list whose elements have minimum size 0?"""
+    if plan.op == P.OP_LIST and plan.elem.min_size == 0:
+        return True
+    if plan.elem is not None and _has_zero_lists(plan.elem):
+        return True
+    return any(_has_zero_lists(f) for f in plan.fields)
 
 
 def _eof(pos, size, n):
@@ -185,14 +205,15 @@ def _build_decoder(plan, opts):
             q = p + 4
             if c == 0:
                 return np.empty(0, nat), q
-            raw = np.frombuffer(d, dtype=le, count=c, offset=q)
+            arr = np.frombuffer(d, dtype=le, count=c, offset=q).astype(nat)
             if is_bool:
-                u = raw.view(np.uint8)
+                # checked in the copy, so the bytes checked are the bytes returned
+                u = arr.view(np.uint8)
                 bad = u > 1
                 if bad.any():
                     i = int(np.argmax(bad))
                     raise _err("TYPE", q + i, "bool byte is %d, not 0 or 1" % u[i])
-            return raw.astype(nat), q + c * w
+            return arr, q + c * w
         return dec_pod
 
     if op == P.OP_OPT:
@@ -236,6 +257,22 @@ def _build_decoder(plan, opts):
                 return out, e
             return dec_fixed_list
         inner = _build_decoder(elem, opts)
+        if m == 0:
+            def dec_zero_list(d, p):
+                # the input's bytes do not bound these elements: one budget for the value
+                c = check_count(d, p, max_count, 0)
+                left = _budget.left
+                if c > left:
+                    raise _zero_budget_error(p, c, left, max_count)
+                _budget.left = left - c
+                p += 4
+                out = []
+                app = out.append
+                for _ in range(c):
+                    v, p = inner(d, p)
+                    app(v)
+                return out, p
+            return dec_zero_list
 
         def dec_list(d, p):
             c = check_count(d, p, max_count, m)
@@ -353,7 +390,7 @@ class DecodeProgram:
     """A plan compiled for decoding with fixed options."""
 
     __slots__ = ("plan", "frame_hash", "trusted", "max_count", "max_bytes", "copy", "_dec",
-                 "_top_tensors")
+                 "_top_tensors", "_zero")
 
     def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy):
         self.plan = plan
@@ -365,6 +402,7 @@ class DecodeProgram:
         self._top_tensors = plan.op == P.OP_TENSORS
         self._dec = _build_decoder(plan, (self.trusted, self.max_count, self.max_bytes,
                                           self.copy))
+        self._zero = _has_zero_lists(plan)
 
     def decode(self, buf):
         mv = _as_bytes_view(buf)
@@ -377,10 +415,21 @@ class DecodeProgram:
             end, base, table = validate_directory(mv, p, True, self.trusted, self.max_count,
                                                   self.max_bytes, self.copy)
             return self.plan.tensors.build(mv, p, base, table, self.copy, self.trusted)
-        v, p = self._dec(d, p)
+        if self._zero:
+            v, p = self._dec_budgeted(d, p)
+        else:
+            v, p = self._dec(d, p)
         if p != n:
             raise _err("TRAILING", p, "%d bytes follow the value" % (n - p))
         return v
+
+    def _dec_budgeted(self, d, p):
+        saved = getattr(_budget, "left", None)  # a decode run from inside a decode
+        _budget.left = self.max_count
+        try:
+            return self._dec(d, p)
+        finally:
+            _budget.left = saved
 
 
 def check_frame(mv, expected_hash):
@@ -513,15 +562,19 @@ def _build_encoder(plan):
             if c > U32_MAX:
                 raise EncodeError("LIMIT", len(out), "list of %d exceeds u32" % c)
             out += _U32.pack(c)
-            i = 0
+            done = 0
             try:
-                for i, x in enumerate(v):
+                for x in v:
                     inner(x, out)
+                    done += 1
             except EncodeError as e:
-                e.add_path("[%d]" % i)
+                e.add_path("[%d]" % done)
                 raise
-            if i + 1 != c and c:
-                raise EncodeError("TYPE", len(out), "sequence changed length while encoding")
+            if done != c:
+                # the count word says c: the items written must be exactly c
+                raise EncodeError("TYPE", len(out), "len() said %d items but the sequence gave %d "
+                                  "(it changed length while encoding, or its len() is "
+                                  "wrong)" % (c, done))
         return enc_list
     if op == P.OP_DICT:
         inner = _build_encoder(plan.elem)
@@ -547,7 +600,11 @@ def _build_encoder(plan):
             if len(pairs) > U32_MAX:
                 raise EncodeError("LIMIT", len(out), "dict of %d exceeds u32" % len(pairs))
             out += _U32.pack(len(pairs))
+            prev = None
             for kb, k, x in pairs:
+                if kb == prev:
+                    raise EncodeError("TYPE", len(out), "the mapping gave the key %r twice" % k)
+                prev = kb
                 out += _U32.pack(len(kb))
                 out += kb
                 try:
@@ -599,13 +656,22 @@ def _scalar_error(v, op, text, offset):
         except TypeError:
             return EncodeError("TYPE", offset, "expected an integer for %s, got %s"
                                % (text, _type_name(v)))
-        return EncodeError("TYPE", offset, "%d does not fit %s (%d..%d)" % (iv, text, lo, hi))
-    try:
-        float(v)
-    except (TypeError, ValueError):
+        return EncodeError("TYPE", offset, "%s does not fit %s (%d..%d)"
+                           % (_short_repr(iv), text, lo, hi))
+    tp = type(v)
+    if not (hasattr(tp, "__float__") or hasattr(tp, "__index__")):
+        # a str such as "1.0" is not a number, whatever float() would make of it
         return EncodeError("TYPE", offset, "expected a float for %s, got %s"
                            % (text, _type_name(v)))
-    return EncodeError("TYPE", offset, "%r is out of range for %s" % (v, text))
+    return EncodeError("TYPE", offset, "%s does not fit %s" % (_short_repr(v), text))
+
+
+def _short_repr(v):
+    try:
+        r = repr(v)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return "an integer of %d bits" % v.bit_length()
+    return r if len(r) <= 40 else r[:18] + "..." + r[-18:]
 
 
 def _as_byte_run(v, offset):

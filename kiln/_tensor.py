@@ -225,8 +225,8 @@ class Tensor:
         row = self._row
         dt = _SHAPED.get(row[0])
         if dt is not None and row[11]:
-            # whole-element dtypes: one ndarray over the payload, already shaped
-            return _ndarray(row[1], dt, self._buf, self._off)
+            # whole-element dtypes: one array over the payload, then shaped
+            return _view(self._buf, dt, row[11] // dt.itemsize, self._off, row[1])
         return self._numpy_slow(row)
 
     def _numpy_slow(self, row):
@@ -237,7 +237,7 @@ class Tensor:
             return np.frombuffer(self._buf, dt, n, self._off) if n else np.empty(0, dt)
         if not n:
             return np.empty(row[1], dt)
-        arr = _ndarray(row[1], dt, self._buf, self._off)
+        arr = _view(self._buf, dt, n // dt.itemsize, self._off, row[1])
         if sys.byteorder == "big" and dt.itemsize > 1:  # pragma: no cover
             # an ml_dtypes type is host-ordered: swap the little-endian bits
             arr = arr.view(dt.newbyteorder("<")).astype(dt)
@@ -260,7 +260,20 @@ class Tensor:
     __hash__ = None
 
 
-_ndarray = np.ndarray
+_frombuffer = np.frombuffer
+
+
+def _view(buf, dt, count, off, shape):
+    """An array over ``count`` items of ``buf`` from byte ``off``, shaped.
+
+    ``np.frombuffer`` keeps a memoryview of ``buf`` as the array's base, so
+    the array holds a buffer export of the caller's object for its whole life
+    (a bytearray cannot be resized nor an mmap closed under it).  ``np.ndarray
+    (buffer=...)`` would not: it keeps the bare object and drops the export.
+    ``buf`` is a read-only view, so the array cannot be made writable.
+    """
+    arr = _frombuffer(buf, dt, count, off)
+    return arr if len(shape) == 1 else arr.reshape(shape)
 
 
 def _shaped_dtypes():

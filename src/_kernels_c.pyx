@@ -330,6 +330,12 @@ cdef int count_fail(int st, int what, Py_ssize_t pos, uint64_t c, uint64_t cap, 
     return -1
 
 
+cdef int zero_budget_fail(Py_ssize_t pos, uint64_t c, uint64_t left, uint64_t cap) except -1:
+    kfail("LIMIT", pos, "count %d of zero-size elements is above what is left (%d) of the "
+          "max_count budget %d that all such elements of one value share" % (c, left, cap))
+    return -1
+
+
 cdef int eof_fail(Py_ssize_t pos, int size, Py_ssize_t n) except -1:
     kfail("EOF", pos, "%d-byte value needs more bytes, %d remain" % (size, max(n - pos, 0)))
     return -1
@@ -435,6 +441,7 @@ cdef struct DCtx:
     uint64_t max_count
     uint64_t max_bytes
     uint64_t bytes_cap
+    uint64_t zbudget    # elements of minimum size 0 this decode may still build
     bint trusted
     bint copy
     PyObject *buf       # borrowed: the caller's buffer object
@@ -462,11 +469,16 @@ cdef int utf8_fail(Py_ssize_t q, int what) except -1:
 
 
 cdef inline object dec_text(DCtx *c, Py_ssize_t q, Py_ssize_t ln, int what):
+    return dec_text_at(c, <const char *>c.d + q, q, ln, what)
+
+
+cdef inline object dec_text_at(DCtx *c, const char *src, Py_ssize_t q, Py_ssize_t ln, int what):
+    """Decode ``ln`` bytes at ``src``; errors are reported at input offset ``q``."""
     cdef PyObject *r
     if c.trusted:
-        r = PyUnicode_DecodeUTF8_raw(<const char *>c.d + q, ln, "surrogateescape")
+        r = PyUnicode_DecodeUTF8_raw(src, ln, "surrogateescape")
     else:
-        r = PyUnicode_DecodeUTF8_raw(<const char *>c.d + q, ln, NULL)
+        r = PyUnicode_DecodeUTF8_raw(src, ln, NULL)
     if r == NULL:
         utf8_fail(q, what)
         return None
@@ -477,12 +489,17 @@ cdef inline object dec_scalar(int op, DCtx *c):
     cdef Py_ssize_t p = c.pos
     cdef int w = SW[op]
     cdef const uint8_t *q
+    cdef uint8_t b0
     if KILN_UNLIKELY(c.n - p < w):
         eof_fail(p, w, c.n)
         return None
     q = c.d + p
-    if op == OP_BOOL and q[0] > 1:
-        kfail("TYPE", p, "bool byte is %d, not 0 or 1" % q[0])
+    if op == OP_BOOL:
+        b0 = q[0]  # read once: the input may change under us
+        if b0 > 1:
+            kfail("TYPE", p, "bool byte is %d, not 0 or 1" % b0)
+        c.pos = p + 1
+        return True if b0 else False
     c.pos = p + w
     if op == OP_I64:
         return PyLong_FromLongLong(<int64_t>kiln_ld_u64(q))
@@ -504,8 +521,7 @@ cdef inline object dec_scalar(int op, DCtx *c):
         return PyLong_FromLong(<signed char>q[0])
     elif op == OP_U8:
         return PyLong_FromLong(q[0])
-    else:  # OP_BOOL
-        return True if q[0] else False
+    return None  # not reached: every scalar op is handled above
 
 
 cdef object dec_str(DCtx *c):
@@ -667,10 +683,6 @@ cdef object dec_pod(Node nd, DCtx *c):
     q = p + 4
     src = c.d + q
     nbytes = <size_t>cnt * <size_t>w
-    if nd.elem_op == OP_BOOL and cnt:
-        bad = kiln_first_bad_bool(src, cnt)
-        if bad >= 0:
-            kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % src[bad])
     arr = new_array(nd.dt_big if _force_swap else nd.dt_native, cnt, &dst)
     if cnt:
         if (KILN_HOST_BIG_ENDIAN or _force_swap) and w > 1:
@@ -684,6 +696,11 @@ cdef object dec_pod(Node nd, DCtx *c):
                 memcpy(dst, src, nbytes)
         else:
             memcpy(dst, src, nbytes)
+        if nd.elem_op == OP_BOOL:
+            # checked in the copy, so the bytes checked are the bytes returned
+            bad = kiln_first_bad_bool(<const uint8_t *>dst, cnt)
+            if bad >= 0:
+                kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % (<uint8_t *>dst)[bad])
     c.pos = q + <Py_ssize_t>nbytes
     return arr
 
@@ -696,6 +713,11 @@ cdef object dec_list(Node nd, DCtx *c):
     cdef Node elem = nd.elem
     if KILN_UNLIKELY(st != 0):
         count_fail(st, WHAT_COUNT, p, cnt, c.max_count, nd.elem_min, c.n)
+    if nd.elem_min == 0:
+        # the input's bytes do not bound these elements: one budget for the value
+        if cnt > c.zbudget:
+            zero_budget_fail(p, cnt, c.zbudget, c.max_count)
+        c.zbudget -= cnt
     c.pos = p + 4
     lst = PyList_New(cnt)
     if elem.op == OP_STR:
@@ -716,13 +738,34 @@ cdef object dec_list(Node nd, DCtx *c):
     return lst
 
 
+cdef struct KeyBuf:
+    uint8_t *p
+    size_t cap
+    uint32_t ln
+
+
+cdef int keybuf_take(KeyBuf *k, const uint8_t *src, uint32_t ln) except -1:
+    """Copy a key's bytes out of the input (grown on demand; freed by the caller)."""
+    cdef uint8_t *np
+    if ln > k.cap:
+        np = <uint8_t *>PyMem_Realloc(k.p, ln)
+        if np == NULL:
+            raise MemoryError()
+        k.p = np
+        k.cap = ln
+    if ln:
+        memcpy(k.p, src, ln)
+    k.ln = ln
+    return 0
+
+
 cdef object dec_dict(Node nd, DCtx *c):
     cdef uint32_t cnt = 0
     cdef uint32_t i
     cdef uint32_t ln = 0
-    cdef uint32_t prev_len = 0
-    cdef const uint8_t *prev = NULL
-    cdef const uint8_t *cur
+    cdef KeyBuf kb[2]
+    cdef KeyBuf *cur
+    cdef KeyBuf *prev
     cdef Py_ssize_t p = c.pos
     cdef Py_ssize_t kp, q
     cdef int cmp
@@ -732,23 +775,31 @@ cdef object dec_dict(Node nd, DCtx *c):
         count_fail(st, WHAT_COUNT, p, cnt, c.max_count, nd.elem_min, c.n)
     c.pos = p + 4
     out = {}
-    for i in range(cnt):
-        kp = c.pos
-        st = count_rule(c.d, c.n, kp, c.max_bytes, 1, &ln)
-        if KILN_UNLIKELY(st != 0):
-            count_fail(st, WHAT_KEY, kp, ln, c.max_bytes, 1, c.n)
-        q = kp + 4
-        key = dec_text(c, q, ln, WHAT_KEY)
-        cur = c.d + q
-        if prev != NULL:
-            cmp = memcmp(prev, cur, prev_len if prev_len < ln else ln)
-            if cmp > 0 or (cmp == 0 and prev_len >= ln):
-                kfail("TYPE", kp, "dict key %r is not after the previous key" % key)
-        prev = cur
-        prev_len = ln
-        c.pos = q + ln
-        v = dec(elem, c)
-        PyDict_SetItem(out, key, v)
+    memset(kb, 0, sizeof(kb))
+    try:
+        for i in range(cnt):
+            kp = c.pos
+            st = count_rule(c.d, c.n, kp, c.max_bytes, 1, &ln)
+            if KILN_UNLIKELY(st != 0):
+                count_fail(st, WHAT_KEY, kp, ln, c.max_bytes, 1, c.n)
+            q = kp + 4
+            # one copy of the key: its order is checked on the bytes it is decoded
+            # from, even if the input changes under us
+            cur = &kb[i & 1]
+            prev = &kb[(i & 1) ^ 1]
+            keybuf_take(cur, c.d + q, ln)
+            key = dec_text_at(c, <const char *>cur.p, q, ln, WHAT_KEY)
+            if i:
+                cmp = memcmp(prev.p, cur.p, prev.ln if prev.ln < ln else ln) \
+                    if prev.ln and ln else 0
+                if cmp > 0 or (cmp == 0 and prev.ln >= ln):
+                    kfail("TYPE", kp, "dict key %r is not after the previous key" % key)
+            c.pos = q + ln
+            v = dec(elem, c)
+            PyDict_SetItem(out, key, v)
+    finally:
+        PyMem_Free(kb[0].p)
+        PyMem_Free(kb[1].p)
     return out
 
 
@@ -806,6 +857,7 @@ cdef object dec_tensors(Node nd, DCtx *c, bint standalone):
 cdef object dec(Node nd, DCtx *c):
     cdef int op = nd.op
     cdef Py_ssize_t p
+    cdef uint8_t pres
     if op <= OP_F64:
         return dec_scalar(op, c)
     if op == OP_STR:
@@ -820,11 +872,12 @@ cdef object dec(Node nd, DCtx *c):
         p = c.pos
         if p >= c.n:
             eof_fail(p, 1, c.n)
-        if c.d[p] == 0:
+        pres = c.d[p]  # read once: the input may change under us
+        if pres == 0:
             c.pos = p + 1
             return None
-        if c.d[p] != 1:
-            kfail("TYPE", p, "optional presence byte is %d, not 0 or 1" % c.d[p])
+        if pres != 1:
+            kfail("TYPE", p, "optional presence byte is %d, not 0 or 1" % pres)
         c.pos = p + 1
         r = dec(nd.elem, c)
         if nd.elem.op == OP_OPT and (r is None or type(r) is _Some):
@@ -907,6 +960,7 @@ cdef class DecodeProgram:
         c.max_count = self.cmax_count
         c.max_bytes = self.cmax_bytes
         c.bytes_cap = self.cmax_count if self.cmax_count < self.cmax_bytes else self.cmax_bytes
+        c.zbudget = self.cmax_count
         c.trusted = self.trusted
         c.copy = self.copy
         c.buf = <PyObject *>buf
@@ -1428,7 +1482,7 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
 
 
 cdef int enc_list(Node nd, Writer *w, object v) except -1:
-    cdef Py_ssize_t c, i, last = 0
+    cdef Py_ssize_t c, i, done = 0
     cdef int d
     cdef PyObject *xp
     cdef Node elem = nd.elem
@@ -1461,25 +1515,27 @@ cdef int enc_list(Node nd, Writer *w, object v) except -1:
             if d < MAXSEG:
                 w.segs[d].index = i
             enc(elem, w, x)
-            last = i
+            done += 1
             i += 1
     elif is_tuple:
         for i in range(c):
             if d < MAXSEG:
                 w.segs[d].index = i
             enc(elem, w, <object>PyTuple_GET_ITEM(v, i))
-            last = i
+            done += 1
     else:
         i = 0
         for x in v:
             if d < MAXSEG:
                 w.segs[d].index = i
             enc(elem, w, x)
-            last = i
+            done += 1
             i += 1
     seg_pop(w)
-    if last + 1 != c and c:
-        efail("TYPE", w.pos, "sequence changed length while encoding")
+    if done != c:
+        # the count word says c: the items written must be exactly c
+        efail("TYPE", w.pos, "len() said %d items but the sequence gave %d (it changed length "
+              "while encoding, or its len() is wrong)" % (c, done))
     return 0
 
 
@@ -1583,6 +1639,9 @@ cdef int enc_dict(Node nd, Writer *w, object v) except -1:
             w.segs[d].kind = 1
             w.segs[d].obj = NULL
         for i in range(n):
+            if i and ents[i].ln == ents[i - 1].ln and \
+                    memcmp(ents[i].p, ents[i - 1].p, ents[i].ln) == 0:
+                efail("TYPE", w.pos, "the mapping gave the key %r twice" % (<object>ents[i].k,))
             w_reserve(w, 4 + ents[i].ln)
             kiln_st_u32(w.data + w.pos, <uint32_t>ents[i].ln)
             memcpy(w.data + w.pos + 4, ents[i].p, ents[i].ln)
@@ -1835,6 +1894,9 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
     cdef Py_ssize_t avail = n - s
     cdef const uint8_t *h
     cdef const uint8_t *dp
+    cdef const uint8_t *hp
+    cdef uint8_t hdr[64]
+    cdef uint8_t *priv = NULL
     cdef uint8_t version, flags
     cdef uint64_t count, name_bytes, payload_bytes, directory_bytes, want, base, block
     cdef uint64_t cursor, noff, nlen, loff, llen, code, rank, ne, blen, need, off, e
@@ -1856,6 +1918,10 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         kfail("FRAME", s, "directory magic is %r, not b'KLNT'" % ((<const char *>h)[:4],))
     if avail < 64:
         kfail("EOF", s, "a directory header needs 64 bytes, %d remain" % avail)
+    # every header field comes from one private copy: another process or
+    # thread changing the input cannot make a checked field differ from a used one
+    memcpy(hdr, h, 64)
+    h = hdr
     version = h[4]
     flags = h[5]
     count = kiln_ld_u32(h + 8)
@@ -1902,75 +1968,84 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
     for k in range(heap_end, pb):
         if b[k]:
             kfail("TYPE", k, "padding byte is not 0")
-    # 8a. descriptor reserved bytes
-    for i in range(count):
-        dp = h + 64 + 128 * i
-        dpos = s + 64 + 128 * <Py_ssize_t>i
-        if dp[3]:
-            kfail("FRAME", dpos + 3, "reserved descriptor byte is not 0")
-        for k in range(112, 128):
-            if dp[k]:
-                kfail("FRAME", dpos + k, "reserved descriptor byte is not 0")
-    # 8b. names and the heap
-    named = (flags & 1) != 0
-    if named and count == 0:
-        kfail("TYPE", s + 5, "name flag set on an empty directory")
-    cursor = 0
-    for i in range(count):
-        dp = h + 64 + 128 * i
-        dpos = s + 64 + 128 * <Py_ssize_t>i
-        noff = kiln_ld_u16(dp + 4)
-        nlen = kiln_ld_u16(dp + 6)
-        if not named:
-            if nlen != 0 or noff != 0xFFFF:
-                kfail("TYPE", dpos + 4, "tensor has a name but the name flag is clear")
-            continue
-        if nlen == 0:
-            kfail("TYPE", dpos + 4, "tensor has no name but the name flag is set")
-        if noff != cursor or cursor + nlen > name_bytes:
-            kfail("TYPE", dpos + 4, "name slice (%d, %d) is not the next %d heap bytes"
-                  % (noff, nlen, nlen))
-        cursor += nlen
-    for i in range(count):
-        dp = h + 64 + 128 * i
-        dpos = s + 64 + 128 * <Py_ssize_t>i
-        loff = kiln_ld_u16(dp + 8)
-        llen = kiln_ld_u16(dp + 10)
-        if llen == 0:
-            if loff != 0xFFFF:
-                kfail("TYPE", dpos + 8, "empty layout name with offset %d" % loff)
-            continue
-        if loff != cursor or cursor + llen > name_bytes:
-            kfail("TYPE", dpos + 8, "layout slice (%d, %d) is not the next heap bytes"
-                  % (loff, llen))
-        cursor += llen
-    if cursor != name_bytes:
-        kfail("TYPE", s + 12, "name heap has %d bytes, names use %d" % (name_bytes, cursor))
-    heap0 = s + 64 + 128 * <Py_ssize_t>count
-    if not trusted:
-        if named:
-            for i in range(count):
-                dp = h + 64 + 128 * i
-                noff = kiln_ld_u16(dp + 4)
-                bad = kiln_utf8_first_error(b + heap0 + noff, kiln_ld_u16(dp + 6))
-                if bad >= 0:
-                    kfail("UTF8", heap0 + <Py_ssize_t>noff + bad, "invalid UTF-8 in a tensor name")
+    # the descriptors and the name heap (bounded by step 5) are copied once
+    # too, and every descriptor field and name is read from that copy
+    priv = <uint8_t *>PyMem_Malloc(<size_t>(64 + want))
+    if priv == NULL:
+        raise MemoryError()
+    memcpy(priv, hdr, 64)
+    memcpy(priv + 64, b + s + 64, <size_t>want)
+    h = priv
+    hp = h + 64 + 128 * count
+    try:
+        # 8a. descriptor reserved bytes
         for i in range(count):
             dp = h + 64 + 128 * i
+            dpos = s + 64 + 128 * <Py_ssize_t>i
+            if dp[3]:
+                kfail("FRAME", dpos + 3, "reserved descriptor byte is not 0")
+            for k in range(112, 128):
+                if dp[k]:
+                    kfail("FRAME", dpos + k, "reserved descriptor byte is not 0")
+        # 8b. names and the heap
+        named = (flags & 1) != 0
+        if named and count == 0:
+            kfail("TYPE", s + 5, "name flag set on an empty directory")
+        cursor = 0
+        for i in range(count):
+            dp = h + 64 + 128 * i
+            dpos = s + 64 + 128 * <Py_ssize_t>i
+            noff = kiln_ld_u16(dp + 4)
+            nlen = kiln_ld_u16(dp + 6)
+            if not named:
+                if nlen != 0 or noff != 0xFFFF:
+                    kfail("TYPE", dpos + 4, "tensor has a name but the name flag is clear")
+                continue
+            if nlen == 0:
+                kfail("TYPE", dpos + 4, "tensor has no name but the name flag is set")
+            if noff != cursor or cursor + nlen > name_bytes:
+                kfail("TYPE", dpos + 4, "name slice (%d, %d) is not the next %d heap bytes"
+                      % (noff, nlen, nlen))
+            cursor += nlen
+        for i in range(count):
+            dp = h + 64 + 128 * i
+            dpos = s + 64 + 128 * <Py_ssize_t>i
+            loff = kiln_ld_u16(dp + 8)
             llen = kiln_ld_u16(dp + 10)
-            if llen:
-                loff = kiln_ld_u16(dp + 8)
-                bad = kiln_utf8_first_error(b + heap0 + loff, llen)
-                if bad >= 0:
-                    kfail("UTF8", heap0 + <Py_ssize_t>loff + bad, "invalid UTF-8 in a layout name")
-    try:
+            if llen == 0:
+                if loff != 0xFFFF:
+                    kfail("TYPE", dpos + 8, "empty layout name with offset %d" % loff)
+                continue
+            if loff != cursor or cursor + llen > name_bytes:
+                kfail("TYPE", dpos + 8, "layout slice (%d, %d) is not the next heap bytes"
+                      % (loff, llen))
+            cursor += llen
+        if cursor != name_bytes:
+            kfail("TYPE", s + 12, "name heap has %d bytes, names use %d" % (name_bytes, cursor))
+        heap0 = s + 64 + 128 * <Py_ssize_t>count
+        if not trusted:
+            if named:
+                for i in range(count):
+                    dp = h + 64 + 128 * i
+                    noff = kiln_ld_u16(dp + 4)
+                    bad = kiln_utf8_first_error(hp + noff, kiln_ld_u16(dp + 6))
+                    if bad >= 0:
+                        kfail("UTF8", heap0 + <Py_ssize_t>noff + bad, "invalid UTF-8 in a tensor name")
+            for i in range(count):
+                dp = h + 64 + 128 * i
+                llen = kiln_ld_u16(dp + 10)
+                if llen:
+                    loff = kiln_ld_u16(dp + 8)
+                    bad = kiln_utf8_first_error(hp + loff, llen)
+                    if bad >= 0:
+                        kfail("UTF8", heap0 + <Py_ssize_t>loff + bad, "invalid UTF-8 in a layout name")
         if named and count > 1:
             refs = <NameRef *>PyMem_Malloc(sizeof(NameRef) * count)
             if refs == NULL:
                 raise MemoryError()
             for i in range(count):
                 dp = h + 64 + 128 * i
-                refs[i].p = b + heap0 + kiln_ld_u16(dp + 4)
+                refs[i].p = hp + kiln_ld_u16(dp + 4)
                 refs[i].ln = kiln_ld_u16(dp + 6)
                 refs[i].idx = <uint32_t>i
             qsort(refs, count, sizeof(NameRef), cmp_nameref)
@@ -1982,7 +2057,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
                         j = refs[i].idx
             if j < count:
                 dp = h + 64 + 128 * j
-                nm = (<const char *>b + heap0 + kiln_ld_u16(dp + 4))[:kiln_ld_u16(dp + 6)]
+                nm = (<const char *>hp + kiln_ld_u16(dp + 4))[:kiln_ld_u16(dp + 6)]
                 kfail("TYPE", s + 64 + 128 * <Py_ssize_t>j + 4, "tensor name %r repeats" % nm)
             PyMem_Free(refs)
             refs = NULL
@@ -2183,41 +2258,42 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
                 if blen > max_bytes:
                     kfail("LIMIT", s + 64 + 128 * <Py_ssize_t>i + 40,
                           "payload of %d bytes is above the copy cap %d" % (blen, max_bytes))
+        endp[0] = end
+        basep[0] = base
+        if not want_table:
+            return None
+        # every check passed: now one tuple per descriptor
+        table = PyList_New(<Py_ssize_t>count)
+        for i in range(count):
+            dp = h + 64 + 128 * i
+            rank = dp[2]
+            shape = PyTuple_New(<Py_ssize_t>rank)
+            for k in range(<Py_ssize_t>rank):
+                dv = PyLong_FromUnsignedLongLong(kiln_ld_u64(dp + 48 + 8 * k))
+                Py_INCREF(dv)
+                PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
+            if named:
+                nm = PyBytes_FromStringAndSize(<const char *>hp + kiln_ld_u16(dp + 4),
+                                               kiln_ld_u16(dp + 6))
+            else:
+                nm = None
+            llen = kiln_ld_u16(dp + 10)
+            if llen:
+                lay = PyBytes_FromStringAndSize(<const char *>hp + kiln_ld_u16(dp + 8),
+                                                <Py_ssize_t>llen)
+            else:
+                lay = None
+            row = (kiln_ld_u16(dp), shape, nm, lay, kiln_ld_u32(dp + 12), kiln_ld_u16(dp + 16),
+                   kiln_ld_u16(dp + 18), kiln_ld_u32(dp + 20), kiln_ld_u32(dp + 24),
+                   kiln_ld_u32(dp + 28), kiln_ld_u64(dp + 32), kiln_ld_u64(dp + 40))
+            Py_INCREF(row)
+            PyList_SET_ITEM(table, i, <PyObject *>row)
+        return table
     finally:
         PyMem_Free(refs)
         PyMem_Free(counts)
         PyMem_Free(ranges)
-    endp[0] = end
-    basep[0] = base
-    if not want_table:
-        return None
-    # every check passed: now one tuple per descriptor
-    table = PyList_New(<Py_ssize_t>count)
-    for i in range(count):
-        dp = h + 64 + 128 * i
-        rank = dp[2]
-        shape = PyTuple_New(<Py_ssize_t>rank)
-        for k in range(<Py_ssize_t>rank):
-            dv = PyLong_FromUnsignedLongLong(kiln_ld_u64(dp + 48 + 8 * k))
-            Py_INCREF(dv)
-            PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
-        if named:
-            nm = PyBytes_FromStringAndSize(<const char *>b + heap0 + kiln_ld_u16(dp + 4),
-                                           kiln_ld_u16(dp + 6))
-        else:
-            nm = None
-        llen = kiln_ld_u16(dp + 10)
-        if llen:
-            lay = PyBytes_FromStringAndSize(<const char *>b + heap0 + kiln_ld_u16(dp + 8),
-                                            <Py_ssize_t>llen)
-        else:
-            lay = None
-        row = (kiln_ld_u16(dp), shape, nm, lay, kiln_ld_u32(dp + 12), kiln_ld_u16(dp + 16),
-               kiln_ld_u16(dp + 18), kiln_ld_u32(dp + 20), kiln_ld_u32(dp + 24),
-               kiln_ld_u32(dp + 28), kiln_ld_u64(dp + 32), kiln_ld_u64(dp + 40))
-        Py_INCREF(row)
-        PyList_SET_ITEM(table, i, <PyObject *>row)
-    return table
+        PyMem_Free(priv)
 
 
 def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy):
