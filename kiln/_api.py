@@ -106,6 +106,9 @@ def encode(value, type, *, frame=False):
 def decode(buf, type, *, frame=False, trusted=False, max_count=DEFAULT_MAX_COUNT,
            max_bytes=DEFAULT_MAX_BYTES, copy=False):
     """Decode one value of ``type`` that fills the whole of ``buf``."""
+    if max_count.__class__ is not int or max_bytes.__class__ is not int:
+        # 5.0 and True hash like 5 and 1: check before the cache can match them
+        _check_caps(max_count, max_bytes)
     key = (_key_type(type), bool(frame), bool(trusted), max_count, max_bytes, bool(copy),
            _compat.IMPLEMENTATION)
     dec = _cached(_dec_cache, key, lambda: Decoder(type, frame, trusted=trusted,

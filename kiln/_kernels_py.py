@@ -127,6 +127,9 @@ def _eof(pos, size, n):
 def _as_bytes_view(buf):
     """A flat read-only-agnostic memoryview of format 'B' over ``buf``."""
     mv = buf if type(buf) is memoryview else memoryview(buf)
+    if mv.nbytes == 0:
+        # an empty buffer is contiguous whatever its shape and strides say
+        return memoryview(b"")
     if mv.format != "B" or mv.ndim != 1 or mv.itemsize != 1:
         if not mv.c_contiguous:
             raise TypeError("kiln needs a contiguous buffer")
@@ -565,16 +568,16 @@ def _build_encoder(plan):
             done = 0
             try:
                 for x in v:
+                    if done == c:
+                        raise _count_lied(len(out), c, "more")
                     inner(x, out)
                     done += 1
             except EncodeError as e:
-                e.add_path("[%d]" % done)
+                if done < c:
+                    e.add_path("[%d]" % done)
                 raise
             if done != c:
-                # the count word says c: the items written must be exactly c
-                raise EncodeError("TYPE", len(out), "len() said %d items but the sequence gave %d "
-                                  "(it changed length while encoding, or its len() is "
-                                  "wrong)" % (c, done))
+                raise _count_lied(len(out), c, done)
         return enc_list
     if op == P.OP_DICT:
         inner = _build_encoder(plan.elem)
@@ -645,6 +648,12 @@ def check_written_directory(out, start):
 
 def _first(t):
     return t[0]
+
+
+def _count_lied(offset, c, gave):
+    # the count word says c: the items written must be exactly c
+    return EncodeError("TYPE", offset, "len() said %d items but the sequence gave %s (it "
+                       "changed length while encoding, or its len() is wrong)" % (c, gave))
 
 
 def _scalar_error(v, op, text, offset):
@@ -861,9 +870,19 @@ class EncodeProgram:
             buffer.extend(bytes(offset - len(buffer)))
         else:
             del buffer[offset:]
+        # encoded privately first: code the value runs while it is encoded
+        # (an __index__, an items()) cannot reach the bytes already written
+        out = bytearray()
         if self._prefix is not None:
-            buffer += self._prefix
-        self._enc(value, buffer)
+            out += self._prefix
+        try:
+            self._enc(value, out)
+        except EncodeError as e:
+            e.offset += offset  # offsets count from the start of ``buffer``
+            raise
+        if len(buffer) != offset:
+            raise RuntimeError("the bytearray changed size while encode_into was writing it")
+        buffer += out
         return len(buffer)
 
 

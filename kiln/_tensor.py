@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _ml = None
 
 U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 DTYPE_CODES = {
     "f64": 1, "f32": 2, "f16": 3, "bf16": 4, "f8e4m3": 5, "f8e5m2": 6, "bool": 7,
@@ -147,8 +148,8 @@ class Tensor:
         shape = tuple(int(d) for d in shape)
         if len(shape) > 8:
             raise ValueError("rank %d is above 8" % len(shape))
-        if any(d < 0 for d in shape):
-            raise ValueError("negative dimension in shape %s" % (shape,))
+        if any(d < 0 or d > U64_MAX for d in shape):
+            raise ValueError("shape %s has a dimension outside 0..2**64-1" % (shape,))
         if name is not None and not isinstance(name, str):
             raise TypeError("tensor name must be a str")
         if layout is not None and not isinstance(layout, str):

@@ -1483,6 +1483,7 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
 
 cdef int enc_list(Node nd, Writer *w, object v) except -1:
     cdef Py_ssize_t c, i, done = 0
+    cdef bint more = False
     cdef int d
     cdef PyObject *xp
     cdef Node elem = nd.elem
@@ -1512,6 +1513,9 @@ cdef int enc_list(Node nd, Writer *w, object v) except -1:
                 break
             x = <object>xp
             Py_DECREF(x)  # the cast took its own reference
+            if done == c:
+                more = True
+                break
             if d < MAXSEG:
                 w.segs[d].index = i
             enc(elem, w, x)
@@ -1526,16 +1530,19 @@ cdef int enc_list(Node nd, Writer *w, object v) except -1:
     else:
         i = 0
         for x in v:
+            if done == c:
+                more = True
+                break
             if d < MAXSEG:
                 w.segs[d].index = i
             enc(elem, w, x)
             done += 1
             i += 1
     seg_pop(w)
-    if done != c:
+    if more or done != c:
         # the count word says c: the items written must be exactly c
-        efail("TYPE", w.pos, "len() said %d items but the sequence gave %d (it changed length "
-              "while encoding, or its len() is wrong)" % (c, done))
+        efail("TYPE", w.pos, "len() said %d items but the sequence gave %s (it changed length "
+              "while encoding, or its len() is wrong)" % (c, "more" if more else done))
     return 0
 
 
@@ -1783,8 +1790,13 @@ cdef class EncodeProgram:
                                                                       frame_hash)
         self.hint = 256
 
-    def encode(self, value):
-        """Encode ``value``; returns bytes."""
+    cdef object run(self, object value, bint trim, Py_ssize_t *end):
+        """Encode ``value`` into a private bytes object; ``end`` gets its length.
+
+        With ``trim`` the object is cut to that length, else it may be longer.
+        The output is private until it is returned, so nothing the value's own
+        code does while it is encoded (an ``__index__``, an ``items()``) can
+        reach the bytes already written."""
         cdef Writer w
         cdef Py_ssize_t cap0 = self.hint
         w.obj = PyBytes_FromStringAndSize_raw(NULL, cap0)
@@ -1807,47 +1819,44 @@ cdef class EncodeProgram:
         # start the next encode at this size: values of one type are often alike.  Not
         # more: a block just above the one freed would make malloc map fresh pages.
         self.hint = 256 if w.pos < 192 else (w.pos + 64 if w.pos < (1 << 26) else (1 << 26))
-        _PyBytes_Resize(&w.obj, w.pos)  # on failure w.obj is NULL (released)
+        end[0] = w.pos
+        if trim:
+            _PyBytes_Resize(&w.obj, w.pos)  # on failure w.obj is NULL (released)
         return _take(w.obj)
+
+    def encode(self, value):
+        """Encode ``value``; returns bytes."""
+        cdef Py_ssize_t n = 0
+        return self.run(value, True, &n)
 
     def encode_into(self, value, buffer, offset=0):
         """Write ``value`` into the bytearray ``buffer`` at ``offset`` (-1 appends);
-        the buffer is resized to end where the encoding ends; returns that end."""
-        cdef Writer w
-        cdef Py_ssize_t off, size
+        the buffer is resized to end where the encoding ends; returns that end.
+
+        The value is encoded into private memory first and then copied, so
+        the bytes before ``offset`` are kept and nothing is written on error
+        (the buffer then ends at ``offset``)."""
+        cdef Py_ssize_t off, size, n = 0
         if type(buffer) is not bytearray:
             raise TypeError("encode_into needs a bytearray, not %s" % type(buffer).__name__)
         size = PyByteArray_GET_SIZE(<PyObject *>buffer)
-        if offset < 0:
-            off = size
-        else:
-            off = offset
+        off = size if offset < 0 else offset
         if off > size:
             PyByteArray_Resize(<PyObject *>buffer, off)
             memset(PyByteArray_AS_STRING(<PyObject *>buffer) + size, 0, off - size)
         elif off < size:
             PyByteArray_Resize(<PyObject *>buffer, off)  # BufferError if it has exports
-        w.obj = <PyObject *>buffer
-        w.data = PyByteArray_AS_STRING(w.obj)
-        w.cap = off
-        w.pos = off
-        w.is_bytes = False
-        w.depth = 0
         try:
-            if self.prefix is not None:
-                w_bytes(&w, PyBytes_AS_STRING(<PyObject *>self.prefix), 16)
-            enc(self.root, &w, value)
-        except BaseException as e:
-            fix_path(&w, e)
-            if PyByteArray_GET_SIZE(w.obj) == w.cap and w.cap != w.pos:
-                if PyByteArray_Resize_nc(w.obj, w.pos) < 0:
-                    PyErr_Clear()
+            out = self.run(value, False, &n)
+        except EncodeError as e:
+            e.offset += off  # offsets count from the start of ``buffer``
             raise
-        if w.cap != w.pos:
-            if PyByteArray_GET_SIZE(w.obj) != w.cap:
-                raise RuntimeError("the bytearray changed size while encode_into was writing it")
-            PyByteArray_Resize(w.obj, w.pos)
-        return w.pos
+        if PyByteArray_GET_SIZE(<PyObject *>buffer) != off:
+            raise RuntimeError("the bytearray changed size while encode_into was writing it")
+        PyByteArray_Resize(<PyObject *>buffer, off + n)
+        memcpy(PyByteArray_AS_STRING(<PyObject *>buffer) + off,
+               PyBytes_AS_STRING(<PyObject *>out), n)
+        return off + n
 
 
 def compile_encoder(plan, frame_hash):
