@@ -32,8 +32,9 @@ offsets:
     quant_scheme, quant_axis, group_size, scale_index, outer_index, payload)``
     where ``payload`` is a contiguous byte buffer of little-endian bits.
 
-``check_count(buf, pos, cap, min_size)``
+``check_count(buf, pos, cap, min_size, capname="max_count")``
     The allocation rule for one u32 count word at ``pos``; returns the count.
+    A LIMIT message names ``capname``, the parameter that raises the cap.
 
 ``BIG_ENDIAN_TEST_HOOK``: None here (the compiled module lets tests force its
 byte-swapping path).
@@ -84,14 +85,14 @@ def _err(code, offset, reason):
 
 # --- the allocation rule --------------------------------------------------
 
-def check_count(buf, pos, cap, min_size):
+def check_count(buf, pos, cap, min_size, capname="max_count"):
     """Read the u32 count at ``pos`` and apply the five-step allocation rule."""
     n = len(buf)
     if pos + 4 > n:
         raise _err("EOF", pos, "count word needs 4 bytes, %d remain" % max(n - pos, 0))
     c = _U32.unpack_from(buf, pos)[0]
     if c > cap:
-        raise _err("LIMIT", pos, "count %d is above the cap %d" % (c, cap))
+        raise _err("LIMIT", pos, "count %d is above the cap %s=%d" % (c, capname, cap))
     need = c * min_size
     if need > U64_MAX:
         raise _err("LIMIT", pos, "count %d times %d bytes overflows u64" % (c, min_size))
@@ -176,7 +177,8 @@ def _build_decoder(plan, opts):
                 raise _err("EOF", p, "string length needs 4 bytes, %d remain" % max(n - p, 0))
             ln = _U32.unpack_from(d, p)[0]
             if ln > max_bytes:
-                raise _err("LIMIT", p, "string length %d is above the cap %d" % (ln, max_bytes))
+                raise _err("LIMIT", p, "string length %d is above the cap max_bytes=%d"
+                           % (ln, max_bytes))
             q = p + 4
             if ln > n - q:
                 raise _err("EOF", p, "string length %d, %d bytes remain" % (ln, n - q))
@@ -189,9 +191,10 @@ def _build_decoder(plan, opts):
 
     if op == P.OP_BYTES:
         cap = min(max_count, max_bytes)
+        capname = "max_bytes" if max_bytes < max_count else "max_count"
 
         def dec_bytes(d, p):
-            c = check_count(d, p, cap, 1)
+            c = check_count(d, p, cap, 1, capname)
             q = p + 4
             return bytes(d[q:q + c]), q + c
         return dec_bytes
@@ -304,7 +307,8 @@ def _build_decoder(plan, opts):
                     raise _err("EOF", p, "key length needs 4 bytes, %d remain" % max(n - p, 0))
                 ln = _U32.unpack_from(d, p)[0]
                 if ln > max_bytes:
-                    raise _err("LIMIT", p, "key length %d is above the cap %d" % (ln, max_bytes))
+                    raise _err("LIMIT", p, "key length %d is above the cap max_bytes=%d"
+                           % (ln, max_bytes))
                 q = p + 4
                 if ln > n - q:
                     raise _err("EOF", p, "key length %d, %d bytes remain" % (ln, n - q))
@@ -921,9 +925,10 @@ def validate_directory(buf, s, standalone, trusted, max_count, max_bytes, copy):
         raise _err("FRAME", s + 32 + i, "reserved header byte is not 0")
     # 3. caps
     if count > max_count:
-        raise _err("LIMIT", s + 8, "tensor count %d is above the cap %d" % (count, max_count))
+        raise _err("LIMIT", s + 8, "tensor count %d is above the cap max_count=%d"
+                   % (count, max_count))
     if name_bytes > max_bytes:
-        raise _err("LIMIT", s + 12, "name heap of %d bytes is above the cap %d"
+        raise _err("LIMIT", s + 12, "name heap of %d bytes is above the cap max_bytes=%d"
                    % (name_bytes, max_bytes))
     # 4. directory arithmetic
     want = count * 128 + name_bytes
@@ -1164,7 +1169,7 @@ def validate_directory(buf, s, standalone, trusted, max_count, max_bytes, copy):
         for i, dsc in enumerate(descs):
             if dsc[14] > max_bytes:
                 raise _err("LIMIT", s + 64 + 128 * i + 40, "payload of %d bytes is above the "
-                           "copy cap %d" % (dsc[14], max_bytes))
+                           "copy cap max_bytes=%d" % (dsc[14], max_bytes))
     table = [(dsc[0], dsc[15:15 + dsc[1]], names[i], layouts[i], dsc[7], dsc[8], dsc[9],
               dsc[10], dsc[11], dsc[12], dsc[13], dsc[14]) for i, dsc in enumerate(descs)]
     return end, base, table

@@ -312,7 +312,7 @@ cdef inline int count_rule(const uint8_t *d, Py_ssize_t n, Py_ssize_t pos, uint6
 
 
 cdef int count_fail(int st, int what, Py_ssize_t pos, uint64_t c, uint64_t cap, uint64_t m,
-                    Py_ssize_t n) except -1:
+                    Py_ssize_t n, str capname=None) except -1:
     cdef Py_ssize_t rem = n - pos - 4
     cdef str nm = "count" if what == WHAT_COUNT else (
         "string length" if what == WHAT_STR else "key length")
@@ -321,7 +321,9 @@ cdef int count_fail(int st, int what, Py_ssize_t pos, uint64_t c, uint64_t cap, 
             kfail("EOF", pos, "count word needs 4 bytes, %d remain" % max(n - pos, 0))
         kfail("EOF", pos, "%s needs 4 bytes, %d remain" % (nm, max(n - pos, 0)))
     if st == 3:
-        kfail("LIMIT", pos, "%s %d is above the cap %d" % (nm, c, cap))
+        if capname is None:
+            capname = "max_count" if what == WHAT_COUNT else "max_bytes"
+        kfail("LIMIT", pos, "%s %d is above the cap %s=%d" % (nm, c, capname, cap))
     if st == 4:
         kfail("LIMIT", pos, "count %d times %d bytes overflows u64" % (c, m))
     if what == WHAT_COUNT:
@@ -539,7 +541,8 @@ cdef object dec_bytes(DCtx *c):
     cdef Py_ssize_t p = c.pos
     cdef int st = count_rule(c.d, c.n, p, c.bytes_cap, 1, &ln)
     if KILN_UNLIKELY(st != 0):
-        count_fail(st, WHAT_COUNT, p, ln, c.bytes_cap, 1, c.n)
+        count_fail(st, WHAT_COUNT, p, ln, c.bytes_cap, 1, c.n,
+                   "max_bytes" if c.max_bytes < c.max_count else "max_count")
     c.pos = p + 4 + ln
     return PyBytes_FromStringAndSize(<const char *>c.d + p + 4, ln)
 
@@ -996,7 +999,7 @@ def check_frame(mv, expected_hash):
         PyBuffer_Release(&view)
 
 
-def check_count(buf, pos, cap, min_size):
+def check_count(buf, pos, cap, min_size, capname="max_count"):
     """Read the u32 count at ``pos`` and apply the five-step allocation rule."""
     cdef Py_buffer view
     cdef uint32_t c = 0
@@ -1004,7 +1007,7 @@ def check_count(buf, pos, cap, min_size):
     cdef uint64_t ccap, m
     cdef Py_ssize_t p
     if pos < 0 or cap < 0 or min_size < 0 or min_size > 0xFFFFFFFFFFFFFFFF:
-        return _py.check_count(buf, pos, cap, min_size)
+        return _py.check_count(buf, pos, cap, min_size, capname)
     ccap = _cap(cap)
     m = <uint64_t>min_size
     get_view(buf, &view)
@@ -1012,7 +1015,7 @@ def check_count(buf, pos, cap, min_size):
         p = pos
         st = count_rule(<const uint8_t *>view.buf, view.len, p, ccap, m, &c)
         if st:
-            count_fail(st, WHAT_COUNT, p, c, ccap, m, view.len)
+            count_fail(st, WHAT_COUNT, p, c, ccap, m, view.len, str(capname))
         return c
     finally:
         PyBuffer_Release(&view)
@@ -1952,9 +1955,9 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
             kfail("FRAME", s + k, "reserved header byte is not 0")
     # 3. caps
     if count > max_count:
-        kfail("LIMIT", s + 8, "tensor count %d is above the cap %d" % (count, max_count))
+        kfail("LIMIT", s + 8, "tensor count %d is above the cap max_count=%d" % (count, max_count))
     if name_bytes > max_bytes:
-        kfail("LIMIT", s + 12, "name heap of %d bytes is above the cap %d"
+        kfail("LIMIT", s + 12, "name heap of %d bytes is above the cap max_bytes=%d"
               % (name_bytes, max_bytes))
     # 4. directory arithmetic (count < 2**32, so this cannot overflow)
     want = count * 128 + name_bytes
@@ -2266,7 +2269,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
                 blen = kiln_ld_u64(h + 64 + 128 * i + 40)
                 if blen > max_bytes:
                     kfail("LIMIT", s + 64 + 128 * <Py_ssize_t>i + 40,
-                          "payload of %d bytes is above the copy cap %d" % (blen, max_bytes))
+                          "payload of %d bytes is above the copy cap max_bytes=%d" % (blen, max_bytes))
         endp[0] = end
         basep[0] = base
         if not want_table:

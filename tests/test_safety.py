@@ -198,3 +198,19 @@ def test_an_opt_byte_and_a_bool_are_read_once():
                              [True, False, True])):
         got = kiln.decode(raw, text)
         assert (got.tolist() if hasattr(got, "tolist") else got) == want
+
+
+@pytest.mark.parametrize("text,body,caps,name", [
+    ("list<i32>", struct.pack("<I", 9), {"max_count": 8}, "max_count=8"),
+    ("str", struct.pack("<I", 9), {"max_bytes": 8}, "max_bytes=8"),
+    ("dict<str,i32>", struct.pack("<II", 1, 9), {"max_bytes": 8}, "max_bytes=8"),
+    ("list<u8>", struct.pack("<I", 9), {"max_bytes": 8}, "max_bytes=8"),
+    ("list<u8>", struct.pack("<I", 9), {"max_count": 8}, "max_count=8"),
+    ("tensors", b"KLNT\x02\x02\x00\x00" + struct.pack("<I", 9) + bytes(52), {"max_count": 8},
+     "max_count=8"),
+])
+def test_every_limit_names_the_parameter_that_raises_it(impl, text, body, caps, name):
+    with pytest.raises(kiln.KilnError) as ei:
+        impl.decode(body + bytes(64), text, **caps)
+    assert ei.value.code == "LIMIT"
+    assert name in str(ei.value)
