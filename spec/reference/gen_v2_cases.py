@@ -311,6 +311,14 @@ def lists():
     case("kpy-list-i64-short", "list<i64>", u32(2) + bytes(12), "EOF", 0)
     case("kpy-list-struct-empty-5", "list<struct{}>", u32(5))
     case("kpy-list-struct-empty-cap", "list<struct{}>", u32(CAP + 1), "LIMIT", 0)
+    # the zero-size budget (spec section 4.3): one max_count for the whole value
+    case("kpy-zero-budget-nested", "list<list<struct{}>>", u32(3) + u32(2) + u32(0) + u32(7))
+    case("kpy-zero-budget-over", "list<list<struct{}>>", u32(2) + u32(1) + u32(CAP),
+         "LIMIT", 8)
+    case("kpy-zero-budget-fields", "struct{a:list<struct{}>,b:list<struct{c:struct{},}>,}",
+         u32(CAP) + u32(1), "LIMIT", 4)
+    case("kpy-zero-budget-not-charged", "list<list<opt<struct{}>>>",
+         u32(2) + u32(1) + b"\x00" + u32(1) + b"\x01")
     case("kpy-list-str", "list<str>", u32(2) + s("a") + s(""))
     case("kpy-list-str-element-short", "list<str>", u32(2) + s("abcdefgh") + b"\x00",
          "EOF", 16)

@@ -156,6 +156,7 @@ class _Reader:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.trusted = trusted
+        self.zero_left = max_count   # the zero-size element budget (spec section 4.3)
 
     def take(self, n):
         if len(self.buf) - self.pos < n:
@@ -206,7 +207,13 @@ class _Reader:
             if arg[0] == "u8":
                 n = self.count([self.max_count, self.max_bytes], 1)
                 return bytes(self.take(n))
-            n = self.count([self.max_count], min_size(arg))
+            at = self.pos
+            m = min_size(arg)
+            n = self.count([self.max_count], m)
+            if m == 0:                                    # one budget per value
+                if n > self.zero_left:
+                    raise RefError("LIMIT", at)
+                self.zero_left -= n
             return [self.value(arg) for _ in range(n)]
         if kind == "opt":
             return self.value(arg) if self.flag() else None
