@@ -2,8 +2,11 @@
 
 For one input: the compiled and pure kernels give the same value or the same
 error code and offset; an accepted input re-encodes to exactly the same bytes;
-nothing but KilnError is ever raised.
+nothing but KilnError is ever raised; and no decode allocates more than the
+amplification bound (:func:`allocation_bound`) allows.
 """
+
+import tracemalloc
 
 import kiln
 from kiln import _kernels_py
@@ -26,6 +29,92 @@ FROZEN_TYPES = [
 ]
 _PLANS = {}
 
+# --- the amplification bound (issue 11) ------------------------------------
+# The peak memory tracemalloc sees during one decode of n input bytes is at most
+#
+#     (AMPLIFICATION_FACTOR + ZERO_NODE_BYTES * Z) * n      the bytes' objects
+#   + ZERO_NODE_BYTES * Z * max_count                       the zero-size budget
+#   + ALLOCATION_SLACK                                      one call's fixed cost
+#
+# where Z is the number of zero-size structs written in the type (struct{} and
+# structs made only of such fields), and the budget term applies only to a
+# type with a list of zero-size elements.
+#
+# - A type without zero-size structs builds at most AMPLIFICATION_FACTOR bytes
+#   per input byte: the worst measured is list<struct{a:bool,}> decoded to
+#   dicts, a 1-key dict and its list slot per byte, 193x on CPython 3.11-3.13
+#   and 241x on 3.10 (python -m benchmarks.amplification).
+# - A zero-size struct takes no byte, so one byte of a non-zero-size parent (a
+#   struct field, an opt payload) can build one object per zero-size struct
+#   in the type, each at most ZERO_NODE_BYTES (the worst is a 1-key dict whose
+#   field is another zero-size struct: 240 bytes with its slot on 3.10, 192
+#   on 3.11-3.13); list<struct{a:bool,b..i:struct{},}> measures 792x (880x on
+#   3.10) against a bound of 2304x.
+# - The elements of lists of zero-size elements draw on one max_count budget
+#   per decode; each is at most Z such objects.
+# - ALLOCATION_SLACK: first-use caches and an error's traceback (a fault 64
+#   containers deep costs up to 47 KB in the compiled kernel).
+#
+# tests/test_amplification.py checks this bound is never tighter than its own
+# per-shape bounds.  tracemalloc sees Python objects and numpy buffers, not a
+# C extension's plain malloc.  Tracing only around the decode costs about
+# 3.5 microseconds per call, so every input is checked.
+AMPLIFICATION_FACTOR = 256
+ZERO_NODE_BYTES = 256
+ALLOCATION_SLACK = 128 * 1024
+
+
+def zero_size_shape(t):
+    """``(Z, charged)`` of a Type: its number of zero-size structs, and whether
+    it has a list of zero-size elements (whose counts draw on the budget)."""
+    z = 0
+    charged = False
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        fields = getattr(x, "fields", None)
+        if fields is not None:            # a struct
+            z += x.min_size == 0
+            stack.extend(ft for _, ft in fields)
+            continue
+        inner = getattr(x, "elem", None) or getattr(x, "value", None)
+        if inner is not None:             # list, opt, dict
+            if x.text.startswith("list<") and inner.min_size == 0:
+                charged = True
+            stack.append(inner)
+    return z, charged
+
+
+def allocation_bound(t, n, max_count=kiln.DEFAULT_MAX_COUNT, shape=None):
+    """The most tracemalloc may see allocated while one ``n``-byte input of ``t`` decodes
+    (``shape``: ``zero_size_shape(t)`` if already known)."""
+    z, charged = shape or zero_size_shape(kiln.as_type(t))
+    budget = ZERO_NODE_BYTES * z * max_count if charged else 0
+    return (AMPLIFICATION_FACTOR + ZERO_NODE_BYTES * z) * n + budget + ALLOCATION_SLACK
+
+
+def traced_decode(decode, buf):
+    """``(value, error, peak)``: decode ``buf`` with tracemalloc on around the
+    call only (a few microseconds per call); ``peak`` is the traced bytes above
+    what was live when the call started.  A KilnError is returned, not raised.
+    If tracemalloc is already tracing, it is left on."""
+    fresh = not tracemalloc.is_tracing()
+    if fresh:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        v = err = None
+        try:
+            v = decode(buf)
+        except kiln.KilnError as e:
+            err = e
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if fresh:
+            tracemalloc.stop()
+    return v, err, peak
+
 
 def _progs(kernels, text, **kw):
     key = (kernels.__name__, text, tuple(sorted(kw.items())))
@@ -33,16 +122,20 @@ def _progs(kernels, text, **kw):
     if p is None:
         t = kiln.parse_type(text)
         p = _PLANS[key] = (kiln.Decoder(t, kernels=kernels, **kw),
-                           kiln.Encoder(t, kernels=kernels))
+                           kiln.Encoder(t, kernels=kernels), t, zero_size_shape(t))
     return p
 
 
 def outcome(kernels, text, buf, **kw):
-    dec, enc = _progs(kernels, text, **kw)
-    try:
-        v = dec.decode(buf)
-    except kiln.KilnError as e:
-        return ("err", e.code, e.offset)
+    dec, enc, t, shape = _progs(kernels, text, **kw)
+    v, err, peak = traced_decode(dec.decode, buf)
+    bound = allocation_bound(t, len(buf), kw.get("max_count", kiln.DEFAULT_MAX_COUNT), shape)
+    if peak > bound:
+        raise AssertionError("decoding %d bytes of %s under %s allocated %d bytes, above the "
+                             "bound %d (%s)" % (len(buf), text, kernels.__name__, peak, bound,
+                                                "error %s" % err if err else "accepted"))
+    if err is not None:
+        return ("err", err.code, err.offset)
     try:
         again = enc.encode(v)
     except kiln.EncodeError as e:
