@@ -20,7 +20,26 @@ import numpy as np
 from . import _wire as W
 from ._errors import EncodeError
 
-_PACKERS = {op: _struct.Struct("<" + fmt).pack for op, (fmt, _) in W.SCALAR_FORMAT.items()}
+def pack_scalar(op):
+    """``pack(v) -> bytes`` for one non-bool scalar field: struct's conversions
+    (``__index__`` for integers, ``__float__`` for floats), plus numpy's bool
+    as an integer like Python's bool; raises struct.error and friends."""
+    pack = _struct.Struct("<" + W.SCALAR_FORMAT[op][0]).pack
+    if op not in W.INT_RANGE:
+        return pack
+    np_bool = np.bool_
+
+    def pack_int(v):
+        try:
+            return pack(v)
+        except _struct.error:
+            if type(v) is np_bool:
+                return pack(bool(v))
+            raise
+    return pack_int
+
+
+_PACKERS = {op: pack_scalar(op) for op in W.SCALAR_FORMAT if op != W.OP_BOOL}
 
 
 def as_bytes_view(buf):
@@ -95,8 +114,10 @@ def as_byte_run(v, offset):
     if isinstance(v, (list, tuple)):
         try:
             return bytes(v)
-        except (ValueError, TypeError) as ex:
-            raise EncodeError("TYPE", offset, "list<u8>: %s" % ex) from None
+        except (ValueError, TypeError):
+            # item by item with the scalar u8 rule: it accepts, or names the bad item
+            arr = _item_run(list(v), W.OP_U8, np.dtype("|u1"), "list<u8>", offset)
+            return memoryview(arr).cast("B")
     raise EncodeError("TYPE", offset, "expected bytes for list<u8>, got %s" % type_name(v))
 
 
@@ -129,11 +150,7 @@ def as_pod_array(v, op, offset=0):
     return _item_run(items, op, le, text, offset)
 
 
-_ELEM_TEXT = {op: name for name, op in (("bool", W.OP_BOOL), ("i8", W.OP_I8), ("u8", W.OP_U8),
-                                         ("i16", W.OP_I16), ("u16", W.OP_U16),
-                                         ("i32", W.OP_I32), ("u32", W.OP_U32),
-                                         ("i64", W.OP_I64), ("u64", W.OP_U64),
-                                         ("f32", W.OP_F32), ("f64", W.OP_F64))}
+_ELEM_TEXT = W.SCALAR_NAME
 
 
 def _plain_kind(dt, op):

@@ -45,12 +45,19 @@ OP_STRUCT = 18
 OP_TENSORS = 19
 
 OPS = {name: value for name, value in globals().items() if name.startswith("OP_")}
+LAST_SCALAR = OP_F64    # ops OP_BOOL..LAST_SCALAR are the fixed-width scalars
 
 # struct format character and width in bytes of each fixed-width scalar op
 SCALAR_FORMAT = {
     OP_BOOL: ("?", 1), OP_I8: ("b", 1), OP_U8: ("B", 1), OP_I16: ("h", 2),
     OP_U16: ("H", 2), OP_I32: ("i", 4), OP_U32: ("I", 4), OP_I64: ("q", 8),
     OP_U64: ("Q", 8), OP_F32: ("f", 4), OP_F64: ("d", 8),
+}
+
+# the type-text token of each fixed-width op (int and uint are i64 and u64 too)
+SCALAR_NAME = {
+    OP_BOOL: "bool", OP_I8: "i8", OP_U8: "u8", OP_I16: "i16", OP_U16: "u16", OP_I32: "i32",
+    OP_U32: "u32", OP_I64: "i64", OP_U64: "u64", OP_F32: "f32", OP_F64: "f64",
 }
 
 # the wire's little-endian numpy dtype of each fixed-width op
@@ -210,7 +217,8 @@ def _check():
                  "RESERVED16"):
         assert offsets[g["I_" + name]] == g["D_" + name], name
     assert sorted(OPS.values()) == list(range(1, len(OPS) + 1))
-    assert all(OP_BOOL <= op <= OP_F64 for op in SCALAR_FORMAT)
+    assert sorted(SCALAR_FORMAT) == list(range(OP_BOOL, LAST_SCALAR + 1))
+    assert sorted(SCALAR_NAME) == sorted(NUMPY_LE) == sorted(SCALAR_FORMAT)
     assert all(OP_I8 <= op <= OP_U64 for op in INT_RANGE)
 
 

@@ -56,8 +56,9 @@ def count(op, reps):
             % (os.path.dirname(__file__), __file__, op, reps))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
+        env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts every run
         subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-                        sys.executable, "-c", code], check=True, capture_output=True)
+                        sys.executable, "-c", code], check=True, capture_output=True, env=env)
         with open(out) as fh:
             text = fh.read()
     return int(re.search(r"^summary: (\d+)", text, re.M).group(1))

@@ -10,7 +10,8 @@ import struct as _struct
 import numpy as np
 
 from .. import _wire as W
-from .._convert import as_byte_run, as_pod_array, count_lied, scalar_error, type_name
+from .._convert import (as_byte_run, as_pod_array, count_lied, pack_scalar, scalar_error,
+                        type_name)
 from .._errors import EncodeError, KilnError
 from .._plan import Some
 from .directory import validate_directory
@@ -47,7 +48,7 @@ def _bool(plan):
 
 def _scalar(plan):
     op, text = plan.op, plan.text
-    pack = _struct.Struct("<" + W.SCALAR_FORMAT[op][0]).pack
+    pack = pack_scalar(op)
 
     def enc_scalar(v, out):
         try:

@@ -256,7 +256,7 @@ cdef object dec_struct(Node nd, DCtx *c):
         out = {}
         for i in range(nf):
             fop = fi[i].op
-            if fop <= OP_F64:
+            if fop <= LAST_SCALAR:
                 v = dec_scalar(fop, c)
             elif fop == OP_STR:
                 v = dec_str(c)
@@ -267,7 +267,7 @@ cdef object dec_struct(Node nd, DCtx *c):
     vals = PyTuple_New(nf)
     for i in range(nf):
         fop = fi[i].op
-        if fop <= OP_F64:
+        if fop <= LAST_SCALAR:
             v = dec_scalar(fop, c)
         elif fop == OP_STR:
             v = dec_str(c)
@@ -302,7 +302,7 @@ cdef object dec(Node nd, DCtx *c):
     cdef int op = nd.op
     cdef Py_ssize_t p
     cdef uint8_t pres
-    if op <= OP_F64:
+    if op <= LAST_SCALAR:
         return dec_scalar(op, c)
     if op == OP_STR:
         return dec_str(c)

@@ -103,6 +103,8 @@ cdef int enc_int(Node nd, Writer *w, object v) except -1:
     cdef object iv
     if PyLong_Check(v):
         iv = v
+    elif type(v) is _np_bool:
+        iv = 1 if v else 0      # numpy's bool, like Python's, is an integer here
     else:
         iv = index_or_none(v)
         if iv is None:
@@ -659,7 +661,7 @@ cdef int enc(Node nd, Writer *w, object v) except -1:
         return enc_bool(w, v)
     if op <= OP_U64:
         return enc_int(nd, w, v)
-    if op <= OP_F64:
+    if op <= LAST_SCALAR:
         return enc_float(nd, w, v)
     if op == OP_STR:
         return enc_str(w, v)

@@ -44,7 +44,7 @@ cdef Node compile_node(object plan):
     cdef int op = plan.op
     nd.op = op
     nd.text = plan.text
-    if OP_BOOL <= op <= OP_F64:
+    if OP_BOOL <= op <= LAST_SCALAR:
         nd.width = SW[op]
     elif op == OP_PODLIST:
         le = _np.dtype(_W.NUMPY_LE[plan.elem.op])

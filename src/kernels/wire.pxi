@@ -25,6 +25,7 @@ cdef extern from "kiln_wire.h":
         OP_DICT "KILN_OP_DICT"
         OP_STRUCT "KILN_OP_STRUCT"
         OP_TENSORS "KILN_OP_TENSORS"
+        LAST_SCALAR "KILN_LAST_SCALAR"
         U16_MAX "KILN_U16_MAX"
         MAX_DEPTH "KILN_MAX_DEPTH"
         DTYPE_MAX "KILN_DTYPE_MAX"
