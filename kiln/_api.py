@@ -6,9 +6,7 @@ from ._errors import KilnError
 from ._types import Type, as_type, tensors as _tensors_type
 from . import _compat
 
-DEFAULT_MAX_COUNT = 16_777_216
-DEFAULT_MAX_BYTES = 16_777_216
-U32_MAX = 0xFFFFFFFF
+from ._wire import DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES, U32_MAX
 
 
 def _check_caps(max_count, max_bytes):

@@ -1,19 +1,15 @@
 """Type stub for the compiled kernels (src/_kernels_c.pyx).
 
-The interface is the one documented at the top of kiln/_kernels_py.py.
+The interface is kiln._kernel.Kernels, described in the kiln._kernels_py
+docstring.  HOST_BIG_ENDIAN and set_force_byteswap are test hooks.
 """
 
-from typing import Any, Callable, Final, Optional, Sequence, Tuple
+from typing import Any, Final, List, Optional, Sequence, Tuple
 
-from ._kernels_py import as_pod_array as as_pod_array
+from ._kernel import Record, Row
 from ._plan import Plan
 
 HOST_BIG_ENDIAN: Final[bool]
-
-Row = Tuple[int, Tuple[int, ...], Optional[bytes], Optional[bytes], int, int, int, int, int,
-            int, int, int]
-Record = Tuple[int, Sequence[int], Optional[bytes], Optional[bytes], int, int, int, int, int,
-               int, Any]
 
 
 class DecodeProgram:
@@ -48,11 +44,6 @@ def compile_decoder(plan: Plan, frame_hash: Optional[int], trusted: bool, max_co
                     max_bytes: int, copy: bool) -> DecodeProgram: ...
 def compile_encoder(plan: Plan, frame_hash: Optional[int]) -> EncodeProgram: ...
 def validate_directory(buf: Any, start: int, standalone: bool, trusted: bool, max_count: int,
-                       max_bytes: int, copy: bool) -> Tuple[int, int, list[Row]]: ...
+                       max_bytes: int, copy: bool) -> Tuple[int, int, List[Row]]: ...
 def write_directory(records: Sequence[Record], out: bytearray) -> int: ...
-def check_count(buf: Any, pos: int, cap: int, min_size: int, capname: str = ...) -> int: ...
-def check_frame(mv: Any, expected_hash: int) -> int: ...
-def check_written_directory(out: Any, start: int) -> None: ...
 def set_force_byteswap(flag: bool) -> None: ...
-
-BIG_ENDIAN_TEST_HOOK: Final[Callable[[bool], None]]

@@ -6,47 +6,9 @@ into its own fast program.  Plans are plain data: an op code, the minimum wire
 size, children, and for structs the names and the Python constructors.
 """
 
-# op codes (shared by both kernel implementations; keep in sync with src/)
-OP_BOOL = 1
-OP_I8 = 2
-OP_U8 = 3
-OP_I16 = 4
-OP_U16 = 5
-OP_I32 = 6
-OP_U32 = 7
-OP_I64 = 8
-OP_U64 = 9
-OP_F32 = 10
-OP_F64 = 11
-OP_STR = 12
-OP_BYTES = 13      # list<u8>: decodes to bytes
-OP_PODLIST = 14    # list<fixed-width number or bool>: one bulk run
-OP_LIST = 15
-OP_OPT = 16
-OP_DICT = 17
-OP_STRUCT = 18
-OP_TENSORS = 19
-
-# struct.Struct format character and width of each fixed-width scalar op
-SCALAR_FORMAT = {
-    OP_BOOL: ("?", 1), OP_I8: ("b", 1), OP_U8: ("B", 1), OP_I16: ("h", 2),
-    OP_U16: ("H", 2), OP_I32: ("i", 4), OP_U32: ("I", 4), OP_I64: ("q", 8),
-    OP_U64: ("Q", 8), OP_F32: ("f", 4), OP_F64: ("d", 8),
-}
-
-# little-endian numpy dtype string of each fixed-width op
-NUMPY_LE = {
-    OP_BOOL: "|b1", OP_I8: "|i1", OP_U8: "|u1", OP_I16: "<i2", OP_U16: "<u2",
-    OP_I32: "<i4", OP_U32: "<u4", OP_I64: "<i8", OP_U64: "<u8",
-    OP_F32: "<f4", OP_F64: "<f8",
-}
-
-INT_RANGE = {
-    OP_I8: (-(1 << 7), (1 << 7) - 1), OP_U8: (0, 255),
-    OP_I16: (-(1 << 15), (1 << 15) - 1), OP_U16: (0, (1 << 16) - 1),
-    OP_I32: (-(1 << 31), (1 << 31) - 1), OP_U32: (0, (1 << 32) - 1),
-    OP_I64: (-(1 << 63), (1 << 63) - 1), OP_U64: (0, (1 << 64) - 1),
-}
+from ._wire import (  # noqa: F401  (the op codes, re-exported for the plan's readers)
+    OP_BOOL, OP_I8, OP_U8, OP_I16, OP_U16, OP_I32, OP_U32, OP_I64, OP_U64, OP_F32, OP_F64,
+    OP_STR, OP_BYTES, OP_PODLIST, OP_LIST, OP_OPT, OP_DICT, OP_STRUCT, OP_TENSORS)
 
 
 class Plan:
@@ -62,7 +24,7 @@ class Plan:
     make:      callable(*values) -> object for a class-bound struct.
     get:       callable(obj) -> tuple of field values for a class-bound struct.
     tensors:   for OP_TENSORS, the object providing ``build`` and ``normalize``
-               (see kiln._tensor.TensorsHooks).
+               (``kiln._tensor.HOOKS``, an instance of ``kiln._tensor._Hooks``).
     """
 
     __slots__ = ("op", "min_size", "text", "elem", "fields", "names", "cls",

@@ -37,34 +37,21 @@ try:  # optional extra kiln[ml]
 except ImportError:  # pragma: no cover - depends on the environment
     _ml = None
 
-U32_MAX = 0xFFFFFFFF
-U64_MAX = 0xFFFFFFFFFFFFFFFF
+from . import _wire as W
+from ._wire import U32_MAX, U64_MAX, DTYPE_CODES, PACKED
 
-DTYPE_CODES = {
-    "f64": 1, "f32": 2, "f16": 3, "bf16": 4, "f8e4m3": 5, "f8e5m2": 6, "bool": 7,
-    "i8": 8, "u8": 9, "i16": 10, "u16": 11, "i32": 12, "u32": 13, "i64": 14,
-    "u64": 15, "i4": 16, "u4": 17, "e2m1": 18, "e8m0": 19,
-}
-DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
-WIDTH = {1: 8, 2: 4, 3: 2, 4: 2, 5: 1, 6: 1, 7: 1, 8: 1, 9: 1, 10: 2, 11: 2, 12: 4,
-         13: 4, 14: 8, 15: 8, 16: 0, 17: 0, 18: 0, 19: 1}
-PACKED = frozenset((16, 17, 18))
-
-_LE = {1: "<f8", 2: "<f4", 3: "<f2", 7: "|b1", 8: "|i1", 9: "|u1", 10: "<i2", 11: "<u2",
-       12: "<i4", 13: "<u4", 14: "<i8", 15: "<u8"}
-_FALLBACK = {4: "<u2", 5: "|u1", 6: "|u1", 19: "|u1"}
-_ML_NAMES = {4: "bfloat16", 5: "float8_e4m3fn", 6: "float8_e5m2", 19: "float8_e8m0fnu"}
+DTYPE_NAMES = {c: d[0] for c, d in W.DTYPES.items()}
+WIDTH = {c: d[1] for c, d in W.DTYPES.items()}
+_ML_NAMES = {c: d[3] for c, d in W.DTYPES.items() if d[3] is not None}
 
 
 def numpy_dtype(code):
     """The numpy dtype ``Tensor.numpy()`` uses for a dtype code (see module doc)."""
-    if code in _LE:
-        return np.dtype(_LE[code])
-    if code in _ML_NAMES:
-        if _ml is not None and hasattr(_ml, _ML_NAMES[code]):
-            return np.dtype(getattr(_ml, _ML_NAMES[code]))
-        return np.dtype(_FALLBACK[code])
-    return np.dtype("|u1")
+    if code in _ML_NAMES and _ml is not None and hasattr(_ml, _ML_NAMES[code]):
+        return np.dtype(getattr(_ml, _ML_NAMES[code]))
+    if code in W.DTYPES:
+        return np.dtype(W.DTYPES[code][2])
+    return np.dtype("|u1")  # an opaque dtype: the raw bytes
 
 
 def _code_of(dtype):
@@ -75,9 +62,10 @@ def _code_of(dtype):
         return code
     if isinstance(dtype, bool) or not isinstance(dtype, int):
         raise TypeError("dtype must be a name or an int code, not %r" % (dtype,))
-    if dtype in DTYPE_NAMES or 4096 <= dtype <= 32767:
+    if dtype in DTYPE_NAMES or W.OPAQUE_MIN <= dtype <= W.OPAQUE_MAX:
         return dtype
-    raise ValueError("dtype code %d is neither 1..19 nor an opaque code 4096..32767" % dtype)
+    raise ValueError("dtype code %d is neither 1..%d nor an opaque code %d..%d"
+                     % (dtype, W.DTYPE_MAX, W.OPAQUE_MIN, W.OPAQUE_MAX))
 
 
 def element_count(shape):
@@ -119,7 +107,7 @@ def pack_nibbles(values):
     return (u[0::2] | (u[1::2] << 4)).astype(np.uint8).tobytes()
 
 
-_NO_AXIS = 0xFFFF
+_NO_AXIS = W.NO_AXIS
 
 
 def _or_none(value, sentinel):
@@ -165,7 +153,7 @@ class Tensor:
             raise ValueError("tensor data must be contiguous")
         if mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
-        if code < 4096:
+        if code < W.OPAQUE_MIN:
             w = WIDTH[code]
             n = element_count(shape)
             need = (n + 1) // 2 if w == 0 else n * w
@@ -234,7 +222,7 @@ class Tensor:
         code = row[0]
         dt = numpy_dtype(code)
         n = row[11]
-        if code in PACKED or code >= 4096:
+        if code in PACKED or code >= W.OPAQUE_MIN:
             return np.frombuffer(self._buf, dt, n, self._off) if n else np.empty(0, dt)
         if not n:
             return np.empty(row[1], dt)
@@ -279,7 +267,7 @@ def _view(buf, dt, count, off, shape):
 
 def _shaped_dtypes():
     out = {}
-    for code in range(1, 20):
+    for code in W.DTYPES:
         if code in PACKED:
             continue
         dt = numpy_dtype(code)
@@ -319,14 +307,15 @@ def _dtype_code_lookup(dt):
             t = getattr(_ml, nm, None)
             if t is not None and dt == np.dtype(t):
                 return code
-    if dt.kind == "b":
-        return 7
-    key = dt.kind + str(dt.itemsize)
-    table = {"f8": 1, "f4": 2, "f2": 3, "i1": 8, "u1": 9, "i2": 10, "u2": 11, "i4": 12,
-             "u4": 13, "i8": 14, "u8": 15}
-    if key not in table:
+    code = _CODE_BY_KIND.get((dt.kind, dt.itemsize))
+    if code is None:
         raise TypeError("no Kiln tensor dtype for numpy dtype %s" % dt)
-    return table[key]
+    return code
+
+
+# (numpy kind, itemsize) -> dtype code, for the dtypes with a plain numpy twin
+_CODE_BY_KIND = {(np.dtype(d[2]).kind, np.dtype(d[2]).itemsize): c
+                 for c, d in W.DTYPES.items() if d[3] is None and d[1] != 0}
 
 
 class TensorDirectory:
@@ -532,8 +521,8 @@ def normalize_tensors(value):
                 if not name:
                     raise EncodeError("TYPE", 0, "tensor %d: an empty name is not allowed" % i)
             axis, group, block, scheme = row[6], row[7], row[4], row[5]
-            if not (0 <= axis <= 0xFFFF and 0 <= group <= U32_MAX
-                    and 0 <= block <= U32_MAX and 0 <= scheme <= 0xFFFF):
+            if not (0 <= axis <= W.U16_MAX and 0 <= group <= U32_MAX
+                    and 0 <= block <= U32_MAX and 0 <= scheme <= W.U16_MAX):
                 raise EncodeError("TYPE", 0, "tensor %d: a quantization field is out of range" % i)
             if row[8] != U32_MAX or row[9] != U32_MAX:
                 linked = True

@@ -13,23 +13,10 @@ import typing
 
 from ._errors import KilnError
 from . import _plan as P
-
-MAX_DEPTH = 64
-FNV_OFFSET = 14695981039346656037
-FNV_PRIME = 1099511628211
-_MASK64 = (1 << 64) - 1
+from . import _wire as W
+from ._wire import MAX_DEPTH, fnv1a_tokens  # noqa: F401  (re-exported)
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def fnv1a_tokens(tokens):
-    """FNV-1a 64 over each token's bytes followed by one 0x00 byte."""
-    h = FNV_OFFSET
-    for tok in tokens:
-        for b in tok.encode("ascii"):
-            h = ((h ^ b) * FNV_PRIME) & _MASK64
-        h = (h * FNV_PRIME) & _MASK64  # the 0x00 byte: h ^ 0 == h
-    return h
 
 
 class Type:
@@ -95,8 +82,8 @@ class Type:
 class Scalar(Type):
     __slots__ = ("name", "op")
 
-    def __init__(self, name, op, size):
-        Type.__init__(self, (name,), size, 0)
+    def __init__(self, name, op):
+        Type.__init__(self, (name,), W.SCALAR_FORMAT[op][1], 0)
         self.name = name
         self.op = op
 
@@ -122,7 +109,7 @@ class Tensors(Type):
 
     def _build_plan(self):
         from ._tensor import HOOKS
-        return P.Plan(P.OP_TENSORS, 64, self.text, tensors=HOOKS)
+        return P.Plan(P.OP_TENSORS, W.HEADER_SIZE, self.text, tensors=HOOKS)
 
 
 class List(Type):
@@ -259,19 +246,19 @@ def _is_namedtuple(cls):
 
 # --- scalar singletons ---------------------------------------------------
 
-bool_ = Scalar("bool", P.OP_BOOL, 1)
-i8 = Scalar("i8", P.OP_I8, 1)
-i16 = Scalar("i16", P.OP_I16, 2)
-i32 = Scalar("i32", P.OP_I32, 4)
-i64 = Scalar("i64", P.OP_I64, 8)
-u8 = Scalar("u8", P.OP_U8, 1)
-u16 = Scalar("u16", P.OP_U16, 2)
-u32 = Scalar("u32", P.OP_U32, 4)
-u64 = Scalar("u64", P.OP_U64, 8)
-int_ = Scalar("int", P.OP_I64, 8)
-uint = Scalar("uint", P.OP_U64, 8)
-f32 = Scalar("f32", P.OP_F32, 4)
-f64 = Scalar("f64", P.OP_F64, 8)
+bool_ = Scalar("bool", P.OP_BOOL)
+i8 = Scalar("i8", P.OP_I8)
+i16 = Scalar("i16", P.OP_I16)
+i32 = Scalar("i32", P.OP_I32)
+i64 = Scalar("i64", P.OP_I64)
+u8 = Scalar("u8", P.OP_U8)
+u16 = Scalar("u16", P.OP_U16)
+u32 = Scalar("u32", P.OP_U32)
+u64 = Scalar("u64", P.OP_U64)
+int_ = Scalar("int", P.OP_I64)
+uint = Scalar("uint", P.OP_U64)
+f32 = Scalar("f32", P.OP_F32)
+f64 = Scalar("f64", P.OP_F64)
 str_ = Str()
 tensors = Tensors()
 

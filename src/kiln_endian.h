@@ -37,13 +37,11 @@
 #  define kiln_bswap16(x) _byteswap_ushort(x)
 #  define kiln_bswap32(x) _byteswap_ulong(x)
 #  define kiln_bswap64(x) _byteswap_uint64(x)
-#  define KILN_LIKELY(x) (x)
 #  define KILN_UNLIKELY(x) (x)
 #else
 #  define kiln_bswap16(x) __builtin_bswap16(x)
 #  define kiln_bswap32(x) __builtin_bswap32(x)
 #  define kiln_bswap64(x) __builtin_bswap64(x)
-#  define KILN_LIKELY(x) __builtin_expect(!!(x), 1)
 #  define KILN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #endif
 

@@ -1,14 +1,20 @@
 """Run every test against each kernel implementation.
 
-``--c-extensions`` (or KILN_REQUIRE_EXTENSION=1, which .ci/run sets) says the
-compiled kernels are expected: if ``kiln._kernels_c`` is then missing, the
-tests that use it ERROR, they are never skipped.  Without the option a
-missing extension is reported as an error too unless KILN_PUREPYTHON=1 is
-set, in which case only the pure implementation is collected.
+One rule, with no environment variable involved:
+
+* ``--c-extensions``: the compiled kernels must be importable.  Every test
+  runs against both implementations; if ``kiln._kernels_c`` is missing, the
+  tests that use it ERROR, they are never skipped.
+* without it: every test runs against the pure kernels, and against the
+  compiled ones too when they are importable (the pytest header says which).
+  A pure-Python distribution (``KILN_NO_EXTENSIONS=1``, the py3-none-any
+  wheel) runs this way.
+
+``KILN_PUREPYTHON=1`` changes only which kernels ``import kiln`` picks (the
+tests of that choice run in subprocesses), not which kernels are tested.
 """
 
 import importlib
-import os
 import types
 
 import pytest
@@ -19,13 +25,27 @@ from kiln import _kernels_py
 
 def pytest_addoption(parser):
     parser.addoption("--c-extensions", action="store_true", default=False,
-                     help="the compiled kernels must be importable")
+                     help="the compiled kernels must be importable, and are tested")
+
+
+def _compiled_or_none():
+    try:
+        return importlib.import_module("kiln._kernels_c")
+    except ImportError:
+        return None
 
 
 def _want_c(config):
-    if config.getoption("--c-extensions") or os.environ.get("KILN_REQUIRE_EXTENSION") == "1":
-        return True
-    return os.environ.get("KILN_PUREPYTHON", "") in ("", "0")
+    """Are the compiled kernels tested in this run?"""
+    return config.getoption("--c-extensions") or _compiled_or_none() is not None
+
+
+def pytest_report_header(config):
+    if config.getoption("--c-extensions"):
+        return "kiln kernels under test: python and cython (required)"
+    if _compiled_or_none() is None:
+        return "kiln kernels under test: python only (no kiln._kernels_c importable)"
+    return "kiln kernels under test: python and cython"
 
 
 def pytest_generate_tests(metafunc):
@@ -73,24 +93,20 @@ def impl(request):
 def compiled_kernels(config):
     """The compiled kernels module for a test that exercises it directly.
 
-    It runs whenever the module is importable (KILN_PUREPYTHON=1 only changes
-    the default).  Missing while expected: an error.  Missing in a pure-Python
-    run: skipped, since that distribution (KILN_NO_EXTENSIONS=1, the
-    py3-none-any wheel) ships no compiled kernels to test."""
-    try:
+    Missing under ``--c-extensions``: an error.  Missing otherwise: skipped,
+    since that distribution ships no compiled kernels to test."""
+    if config.getoption("--c-extensions"):
         return importlib.import_module("kiln._kernels_c")
-    except ImportError:
-        if _want_c(config):
-            raise
-        pytest.skip("pure-Python distribution (KILN_PUREPYTHON=1, no kiln._kernels_c "
-                    "installed): nothing compiled to test")
+    k = _compiled_or_none()
+    if k is None:
+        pytest.skip("pure-Python distribution (no kiln._kernels_c installed): nothing "
+                    "compiled to test")
+    return k
 
 
-def both_kernels():
-    out = [_kernels_py]
-    try:
-        out.append(importlib.import_module("kiln._kernels_c"))
-    except ImportError:
-        if os.environ.get("KILN_REQUIRE_EXTENSION") == "1":
-            raise
-    return out
+def both_kernels(config=None):
+    """The kernel modules under test (see the module doc)."""
+    k = _compiled_or_none()
+    if k is None and config is not None and config.getoption("--c-extensions"):
+        return [_kernels_py, importlib.import_module("kiln._kernels_c")]
+    return [_kernels_py] + ([] if k is None else [k])

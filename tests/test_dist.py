@@ -43,8 +43,8 @@ pytestmark = pytest.mark.skipif(
 SDIST_ALLOWED = [
     "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
     "LICENSE", "kiln.egg-info/*",
-    "kiln/*.py", "kiln/py.typed", "kiln/*.pyi",
-    "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h",
+    "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/py.typed", "kiln/*.pyi",
+    "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
     "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/corpus/**",
 ]
@@ -52,7 +52,8 @@ SDIST_ALLOWED = [
 SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
                    "tests/test_dist.py"]
 
-WHEEL_ALLOWED = ["kiln/*.py", "kiln/py.typed", "kiln/*.pyi", "kiln-*.dist-info/**"]
+WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/py.typed", "kiln/*.pyi",
+                 "kiln-*.dist-info/**"]
 WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
 
 
@@ -113,8 +114,9 @@ def expected_sdist_files(root=ROOT):
     """What the sdist must hold, from the checkout at root."""
     need = ["PKG-INFO", "pyproject.toml", "setup.py", "README.md", "LICENSE",
             "constraints/build.txt", "fuzz/oracle.py", "kiln/py.typed"]
-    need += _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi"])
-    need += _checkout_files(root, "src", ["src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h"])
+    need += _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py"])
+    need += _checkout_files(root, "src", ["src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h",
+                                          "src/kernels/*.pxi"])
     need += _checkout_files(root, "tests")
     need += _checkout_files(root, "spec")
     need += _checkout_files(root, os.path.join("fuzz", "corpus"))
@@ -142,7 +144,8 @@ def check_wheel(names, filename, root=ROOT):
     tag = os.path.basename(filename)[:-len(".whl")].split("-")[-3:]
     pure = tag == ["py3", "none", "any"]
     have = set(names)
-    for n in _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi"]) + ["kiln/py.typed"]:
+    for n in _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py"]) \
+            + ["kiln/py.typed"]:
         if n not in have:
             problems.append("wheel lacks %s" % n)
     dist_info = [n for n in names if re.match(r"kiln-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
@@ -258,7 +261,8 @@ def test_rules_reject_strays():
                   "tests/test_dist.py", "build/lib/kiln/__init__.py", "constraints/tools.txt"):
         assert check_sdist(good + [stray]) == ["sdist should not contain " + stray]
     assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
-    kiln_py = [n for n in good if re.match(r"kiln/[^/]+\.pyi?$", n)] + ["kiln/py.typed"]
+    kiln_py = [n for n in good if re.match(r"kiln/(_kernels_py/)?[^/]+\.pyi?$", n)] \
+        + ["kiln/py.typed"]
     info = ["kiln-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
     ext = "kiln/_kernels_c.cpython-312-darwin.so"
     assert check_wheel(kiln_py + info, "kiln-0.1.0-py3-none-any.whl") == []

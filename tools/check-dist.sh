@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
 done
 
 # a user's environment: none of the project's switches, no stray paths
-unset KILN_NO_EXTENSIONS KILN_PUREPYTHON KILN_REQUIRE_EXTENSION KILN_DEBUG_BUILD \
+unset KILN_NO_EXTENSIONS KILN_PUREPYTHON KILN_DEBUG_BUILD \
     PYTHONPATH PIP_CONSTRAINT PIP_BUILD_CONSTRAINT VIRTUAL_ENV
 
 WORK=${KILN_DIST_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/kiln-dist.XXXXXX")}

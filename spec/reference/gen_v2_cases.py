@@ -50,12 +50,7 @@ def s(text):
     return u32(len(raw)) + raw
 
 
-def fnv_tokens(tokens):
-    h = 14695981039346656037
-    for tok in tokens:
-        for b in tok.encode("ascii") + b"\x00":
-            h = ((h ^ b) * 1099511628211) & U64_MAX
-    return h
+fnv_tokens = kiln_ref.fnv1a64_tokens
 
 
 def frame(tokens, body, magic=b"KLN0", profile=0, flags=0, reserved=0, hash_value=None):

@@ -1,0 +1,224 @@
+"""Conversions both kernels share: buffers in, Python values to wire runs.
+
+This module sits beside the kernels (it imports only the wire constants and
+the errors), so the compiled kernel can use it without importing the pure one.
+
+The rule for a list of fixed-width numbers (``as_pod_array``): an item is
+accepted exactly when a scalar field of the element type accepts it.  Integer
+elements take ints, bools, numpy integers and anything with ``__index__``, in
+range; float elements take anything with ``__float__`` or ``__index__`` whose
+value fits (an f32 that would overflow is refused); bool elements take only
+``True``, ``False`` and numpy bools.  A numpy array is judged by its dtype
+instead: integers (or bools) for integer elements, checked against the range;
+numbers for float elements; bools for bool elements.
+"""
+
+import struct as _struct
+
+import numpy as np
+
+from . import _wire as W
+from ._errors import EncodeError
+
+def pack_scalar(op):
+    """``pack(v) -> bytes`` for one non-bool scalar field: struct's conversions
+    (``__index__`` for integers, ``__float__`` for floats), plus numpy's bool
+    as an integer like Python's bool; raises struct.error and friends."""
+    pack = _struct.Struct("<" + W.SCALAR_FORMAT[op][0]).pack
+    if op not in W.INT_RANGE:
+        return pack
+    np_bool = np.bool_
+
+    def pack_int(v):
+        try:
+            return pack(v)
+        except _struct.error:
+            if type(v) is np_bool:
+                return pack(bool(v))
+            raise
+    return pack_int
+
+
+_PACKERS = {op: pack_scalar(op) for op in W.SCALAR_FORMAT if op != W.OP_BOOL}
+
+
+def as_bytes_view(buf):
+    """A flat memoryview of format 'B' over ``buf`` (any C-contiguous buffer)."""
+    mv = buf if type(buf) is memoryview else memoryview(buf)
+    if mv.nbytes == 0:
+        # an empty buffer is contiguous whatever its shape and strides say
+        return memoryview(b"")
+    if not mv.c_contiguous:
+        raise TypeError("kiln needs a contiguous buffer")
+    if mv.format != "B" or mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+def type_name(v):
+    return type(v).__name__
+
+
+def short_repr(v):
+    try:
+        r = repr(v)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return "an integer of %d bits" % v.bit_length()
+    return r if len(r) <= 40 else r[:18] + "..." + r[-18:]
+
+
+def scalar_error(v, op, text, offset):
+    """The EncodeError for a value a scalar field of ``op`` refused."""
+    if op == W.OP_BOOL:
+        return EncodeError("TYPE", offset, "expected bool, got %s" % type_name(v))
+    if op in W.INT_RANGE:
+        lo, hi = W.INT_RANGE[op]
+        try:
+            iv = v.__index__() if not isinstance(v, int) else v
+        except (AttributeError, TypeError):
+            return EncodeError("TYPE", offset, "expected an integer for %s, got %s"
+                               % (text, type_name(v)))
+        return EncodeError("TYPE", offset, "%s does not fit %s (%d..%d)"
+                           % (short_repr(iv), text, lo, hi))
+    tp = type(v)
+    if not (hasattr(tp, "__float__") or hasattr(tp, "__index__")):
+        # a str such as "1.0" is not a number, whatever float() would make of it
+        return EncodeError("TYPE", offset, "expected a float for %s, got %s"
+                           % (text, type_name(v)))
+    return EncodeError("TYPE", offset, "%s does not fit %s" % (short_repr(v), text))
+
+
+def count_lied(offset, c, gave):
+    """A sequence gave a different number of items than its len() said."""
+    return EncodeError("TYPE", offset, "len() said %d items but the sequence gave %s (it "
+                       "changed length while encoding, or its len() is wrong)" % (c, gave))
+
+
+def as_byte_run(v, offset):
+    """The bytes of a ``list<u8>`` value: bytes-like objects, 1-D uint8 arrays, int lists."""
+    t = type(v)
+    if t is bytes or t is bytearray:
+        return v
+    if t is memoryview or isinstance(v, (bytes, bytearray, memoryview)):
+        mv = memoryview(v)
+        if not mv.c_contiguous:
+            raise EncodeError("TYPE", offset, "memoryview is not contiguous")
+        if mv.itemsize != 1:
+            raise EncodeError("TYPE", offset, "memoryview items are not bytes")
+        return mv.cast("B") if mv.format != "B" else mv
+    if isinstance(v, np.ndarray):
+        if v.ndim != 1 or v.dtype != np.uint8:
+            raise EncodeError("TYPE", offset, "list<u8> takes a 1-D uint8 array, got %s %s"
+                              % (v.dtype, v.shape))
+        return memoryview(np.ascontiguousarray(v)).cast("B")
+    if isinstance(v, (list, tuple)):
+        try:
+            return bytes(v)
+        except (ValueError, TypeError):
+            # item by item with the scalar u8 rule: it accepts, or names the bad item
+            arr = _item_run(list(v), W.OP_U8, np.dtype("|u1"), "list<u8>", offset)
+            return memoryview(arr).cast("B")
+    raise EncodeError("TYPE", offset, "expected bytes for list<u8>, got %s" % type_name(v))
+
+
+_NOT_SEQUENCES = (str, bytes, bytearray, dict, set, frozenset)
+
+
+def as_pod_array(v, op, offset=0):
+    """A contiguous little-endian 1-D array of the wire dtype of ``op`` (see module doc).
+
+    Raises EncodeError for a wrong kind, a wrong shape or a value out of
+    range; never wraps or truncates silently.
+    """
+    le = np.dtype(W.NUMPY_LE[op])
+    text = "list<%s>" % _ELEM_TEXT[op]
+    if isinstance(v, np.ndarray):
+        return _array_run(v, op, le, text, offset)
+    if isinstance(v, _NOT_SEQUENCES) or not hasattr(v, "__len__") or \
+            not hasattr(v, "__getitem__"):
+        raise EncodeError("TYPE", offset, "expected a sequence of numbers for %s, got %s"
+                          % (text, type_name(v)))
+    # one snapshot of the items: code run while they are converted (an
+    # __index__, another thread) cannot change what is encoded
+    items = list(v)
+    try:
+        arr = np.asarray(items)
+    except (ValueError, TypeError, OverflowError):
+        arr = None
+    if arr is not None and arr.ndim == 1 and _plain_kind(arr.dtype, op):
+        return _array_run(arr, op, le, text, offset)
+    return _item_run(items, op, le, text, offset)
+
+
+_ELEM_TEXT = W.SCALAR_NAME
+
+
+def _plain_kind(dt, op):
+    """Would numpy's conversion of Python items match the scalar rule exactly?"""
+    if op == W.OP_BOOL:
+        return dt.kind == "b"
+    if op in W.INT_RANGE:
+        return dt.kind in "iub"
+    return dt.kind in "iubf"
+
+
+def _item_run(items, op, le, text, offset):
+    """Convert item by item with the scalar rule (mixed or unusual items)."""
+    out = bytearray()
+    if op == W.OP_BOOL:
+        np_bool = np.bool_
+        for i, x in enumerate(items):
+            if x is True or x is False or type(x) is np_bool:
+                out.append(1 if x else 0)
+            else:
+                e = scalar_error(x, op, "bool", offset)
+                e.add_path("[%d]" % i)
+                raise e
+    else:
+        pack = _PACKERS[op]
+        for i, x in enumerate(items):
+            try:
+                out += pack(x)
+            except (_struct.error, TypeError, OverflowError, ValueError):
+                e = scalar_error(x, op, _ELEM_TEXT[op], offset)
+                e.add_path("[%d]" % i)
+                raise e from None
+    return np.frombuffer(bytes(out), le)
+
+
+def _array_run(arr, op, le, text, offset):
+    """Judge an ndarray by its dtype (see module doc)."""
+    if arr.ndim != 1:
+        raise EncodeError("TYPE", offset, "%s takes a 1-D array, got shape %s"
+                          % (text, arr.shape))
+    if arr.dtype == le:
+        return np.ascontiguousarray(arr)
+    kind = arr.dtype.kind
+    if arr.size == 0 and kind in "fiub":
+        return np.empty(0, le)
+    if op == W.OP_BOOL:
+        if kind != "b":
+            raise EncodeError("TYPE", offset, "%s takes a bool array, got %s" % (text, arr.dtype))
+    elif op in W.INT_RANGE:
+        if kind not in "iub":
+            raise EncodeError("TYPE", offset, "%s takes an integer array, got %s"
+                              % (text, arr.dtype))
+        if not np.can_cast(arr.dtype, le, "safe"):
+            lo, hi = W.INT_RANGE[op]
+            mn = int(arr.min())
+            mx = int(arr.max())
+            if mn < lo or mx > hi:
+                bad = mn if mn < lo else mx
+                raise EncodeError("TYPE", offset, "%d does not fit %s (%d..%d)"
+                                  % (bad, _ELEM_TEXT[op], lo, hi))
+    else:
+        if kind not in "fiub":
+            raise EncodeError("TYPE", offset, "%s takes a numeric array, got %s"
+                              % (text, arr.dtype))
+        if kind == "f" and arr.dtype.itemsize > le.itemsize:
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = arr.astype(le)
+                if not np.array_equal(np.isfinite(out), np.isfinite(arr)):
+                    raise EncodeError("TYPE", offset, "a value overflows %s" % _ELEM_TEXT[op])
+            return out
+    return np.ascontiguousarray(arr, dtype=le)

@@ -1,0 +1,45 @@
+"""The kernel interface: what the layers above call on a kernel module.
+
+Both ``kiln._kernels_py`` and ``kiln._kernels_c`` satisfy :class:`Kernels`;
+``tests/test_house.py`` compares every signature with the one here.  The
+full description of each call is in the ``kiln._kernels_py`` docstring.
+"""
+
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
+
+from ._plan import Plan
+
+# (code, shape, name, layout, block_size, quant_scheme, quant_axis, group_size,
+#  scale_index, outer_index, byte_offset, byte_length)
+Row = Tuple[int, Tuple[int, ...], Optional[bytes], Optional[bytes], int, int, int, int, int,
+            int, int, int]
+# (code, shape, name, layout, block_size, quant_scheme, quant_axis, group_size,
+#  scale_index, outer_index, payload)
+Record = Tuple[int, Tuple[int, ...], Optional[bytes], Optional[bytes], int, int, int, int, int,
+               int, Any]
+
+
+class DecodeProgram(Protocol):
+    def decode(self, buf: Any) -> Any: ...
+
+
+class EncodeProgram(Protocol):
+    def encode(self, value: Any) -> bytes: ...
+
+    def encode_into(self, value: Any, buffer: bytearray, offset: int = 0) -> int: ...
+
+
+class Kernels(Protocol):
+    def compile_decoder(self, plan: Plan, frame_hash: Optional[int], trusted: bool,
+                        max_count: int, max_bytes: int, copy: bool) -> DecodeProgram: ...
+
+    def compile_encoder(self, plan: Plan, frame_hash: Optional[int]) -> EncodeProgram: ...
+
+    def validate_directory(self, buf: Any, start: int, standalone: bool, trusted: bool,
+                           max_count: int, max_bytes: int,
+                           copy: bool) -> Tuple[int, int, List[Row]]: ...
+
+    def write_directory(self, records: Sequence[Record], out: bytearray) -> int: ...
+
+
+INTERFACE = ("compile_decoder", "compile_encoder", "validate_directory", "write_directory")

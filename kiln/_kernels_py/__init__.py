@@ -1,0 +1,50 @@
+"""Pure-Python kernels, in the same parts as the compiled ones.
+
+=================  ===========================  ===========================================
+part               here                         compiled twin
+=================  ===========================  ===========================================
+reader             ``reader.py``                ``src/kernels/reader.pxi``
+Frozen decode      ``decode.py``                ``src/kernels/decode.pxi``
+Frozen encode      ``encode.py``                ``src/kernels/encode.pxi``
+directory checks   ``directory.py``             ``src/kernels/directory.pxi``
+directory writing  ``dirwrite.py``              ``src/kernels/dirwrite.pxi``
+=================  ===========================  ===========================================
+
+The kernel interface (``kiln._kernel.Kernels``, checked against both kernels by
+the tests) is what the layers above call:
+
+``compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy)``
+    Compile a :class:`kiln._plan.Plan` into a decode program.  ``frame_hash``
+    is the schema hash a frame must carry, or ``None`` for a bare value.  The
+    program's ``decode(buf)`` takes any contiguous buffer and returns the
+    Python value, or raises :class:`kiln.KilnError`.
+
+``compile_encoder(plan, frame_hash)``
+    Compile a plan into an encode program with ``encode(value) -> bytes`` and
+    ``encode_into(value, buffer, offset) -> end`` (``buffer`` is a bytearray,
+    resized so that it ends at ``end``).
+
+``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy)``
+    Check one tensor directory block starting at ``start`` of the byte
+    buffer ``buf`` in the spec's check order.  Returns ``(end, payload_base,
+    table)`` where ``table`` is a list of descriptor tuples ``(code, shape,
+    name, layout, block_size, quant_scheme, quant_axis, group_size,
+    scale_index, outer_index, byte_offset, byte_length)``; ``name``/``layout``
+    are raw bytes or None.  Nothing is built per descriptor before the
+    directory is known to fit.
+
+``write_directory(records, out)``
+    Append the canonical block for normalized tensor records to the bytearray
+    ``out`` (see ``dirwrite.py`` for the record layout); returns where it starts.
+
+Everything else in the parts is private to the kernel.  The Python layer
+(``kiln._types``, ``kiln._api``, ``kiln._tensor``) builds plans and objects;
+loops over elements, fields and descriptors live in the kernels.
+"""
+
+from .decode import compile_decoder
+from .directory import validate_directory
+from .dirwrite import write_directory
+from .encode import compile_encoder
+
+__all__ = ["compile_decoder", "compile_encoder", "validate_directory", "write_directory"]

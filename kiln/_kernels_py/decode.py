@@ -1,0 +1,319 @@
+"""Frozen decode: a plan becomes a tree of closures ``dec(d, p) -> (value, p)``.
+
+The twin of ``src/kernels/decode.pxi``.  Each builder below makes the
+decoder of one op; ``build`` picks the builder.
+"""
+
+import struct as _struct
+
+import numpy as np
+
+from .. import _wire as W
+from .._convert import as_bytes_view
+from .._plan import Some
+from .reader import (budget, check_count, check_frame, eof, err, has_zero_lists,
+                     read_length, zero_budget_error)
+from .directory import validate_directory
+
+
+class Opts:
+    """The decode options every builder reads."""
+
+    __slots__ = ("trusted", "max_count", "max_bytes", "copy", "errors")
+
+    def __init__(self, trusted, max_count, max_bytes, copy):
+        self.trusted = trusted
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.copy = copy
+        self.errors = "surrogateescape" if trusted else "strict"
+
+
+def build(plan, o):
+    if plan.op in W.SCALAR_FORMAT:
+        return _scalar(plan, o)
+    return _BUILDERS[plan.op](plan, o)
+
+
+def _scalar(plan, o):
+    op = plan.op
+    if op == W.OP_BOOL:
+        def dec_bool(d, p):
+            if p >= len(d):
+                raise eof(p, 1, len(d))
+            b = d[p]
+            if b > 1:
+                raise err("TYPE", p, "bool byte is %d, not 0 or 1" % b)
+            return b == 1, p + 1
+        return dec_bool
+    fmt, w = W.SCALAR_FORMAT[op]
+    unpack = _struct.Struct("<" + fmt).unpack_from
+
+    def dec_scalar(d, p):
+        if p + w > len(d):
+            raise eof(p, w, len(d))
+        return unpack(d, p)[0], p + w
+    return dec_scalar
+
+
+def _text(raw, q, errors, what=""):
+    """Decode ``raw``, the body that starts at input offset ``q``."""
+    try:
+        return str(raw, "utf-8", errors)
+    except UnicodeDecodeError as ex:
+        raise err("UTF8", q + ex.start, "invalid UTF-8%s (%s)" % (what, ex.reason)) from None
+
+
+def _str(plan, o):
+    max_bytes, errors = o.max_bytes, o.errors
+
+    def dec_str(d, p):
+        q, e = read_length(d, p, max_bytes, "string")
+        return _text(d[q:e], q, errors), e
+    return dec_str
+
+
+def _bytes(plan, o):
+    cap = min(o.max_count, o.max_bytes)
+    capname = "max_bytes" if o.max_bytes < o.max_count else "max_count"
+
+    def dec_bytes(d, p):
+        c = check_count(d, p, cap, 1, capname)
+        q = p + 4
+        return bytes(d[q:q + c]), q + c
+    return dec_bytes
+
+
+def _podlist(plan, o):
+    le = np.dtype(W.NUMPY_LE[plan.elem.op])
+    nat = le.newbyteorder("=")
+    w = le.itemsize
+    is_bool = plan.elem.op == W.OP_BOOL
+    max_count = o.max_count
+
+    def dec_pod(d, p):
+        c = check_count(d, p, max_count, w)
+        q = p + 4
+        if c == 0:
+            return np.empty(0, nat), q
+        arr = np.frombuffer(d, dtype=le, count=c, offset=q).astype(nat)
+        if is_bool:
+            # checked in the copy, so the bytes checked are the bytes returned
+            u = arr.view(np.uint8)
+            bad = u > 1
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise err("TYPE", q + i, "bool byte is %d, not 0 or 1" % u[i])
+        return arr, q + c * w
+    return dec_pod
+
+
+def _opt(plan, o):
+    inner = build(plan.elem, o)
+    nested = plan.elem.op == W.OP_OPT
+
+    def dec_opt(d, p):
+        if p >= len(d):
+            raise eof(p, 1, len(d))
+        b = d[p]
+        if b == 0:
+            return None, p + 1
+        if b != 1:
+            raise err("TYPE", p, "optional presence byte is %d, not 0 or 1" % b)
+        v, p = inner(d, p + 1)
+        if nested and (v is None or type(v) is Some):
+            v = Some(v)  # present, and the inner optional is empty: keep the level
+        return v, p
+    return dec_opt
+
+
+def _list(plan, o):
+    elem = plan.elem
+    m = elem.min_size
+    max_count = o.max_count
+    if elem.op == W.OP_STRUCT and m > 0 and all(
+            f.op in W.SCALAR_FORMAT and f.op != W.OP_BOOL for f in elem.fields):
+        return _fixed_list(plan, o)
+    inner = build(elem, o)
+    if m == 0:
+        def dec_zero_list(d, p):
+            # the input's bytes do not bound these elements: one budget for the value
+            c = check_count(d, p, max_count, 0)
+            left = budget.left
+            if c > left:
+                raise zero_budget_error(p, c, left, max_count)
+            budget.left = left - c
+            return _items(inner, c, d, p + 4)
+        return dec_zero_list
+
+    def dec_list(d, p):
+        return _items(inner, check_count(d, p, max_count, m), d, p + 4)
+    return dec_list
+
+
+def _items(inner, c, d, p):
+    out = []
+    app = out.append
+    for _ in range(c):
+        v, p = inner(d, p)
+        app(v)
+    return out, p
+
+
+def _fixed_list(plan, o):
+    """Every element is one fixed record of non-bool scalars: unpack them in bulk."""
+    elem = plan.elem
+    m = elem.min_size
+    rec = _struct.Struct("<" + "".join(W.SCALAR_FORMAT[f.op][0] for f in elem.fields))
+    names = elem.names
+    make = elem.make
+    max_count = o.max_count
+
+    def dec_fixed_list(d, p):
+        c = check_count(d, p, max_count, m)
+        q = p + 4
+        e = q + c * m
+        it = rec.iter_unpack(d[q:e])
+        if make is None:
+            out = [dict(zip(names, t)) for t in it]
+        else:
+            out = [make(*t) for t in it]
+        return out, e
+    return dec_fixed_list
+
+
+def _dict(plan, o):
+    inner = build(plan.elem, o)
+    m = 4 + plan.elem.min_size
+    max_count, max_bytes, errors = o.max_count, o.max_bytes, o.errors
+
+    def dec_dict(d, p):
+        c = check_count(d, p, max_count, m)
+        p += 4
+        out = {}
+        prev = None
+        for _ in range(c):
+            q, e = read_length(d, p, max_bytes, "key")
+            raw = bytes(d[q:e])  # one copy: decoded and ordered from the same bytes
+            key = _text(raw, q, errors, " in key")
+            if prev is not None and raw <= prev:
+                raise err("TYPE", p, "dict key %r is not after the previous key" % key)
+            prev = raw
+            out[key], p = inner(d, e)
+        return out, p
+    return dec_dict
+
+
+def _tensors(plan, o):
+    hooks = plan.tensors
+
+    def dec_tensors(d, p):
+        mv = d if type(d) is memoryview else memoryview(d)
+        end, base, table = validate_directory(mv, p, False, o.trusted, o.max_count,
+                                              o.max_bytes, o.copy)
+        return hooks.build(mv, p, base, table, o.copy, o.trusted), end
+    return dec_tensors
+
+
+def _struct_dec(plan, o):
+    """One straight-line function for the struct: consecutive non-bool fixed
+    scalars are read by one struct.Struct, other fields call their decoder."""
+    ns = {"run_eof": _run_eof, "make": plan.make}
+    lines = ["def dec_struct(d, p):", "    n = len(d)"]
+    run = []
+
+    def flush():
+        if not run:
+            return
+        j = len(ns)
+        st = _struct.Struct("<" + "".join(W.SCALAR_FORMAT[f.op][0] for _, f in run))
+        ns["s%d" % j] = st.unpack_from
+        ns["z%d" % j] = tuple(W.SCALAR_FORMAT[f.op][1] for _, f in run)
+        targets = ", ".join("v%d" % i for i, _ in run)
+        lines.append("    if p + %d > n: raise run_eof(p, z%d, n)" % (st.size, j))
+        lines.append("    %s = s%d(d, p)%s" % (targets, j, "[0]" if len(run) == 1 else ""))
+        lines.append("    p += %d" % st.size)
+        del run[:]
+
+    for i, f in enumerate(plan.fields):
+        if f.op in W.SCALAR_FORMAT and f.op != W.OP_BOOL:
+            run.append((i, f))
+            continue
+        flush()
+        ns["f%d" % i] = build(f, o)
+        lines.append("    v%d, p = f%d(d, p)" % (i, i))
+    flush()
+    if plan.make is None:
+        body = ", ".join("%r: v%d" % (nm, i) for i, nm in enumerate(plan.names))
+        lines.append("    return {%s}, p" % body)
+    else:
+        lines.append("    return make(%s), p" % ", ".join("v%d" % i
+                                                        for i in range(len(plan.fields))))
+    exec(compile("\n".join(lines), "<kiln struct %s>" % plan.text[:60], "exec"), ns)
+    return ns["dec_struct"]
+
+
+def _run_eof(p, sizes, n):
+    for size in sizes:
+        if p + size > n:
+            return eof(p, size, n)
+        p += size
+    return eof(p, 0, n)  # pragma: no cover
+
+
+_BUILDERS = {
+    W.OP_STR: _str, W.OP_BYTES: _bytes, W.OP_PODLIST: _podlist, W.OP_OPT: _opt,
+    W.OP_LIST: _list, W.OP_DICT: _dict, W.OP_STRUCT: _struct_dec, W.OP_TENSORS: _tensors,
+}
+
+
+class DecodeProgram:
+    """A plan compiled for decoding with fixed options."""
+
+    __slots__ = ("plan", "frame_hash", "trusted", "max_count", "max_bytes", "copy", "_dec",
+                 "_top_tensors", "_zero")
+
+    def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy):
+        self.plan = plan
+        self.frame_hash = frame_hash
+        self.trusted = bool(trusted)
+        self.max_count = int(max_count)
+        self.max_bytes = int(max_bytes)
+        self.copy = bool(copy)
+        self._top_tensors = plan.op == W.OP_TENSORS
+        self._dec = build(plan, Opts(self.trusted, self.max_count, self.max_bytes, self.copy))
+        self._zero = has_zero_lists(plan)
+
+    def decode(self, buf):
+        mv = as_bytes_view(buf)
+        d = buf if type(buf) is bytes else mv
+        n = len(mv)
+        p = 0
+        if self.frame_hash is not None:
+            p = check_frame(mv, self.frame_hash)
+        if self._top_tensors:
+            end, base, table = validate_directory(mv, p, True, self.trusted, self.max_count,
+                                                  self.max_bytes, self.copy)
+            return self.plan.tensors.build(mv, p, base, table, self.copy, self.trusted)
+        if self._zero:
+            v, p = self._dec_budgeted(d, p)
+        else:
+            v, p = self._dec(d, p)
+        if p != n:
+            raise err("TRAILING", p, "%d bytes follow the value" % (n - p))
+        return v
+
+    def _dec_budgeted(self, d, p):
+        saved = getattr(budget, "left", None)  # a decode run from inside a decode
+        budget.left = self.max_count
+        try:
+            return self._dec(d, p)
+        finally:
+            budget.left = saved
+
+
+def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy):
+    return DecodeProgram(plan, frame_hash, trusted, max_count, max_bytes, copy)
+
+
+__all__ = ["compile_decoder", "DecodeProgram"]

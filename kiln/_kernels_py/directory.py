@@ -1,0 +1,411 @@
+"""Tensor directory validation, one function per check step of spec section 7.
+
+The twin of ``src/kernels/directory.pxi``: the same step functions under the
+same names.  The header, the descriptors and the name heap are read once into
+private objects (tuples and bytes) and every later step uses those.
+"""
+
+import numpy as np
+
+from .. import _wire as W
+from .reader import err
+
+# descriptor field offsets (for error positions) and tuple indexes (for values)
+_D = W.DESC_SIZE
+
+
+class Dir:
+    """What the steps learn about one directory, as they learn it."""
+
+    __slots__ = ("buf", "n", "s", "standalone", "trusted", "max_count", "max_bytes", "copy",
+                 "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
+                 "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
+                 "counts", "names", "layouts")
+
+    def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, copy):
+        self.buf = buf
+        self.n = len(buf)
+        self.s = s
+        self.standalone = standalone
+        self.trusted = trusted
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.copy = copy
+
+    def d(self, i):
+        """The absolute offset of descriptor ``i``."""
+        return self.s + W.HEADER_SIZE + _D * i
+
+
+def step1_magic(st):
+    s, avail = st.s, st.n - st.s
+    if avail < 4:
+        raise err("EOF", s, "a directory needs 4 bytes for its magic, %d remain" % max(avail, 0))
+    magic = bytes(st.buf[s:s + 4])
+    if magic != W.DIR_MAGIC:
+        raise err("FRAME", s, "directory magic is %r, not %r" % (magic, W.DIR_MAGIC))
+    if avail < W.HEADER_SIZE:
+        raise err("EOF", s, "a directory header needs 64 bytes, %d remain" % avail)
+    (_, version, st.flags, reserved, st.count, st.name_bytes, st.payload_bytes,
+     st.directory_bytes, st.reserved32) = W.HEADER.unpack_from(st.buf, s)
+    return version, reserved
+
+
+def step2_envelope(st, version, reserved):
+    s = st.s
+    if version != W.DIR_VERSION:
+        raise err("FRAME", s + W.H_VERSION, "directory version is %d, not 2" % version)
+    if st.flags & ~(W.FLAG_NAMED | W.FLAG_LITTLE):
+        raise err("FRAME", s + W.H_FLAGS, "unknown directory flag bits %#x" % (st.flags & ~3))
+    if not st.flags & W.FLAG_LITTLE:
+        raise err("FRAME", s + W.H_FLAGS, "the little-endian flag is clear")
+    if reserved:
+        k = 0 if reserved & 0xFF else 1   # the u16 is little-endian: byte 6 is its low byte
+        raise err("FRAME", s + W.H_RESERVED + k, "reserved header byte is not 0")
+    if any(st.reserved32):
+        k = next(k for k, b in enumerate(st.reserved32) if b)
+        raise err("FRAME", s + W.H_RESERVED32 + k, "reserved header byte is not 0")
+
+
+def step3_caps(st):
+    if st.count > st.max_count:
+        raise err("LIMIT", st.s + W.H_COUNT, "tensor count %d is above the cap max_count=%d"
+                  % (st.count, st.max_count))
+    if st.name_bytes > st.max_bytes:
+        raise err("LIMIT", st.s + W.H_NAME_BYTES, "name heap of %d bytes is above the cap "
+                  "max_bytes=%d" % (st.name_bytes, st.max_bytes))
+
+
+def step4_arithmetic(st):
+    # count < 2**32 and name_bytes < 2**32, so the sum cannot overflow u64
+    st.want = st.count * _D + st.name_bytes
+    if st.directory_bytes != st.want:
+        raise err("TYPE", st.s + W.H_DIRECTORY_BYTES, "directory_bytes is %d, count and heap "
+                  "give %d" % (st.directory_bytes, st.want))
+
+
+def step5_fits(st):
+    avail = st.n - st.s
+    if W.HEADER_SIZE + st.want > avail:
+        raise err("EOF", st.s + W.H_COUNT, "%d descriptors and %d heap bytes need %d bytes, "
+                  "%d remain" % (st.count, st.name_bytes, W.HEADER_SIZE + st.want, avail))
+
+
+def step6_block(st):
+    st.base = (W.HEADER_SIZE + st.want + W.DIR_ALIGN - 1) & ~(W.DIR_ALIGN - 1)
+    st.block = st.base + st.payload_bytes
+    if st.block > W.U64_MAX:
+        raise err("LIMIT", st.s + W.H_PAYLOAD_BYTES, "payload_base + payload_bytes overflows u64")
+    if st.block > st.n - st.s:
+        raise err("EOF", st.s + W.H_PAYLOAD_BYTES, "the block needs %d bytes, %d remain"
+                  % (st.block, st.n - st.s))
+    st.pb = st.s + st.base
+    st.heap0 = st.s + W.HEADER_SIZE + _D * st.count
+
+
+def step7_padding(st):
+    heap_end = st.heap0 + st.name_bytes
+    _first_nonzero(st.buf, heap_end, st.pb, "padding byte is not 0")
+
+
+def _first_nonzero(buf, a, b, what):
+    if a < b:
+        gap = bytes(buf[a:b])
+        if any(gap):
+            k = next(k for k, v in enumerate(gap) if v)
+            raise err("TYPE", a + k, what)
+
+
+def read_table(st):
+    """The descriptors (one tuple each) and the heap, copied once: only after step 7."""
+    buf, s0 = st.buf, st.s + W.HEADER_SIZE
+    st.descs = [W.DESC.unpack_from(buf, s0 + _D * i) for i in range(st.count)]
+    st.names = bytes(buf[st.heap0:st.heap0 + st.name_bytes])  # the heap, for now
+
+
+def step8a_reserved(st):
+    for i, dsc in enumerate(st.descs):
+        d = st.d(i)
+        if dsc[W.I_RESERVED]:
+            raise err("FRAME", d + W.D_RESERVED, "reserved descriptor byte is not 0")
+        if any(dsc[W.I_RESERVED16]):
+            k = next(k for k, b in enumerate(dsc[W.I_RESERVED16]) if b)
+            raise err("FRAME", d + W.D_RESERVED16 + k, "reserved descriptor byte is not 0")
+
+
+def step8b_heap(st):
+    st.named = bool(st.flags & W.FLAG_NAMED)
+    if st.named and st.count == 0:
+        raise err("TYPE", st.s + W.H_FLAGS, "name flag set on an empty directory")
+    cursor = 0
+    for i, dsc in enumerate(st.descs):
+        noff, nlen = dsc[W.I_NAME_OFF], dsc[W.I_NAME_LEN]
+        if not st.named:
+            if nlen != 0 or noff != W.NO_NAME:
+                raise err("TYPE", st.d(i) + W.D_NAME_OFF, "tensor has a name but the name "
+                          "flag is clear")
+            continue
+        if nlen == 0:
+            raise err("TYPE", st.d(i) + W.D_NAME_OFF, "tensor has no name but the name flag "
+                      "is set")
+        if noff != cursor or cursor + nlen > st.name_bytes:
+            raise err("TYPE", st.d(i) + W.D_NAME_OFF, "name slice (%d, %d) is not the next "
+                      "%d heap bytes" % (noff, nlen, nlen))
+        cursor += nlen
+    for i, dsc in enumerate(st.descs):
+        loff, llen = dsc[W.I_LAYOUT_OFF], dsc[W.I_LAYOUT_LEN]
+        if llen == 0:
+            if loff != W.NO_NAME:
+                raise err("TYPE", st.d(i) + W.D_LAYOUT_OFF, "empty layout name with offset %d"
+                          % loff)
+            continue
+        if loff != cursor or cursor + llen > st.name_bytes:
+            raise err("TYPE", st.d(i) + W.D_LAYOUT_OFF, "layout slice (%d, %d) is not the next "
+                      "heap bytes" % (loff, llen))
+        cursor += llen
+    if cursor != st.name_bytes:
+        raise err("TYPE", st.s + W.H_NAME_BYTES, "name heap has %d bytes, names use %d"
+                  % (st.name_bytes, cursor))
+    heap = st.names
+    st.names = [heap[dsc[W.I_NAME_OFF]:dsc[W.I_NAME_OFF] + dsc[W.I_NAME_LEN]]
+                if st.named else None for dsc in st.descs]
+    st.layouts = [heap[dsc[W.I_LAYOUT_OFF]:dsc[W.I_LAYOUT_OFF] + dsc[W.I_LAYOUT_LEN]]
+                  if dsc[W.I_LAYOUT_LEN] else None for dsc in st.descs]
+
+
+def step8c_utf8(st):
+    if st.trusted:
+        return
+    for which, field, what in ((st.names, W.I_NAME_OFF, "tensor name"),
+                               (st.layouts, W.I_LAYOUT_OFF, "layout name")):
+        for i, nm in enumerate(which):
+            if nm is None:
+                continue
+            try:
+                nm.decode("utf-8")
+            except UnicodeDecodeError as ex:
+                raise err("UTF8", st.heap0 + st.descs[i][field] + ex.start, "invalid UTF-8 "
+                          "in a %s" % what) from None
+
+
+def step8d_duplicates(st):
+    if not st.named:
+        return
+    seen = set()
+    for i, nm in enumerate(st.names):
+        if nm in seen:
+            raise err("TYPE", st.d(i) + W.D_NAME_OFF, "tensor name %r repeats" % nm)
+        seen.add(nm)
+
+
+def step9_descriptors(st):
+    st.counts = [_descriptor(st, i, dsc) for i, dsc in enumerate(st.descs)]
+
+
+def _descriptor(st, i, dsc):
+    """Step 9 for one descriptor; returns its element count."""
+    d = st.d(i)
+    code, rank = dsc[W.I_DTYPE], dsc[W.I_RANK]
+    opaque = W.OPAQUE_MIN <= code <= W.OPAQUE_MAX
+    if not opaque and code not in W.DTYPES:
+        raise err("TYPE", d + W.D_DTYPE, "dtype code %d is not defined" % code)
+    if rank > W.MAX_RANK:
+        raise err("TYPE", d + W.D_RANK, "rank %d is above 8" % rank)
+    shape = dsc[W.I_SHAPE:W.I_SHAPE + W.MAX_RANK]
+    for k in range(rank, W.MAX_RANK):
+        if shape[k]:
+            raise err("TYPE", d + W.D_SHAPE + 8 * k, "shape slot %d past rank %d is not 0"
+                      % (k, rank))
+    ne = 1
+    if 0 not in shape[:rank]:  # a zero dimension makes the exact product 0
+        for k in range(rank):
+            ne *= shape[k]
+            if ne > W.U64_MAX:
+                raise err("LIMIT", d + W.D_SHAPE, "element count overflows u64")
+    else:
+        ne = 0
+    block_size, blen = dsc[W.I_BLOCK_SIZE], dsc[W.I_BYTE_LENGTH]
+    if opaque:
+        if dsc[W.I_LAYOUT_LEN] == 0:
+            raise err("TYPE", d + W.D_LAYOUT_OFF, "opaque dtype %d needs a layout name" % code)
+        if block_size == 0:
+            raise err("TYPE", d + W.D_BLOCK_SIZE, "opaque dtype %d needs a block size" % code)
+        if blen % block_size:
+            raise err("TYPE", d + W.D_BYTE_LENGTH, "byte length %d is not a multiple of block "
+                      "size %d" % (blen, block_size))
+    else:
+        if block_size:
+            raise err("TYPE", d + W.D_BLOCK_SIZE, "block size %d on a non-opaque dtype"
+                      % block_size)
+        if dsc[W.I_LAYOUT_LEN]:
+            raise err("TYPE", d + W.D_LAYOUT_OFF, "layout name on a non-opaque dtype")
+        name, w = W.DTYPES[code][0], W.DTYPES[code][1]
+        need = (ne + 1) // 2 if w == 0 else ne * w
+        if need > W.U64_MAX:
+            raise err("LIMIT", d + W.D_BYTE_LENGTH, "byte length of %d elements overflows u64"
+                      % ne)
+        if blen != need:
+            raise err("TYPE", d + W.D_BYTE_LENGTH, "byte length is %d, %d elements of %s need "
+                      "%d" % (blen, ne, name, need))
+    off = dsc[W.I_BYTE_OFFSET]
+    if off + blen > W.U64_MAX:
+        raise err("LIMIT", d + W.D_BYTE_OFFSET, "payload range end overflows u64")
+    if off + blen > st.payload_bytes:
+        raise err("TYPE", d + W.D_BYTE_OFFSET, "payload range [%d, %d) is past payload_bytes "
+                  "%d" % (off, off + blen, st.payload_bytes))
+    return ne
+
+
+def step9_overlaps(st):
+    descs = st.descs
+    ranges = sorted((dsc[W.I_BYTE_OFFSET], i) for i, dsc in enumerate(descs)
+                    if dsc[W.I_BYTE_LENGTH])
+    top_end = -1
+    top_i = -1
+    for off, i in ranges:
+        if off < top_end:
+            j = max(i, top_i)
+            raise err("TYPE", st.d(j) + W.D_BYTE_OFFSET, "payload ranges of tensors %d and %d "
+                      "overlap" % (min(i, top_i), j))
+        e = off + descs[i][W.I_BYTE_LENGTH]
+        if e > top_end:
+            top_end, top_i = e, i
+
+
+def step10_placement(st):
+    r = 0
+    for i, dsc in enumerate(st.descs):
+        want_off = (r + W.DIR_ALIGN - 1) & ~(W.DIR_ALIGN - 1)
+        if dsc[W.I_BYTE_OFFSET] != want_off:
+            raise err("TYPE", st.d(i) + W.D_BYTE_OFFSET, "byte_offset %d is not the canonical %d"
+                      % (dsc[W.I_BYTE_OFFSET], want_off))
+        r = want_off + dsc[W.I_BYTE_LENGTH]
+    if st.payload_bytes != r:
+        raise err("TYPE", st.s + W.H_PAYLOAD_BYTES, "payload_bytes is %d, the canonical end is "
+                  "%d" % (st.payload_bytes, r))
+    r = 0
+    for dsc in st.descs:
+        off = dsc[W.I_BYTE_OFFSET]
+        _first_nonzero(st.buf, st.pb + r, st.pb + off, "alignment gap byte is not 0")
+        r = off + dsc[W.I_BYTE_LENGTH]
+
+
+def step11a_payload_bytes(st):
+    buf = st.buf
+    for i, dsc in enumerate(st.descs):
+        code, blen = dsc[W.I_DTYPE], dsc[W.I_BYTE_LENGTH]
+        a = st.pb + dsc[W.I_BYTE_OFFSET]
+        if code == W.DTYPE_BOOL and blen:
+            k, b = _first_bad_bool(buf, a, blen)
+            if k >= 0:
+                raise err("TYPE", a + k, "bool byte is %d, not 0 or 1" % b)
+        elif code in W.PACKED and st.counts[i] & 1:
+            if buf[a + blen - 1] & 0xF0:
+                raise err("TYPE", a + blen - 1, "high nibble of an odd packed tail is not 0")
+
+
+def _first_bad_bool(buf, a, n):
+    # a helper frame, so no array exporting ``buf`` outlives the call
+    raw = np.frombuffer(buf, np.uint8, n, a)
+    bad = raw > 1
+    if bad.any():
+        k = int(np.argmax(bad))
+        return k, int(raw[k])
+    return -1, 0
+
+
+def step11b_quantization(st):
+    for i, dsc in enumerate(st.descs):
+        _quantization(st, i, dsc)
+
+
+def _quantization(st, i, dsc):
+    d, descs, count = st.d(i), st.descs, st.count
+    scheme, axis, group = dsc[W.I_QUANT_SCHEME], dsc[W.I_QUANT_AXIS], dsc[W.I_GROUP_SIZE]
+    scale, outer = dsc[W.I_SCALE_INDEX], dsc[W.I_OUTER_INDEX]
+    if scheme > W.QUANT_SCHEMES:
+        raise err("TYPE", d + W.D_QUANT_SCHEME, "quant scheme %d is not 0, 1 or 2" % scheme)
+    if scheme == 0:
+        for value, none, at, what in ((axis, W.NO_AXIS, W.D_QUANT_AXIS, "quant axis"),
+                                      (group, 0, W.D_GROUP_SIZE, "group size"),
+                                      (scale, W.NO_INDEX, W.D_SCALE_INDEX, "scale index"),
+                                      (outer, W.NO_INDEX, W.D_OUTER_INDEX, "outer index")):
+            if value != none:
+                raise err("TYPE", d + at, "%s set without a scheme" % what)
+        return
+    rank = dsc[W.I_RANK]
+    if rank == 0 or axis >= rank:
+        raise err("TYPE", d + W.D_QUANT_AXIS, "quant axis %d is not below rank %d" % (axis, rank))
+    if group == 0:
+        raise err("TYPE", d + W.D_GROUP_SIZE, "group size is 0")
+    if scale >= count or scale == i:
+        raise err("TYPE", d + W.D_SCALE_INDEX, "scale index %d does not name another tensor"
+                  % scale)
+    if descs[scale][W.I_QUANT_SCHEME] != 0:
+        raise err("TYPE", d + W.D_SCALE_INDEX, "scale tensor %d is itself quantized (a chain)"
+                  % scale)
+    if scheme == 1:
+        if outer != W.NO_INDEX:
+            raise err("TYPE", d + W.D_OUTER_INDEX, "outer index set on scheme 1")
+    else:
+        if outer >= count or outer == i or outer == scale:
+            raise err("TYPE", d + W.D_OUTER_INDEX, "outer index %d does not name a third tensor"
+                      % outer)
+        od = descs[outer]
+        if od[W.I_DTYPE] != W.DTYPE_F32 or od[W.I_QUANT_SCHEME] != 0 or st.counts[outer] != 1:
+            raise err("TYPE", d + W.D_OUTER_INDEX, "outer tensor %d is not one unquantized f32"
+                      % outer)
+    if not st.trusted:
+        shape = dsc[W.I_SHAPE:W.I_SHAPE + rank]
+        groups = -(-shape[axis] // group)
+        for k in range(rank):
+            if k != axis:
+                groups *= shape[k]
+        if st.counts[scale] != groups:
+            raise err("TYPE", d + W.D_SCALE_INDEX, "scale tensor has %d elements, %d groups "
+                      "need %d" % (st.counts[scale], groups, groups))
+
+
+def step12_trailing(st):
+    end = st.s + st.block
+    if st.standalone and end != st.n:
+        raise err("TRAILING", end, "%d bytes follow the directory" % (st.n - end))
+    if st.copy:
+        for i, dsc in enumerate(st.descs):
+            if dsc[W.I_BYTE_LENGTH] > st.max_bytes:
+                raise err("LIMIT", st.d(i) + W.D_BYTE_LENGTH, "payload of %d bytes is above the "
+                          "copy cap max_bytes=%d" % (dsc[W.I_BYTE_LENGTH], st.max_bytes))
+    return end
+
+
+def make_table(st):
+    """One row per descriptor, in the layout the kernel interface documents."""
+    return [(dsc[W.I_DTYPE], dsc[W.I_SHAPE:W.I_SHAPE + dsc[W.I_RANK]], st.names[i],
+             st.layouts[i], dsc[W.I_BLOCK_SIZE], dsc[W.I_QUANT_SCHEME], dsc[W.I_QUANT_AXIS],
+             dsc[W.I_GROUP_SIZE], dsc[W.I_SCALE_INDEX], dsc[W.I_OUTER_INDEX],
+             dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH]) for i, dsc in enumerate(st.descs)]
+
+
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy):
+    """Check the directory at ``start`` step by step; returns (end, payload_base, table)."""
+    if start < 0 or max_count < 0 or max_bytes < 0:
+        raise ValueError("start, max_count and max_bytes must be non-negative")
+    st = Dir(buf, start, standalone, trusted, max_count, max_bytes, copy)
+    step2_envelope(st, *step1_magic(st))
+    step3_caps(st)
+    step4_arithmetic(st)
+    step5_fits(st)
+    step6_block(st)
+    step7_padding(st)
+    read_table(st)   # nothing is built per descriptor before the directory is known to fit
+    step8a_reserved(st)
+    step8b_heap(st)
+    step8c_utf8(st)
+    step8d_duplicates(st)
+    step9_descriptors(st)
+    step9_overlaps(st)
+    step10_placement(st)
+    step11a_payload_bytes(st)
+    step11b_quantization(st)
+    end = step12_trailing(st)
+    return end, st.base, make_table(st)

@@ -1,0 +1,365 @@
+"""Frozen encode: a plan becomes a tree of closures ``enc(value, out)``.
+
+The twin of ``src/kernels/encode.pxi``.  Each builder makes the encoder of
+one op; ``out`` is a private bytearray the closures append to.
+"""
+
+import operator
+import struct as _struct
+
+import numpy as np
+
+from .. import _wire as W
+from .._convert import (as_byte_run, as_pod_array, count_lied, pack_scalar, scalar_error,
+                        type_name)
+from .._errors import EncodeError, KilnError
+from .._plan import Some
+from .directory import validate_directory
+from .dirwrite import write_directory
+
+U32 = _struct.Struct("<I")
+
+# what a list<T> refuses although it has a len(): no order, or not a list of T
+NOT_LISTS = (str, bytes, bytearray, dict, set, frozenset)
+
+
+def build(plan):
+    if plan.op == W.OP_BOOL:
+        return _bool(plan)
+    if plan.op in W.SCALAR_FORMAT:
+        return _scalar(plan)
+    return _BUILDERS[plan.op](plan)
+
+
+def _bool(plan):
+    np_bool = np.bool_
+
+    def enc_bool(v, out):
+        if v is True:
+            out.append(1)
+        elif v is False:
+            out.append(0)
+        elif type(v) is np_bool:
+            out.append(1 if v else 0)
+        else:
+            raise scalar_error(v, W.OP_BOOL, "bool", len(out))
+    return enc_bool
+
+
+def _scalar(plan):
+    op, text = plan.op, plan.text
+    pack = pack_scalar(op)
+
+    def enc_scalar(v, out):
+        try:
+            out += pack(v)
+        except (_struct.error, TypeError, OverflowError, ValueError):
+            raise scalar_error(v, op, text, len(out)) from None
+    return enc_scalar
+
+
+def _str(plan):
+    def enc_str(v, out):
+        if type(v) is not str and not isinstance(v, str):
+            raise EncodeError("TYPE", len(out), "expected str, got %s" % type_name(v))
+        try:
+            b = v.encode("utf-8")
+        except UnicodeEncodeError as ex:
+            raise EncodeError("UTF8", len(out), "string has no UTF-8 form (%s)"
+                              % ex.reason) from None
+        if len(b) > W.U32_MAX:
+            raise EncodeError("LIMIT", len(out), "string of %d bytes exceeds u32" % len(b))
+        out += U32.pack(len(b))
+        out += b
+    return enc_str
+
+
+def _bytes(plan):
+    def enc_bytes(v, out):
+        b = as_byte_run(v, len(out))
+        if len(b) > W.U32_MAX:
+            raise EncodeError("LIMIT", len(out), "byte run of %d exceeds u32" % len(b))
+        out += U32.pack(len(b))
+        out += b
+    return enc_bytes
+
+
+def _podlist(plan):
+    eop = plan.elem.op
+    fmt = W.SCALAR_FORMAT[eop][0]
+    packers = {}
+    short = eop != W.OP_BOOL
+
+    def enc_pod(v, out):
+        if short and type(v) is list and len(v) <= 64:
+            # a speed path only: struct packs short lists faster than numpy
+            # converts them, and it takes exactly the items a scalar field takes
+            # (as as_pod_array does), so on any failure as_pod_array says why
+            n = len(v)
+            pk = packers.get(n)
+            if pk is None:
+                pk = packers[n] = _struct.Struct("<I%d%s" % (n, fmt)).pack
+            try:
+                out += pk(n, *v)
+                return
+            except (_struct.error, TypeError, OverflowError, ValueError):
+                pass
+        arr = as_pod_array(v, eop, len(out))
+        c = arr.shape[0]
+        if c > W.U32_MAX:
+            raise EncodeError("LIMIT", len(out), "list of %d exceeds u32" % c)
+        out += U32.pack(c)
+        out += memoryview(arr).cast("B")
+    return enc_pod
+
+
+def _opt(plan):
+    inner = build(plan.elem)
+
+    def enc_opt(v, out):
+        if v is None:
+            out.append(0)
+        else:
+            out.append(1)
+            inner(v.value if type(v) is Some else v, out)
+    return enc_opt
+
+
+def _list(plan):
+    inner = build(plan.elem)
+    text = plan.text
+
+    def enc_list(v, out):
+        if isinstance(v, NOT_LISTS) or not hasattr(v, "__len__"):
+            raise EncodeError("TYPE", len(out), "expected a sequence for %s, got %s"
+                              % (text, type_name(v)))
+        c = len(v)
+        if c > W.U32_MAX:
+            raise EncodeError("LIMIT", len(out), "list of %d exceeds u32" % c)
+        out += U32.pack(c)
+        done = 0
+        try:
+            for x in v:
+                if done == c:
+                    raise count_lied(len(out), c, "more")
+                inner(x, out)
+                done += 1
+        except EncodeError as e:
+            if done < c:
+                e.add_path("[%d]" % done)
+            raise
+        if done != c:
+            raise count_lied(len(out), c, done)
+    return enc_list
+
+
+def _dict(plan):
+    inner = build(plan.elem)
+    text = plan.text
+
+    def enc_dict(v, out):
+        items = getattr(v, "items", None)
+        if items is None:
+            raise EncodeError("TYPE", len(out), "expected a mapping for %s, got %s"
+                              % (text, type_name(v)))
+        pairs = []
+        # a dict is copied in one step (under its lock on free-threaded
+        # builds), so another thread changing it cannot break the loop
+        for k, x in (dict.copy(v).items() if type(v) is dict else items()):
+            if type(k) is not str and not isinstance(k, str):
+                raise EncodeError("TYPE", len(out), "dict key %r is not a str" % (k,))
+            try:
+                kb = k.encode("utf-8")
+            except UnicodeEncodeError as ex:
+                raise EncodeError("UTF8", len(out), "key has no UTF-8 form (%s)"
+                                  % ex.reason) from None
+            pairs.append((kb, k, x))
+        pairs.sort(key=_first)
+        if len(pairs) > W.U32_MAX:
+            raise EncodeError("LIMIT", len(out), "dict of %d exceeds u32" % len(pairs))
+        out += U32.pack(len(pairs))
+        prev = None
+        for kb, k, x in pairs:
+            if kb == prev:
+                raise EncodeError("TYPE", len(out), "the mapping gave the key %r twice" % k)
+            prev = kb
+            out += U32.pack(len(kb))
+            out += kb
+            try:
+                inner(x, out)
+            except EncodeError as e:
+                e.add_path("[%r]" % k)
+                raise
+    return enc_dict
+
+
+def _first(t):
+    return t[0]
+
+
+def _tensors(plan):
+    hooks = plan.tensors
+
+    def enc_tensors(v, out):
+        start = len(out)
+        try:
+            records = hooks.normalize(v)
+        except EncodeError as e:
+            e.offset = start
+            raise
+        write_directory(records, out)
+        check_written_directory(out, start)
+    return enc_tensors
+
+
+def check_written_directory(out, start):
+    """Validate a block the encoder just wrote, so encode never emits bytes decode rejects."""
+    error = None
+    with memoryview(out) as mv:
+        try:
+            validate_directory(mv, start, False, False, W.U32_MAX, W.U32_MAX, False)
+        except KilnError as e:
+            error = EncodeError(e.code, e.offset, "tensors break a directory rule: " + e.reason)
+    if error is not None:
+        raise error
+
+
+def _struct_enc(plan):
+    names, nf = plan.names, len(plan.names)
+    encs = tuple(build(f) for f in plan.fields)
+    fast = _fused_runs(plan)
+    values_of = _values_getter(plan)
+
+    def slow(vals, out, start):
+        # a fused packer failed: redo field by field for the precise error
+        del out[start:]
+        for i in range(nf):
+            try:
+                encs[i](vals[i], out)
+            except EncodeError as e:
+                e.add_path("." + names[i])
+                raise
+
+    def enc_struct(v, out):
+        vals = values_of(v, out)
+        start = len(out)
+        try:
+            for pack, idx in fast:
+                if pack is None:
+                    encs[idx[0]](vals[idx[0]], out)
+                elif len(idx) == 1:
+                    out += pack(vals[idx[0]])
+                else:
+                    out += pack(*[vals[i] for i in idx])
+        except Exception:
+            slow(vals, out, start)
+            raise
+    return enc_struct
+
+
+def _fused_runs(plan):
+    """(packer, field indexes) for runs of non-bool fixed scalars; (None, (i,)) otherwise."""
+    fast = []
+    run = []
+
+    def flush():
+        if run:
+            fmt = "<" + "".join(W.SCALAR_FORMAT[f.op][0] for _, f in run)
+            fast.append((_struct.Struct(fmt).pack, tuple(i for i, _ in run)))
+            del run[:]
+    for i, f in enumerate(plan.fields):
+        if f.op in W.SCALAR_FORMAT and f.op != W.OP_BOOL:
+            run.append((i, f))
+        else:
+            flush()
+            fast.append((None, (i,)))
+    flush()
+    return tuple(fast)
+
+
+def _values_getter(plan):
+    """``values_of(v, out)``: the field values of an instance or a mapping, in order."""
+    names, get, cls, nf = plan.names, plan.get, plan.cls, len(plan.names)
+    key_set = frozenset(names)
+    if nf == 1:
+        one = operator.itemgetter(names[0])
+
+        def item_get(v):
+            return (one(v),)
+    elif nf == 0:
+        def item_get(v):
+            return ()
+    else:
+        item_get = operator.itemgetter(*names)
+
+    def values_of(v, out):
+        if cls is not None and isinstance(v, cls):
+            return get(v)
+        if getattr(v, "keys", None) is None or not hasattr(v, "__getitem__"):
+            want = cls.__qualname__ if cls is not None else "a mapping"
+            raise EncodeError("TYPE", len(out), "expected %s for %s, got %s"
+                              % (want, plan.text, type_name(v)))
+        try:
+            vals = item_get(v)
+        except KeyError:
+            missing = [nm for nm in names if nm not in v]
+            raise EncodeError("TYPE", len(out), "missing field %r" % missing[0]) from None
+        if len(v) != nf:
+            extra = sorted(k for k in v.keys() if k not in key_set)
+            raise EncodeError("TYPE", len(out), "unknown fields %s for %s" % (extra, plan.text))
+        return vals
+    return values_of
+
+
+_BUILDERS = {
+    W.OP_STR: _str, W.OP_BYTES: _bytes, W.OP_PODLIST: _podlist, W.OP_OPT: _opt,
+    W.OP_LIST: _list, W.OP_DICT: _dict, W.OP_STRUCT: _struct_enc, W.OP_TENSORS: _tensors,
+}
+
+
+class EncodeProgram:
+    """A plan compiled for encoding."""
+
+    __slots__ = ("plan", "frame_hash", "_enc", "_prefix")
+
+    def __init__(self, plan, frame_hash):
+        self.plan = plan
+        self.frame_hash = frame_hash
+        self._enc = build(plan)
+        self._prefix = None if frame_hash is None else W.FRAME.pack(W.FRAME_MAGIC, 0, 0, 0,
+                                                                    frame_hash)
+
+    def encode(self, value):
+        out = bytearray()
+        if self._prefix is not None:
+            out += self._prefix
+        self._enc(value, out)
+        return bytes(out)
+
+    def encode_into(self, value, buffer, offset=0):
+        if type(buffer) is not bytearray:
+            raise TypeError("encode_into needs a bytearray, not %s" % type_name(buffer))
+        if offset < 0:
+            offset = len(buffer)
+        if offset > len(buffer):
+            buffer.extend(bytes(offset - len(buffer)))
+        else:
+            del buffer[offset:]
+        # encoded privately first: code the value runs while it is encoded
+        # (an __index__, an items()) cannot reach the bytes already written
+        out = bytearray()
+        if self._prefix is not None:
+            out += self._prefix
+        try:
+            self._enc(value, out)
+        except EncodeError as e:
+            e.offset += offset  # offsets count from the start of ``buffer``
+            raise
+        if len(buffer) != offset:
+            raise RuntimeError("the bytearray changed size while encode_into was writing it")
+        buffer += out
+        return len(buffer)
+
+
+def compile_encoder(plan, frame_hash):
+    return EncodeProgram(plan, frame_hash)

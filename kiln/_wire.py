@@ -1,0 +1,225 @@
+"""Every wire constant of Kiln v2, in one place.
+
+Both kernels, the type model and the tensor objects take their numbers from
+here.  The compiled kernel gets them from ``src/kiln_wire.h``, which
+``tools/gen_wire.py`` writes from this module (a test checks that the header
+is up to date), so a constant is never typed twice.
+
+The order of the op codes matters: the compiled dispatch relies on the
+scalars being ``OP_BOOL..OP_F64`` in one run, integers ``OP_I8..OP_U64``
+before the floats.
+"""
+
+import re
+import struct as _struct
+
+# --- limits -------------------------------------------------------------------
+
+U16_MAX = 0xFFFF
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+DEFAULT_MAX_COUNT = 16_777_216
+DEFAULT_MAX_BYTES = 16_777_216
+MAX_DEPTH = 64
+
+# --- plan op codes --------------------------------------------------------------
+
+OP_BOOL = 1
+OP_I8 = 2
+OP_U8 = 3
+OP_I16 = 4
+OP_U16 = 5
+OP_I32 = 6
+OP_U32 = 7
+OP_I64 = 8
+OP_U64 = 9
+OP_F32 = 10
+OP_F64 = 11
+OP_STR = 12
+OP_BYTES = 13      # list<u8>: decodes to bytes
+OP_PODLIST = 14    # list<fixed-width number or bool>: one bulk run
+OP_LIST = 15
+OP_OPT = 16
+OP_DICT = 17
+OP_STRUCT = 18
+OP_TENSORS = 19
+
+OPS = {name: value for name, value in globals().items() if name.startswith("OP_")}
+LAST_SCALAR = OP_F64    # ops OP_BOOL..LAST_SCALAR are the fixed-width scalars
+
+# struct format character and width in bytes of each fixed-width scalar op
+SCALAR_FORMAT = {
+    OP_BOOL: ("?", 1), OP_I8: ("b", 1), OP_U8: ("B", 1), OP_I16: ("h", 2),
+    OP_U16: ("H", 2), OP_I32: ("i", 4), OP_U32: ("I", 4), OP_I64: ("q", 8),
+    OP_U64: ("Q", 8), OP_F32: ("f", 4), OP_F64: ("d", 8),
+}
+
+# the type-text token of each fixed-width op (int and uint are i64 and u64 too)
+SCALAR_NAME = {
+    OP_BOOL: "bool", OP_I8: "i8", OP_U8: "u8", OP_I16: "i16", OP_U16: "u16", OP_I32: "i32",
+    OP_U32: "u32", OP_I64: "i64", OP_U64: "u64", OP_F32: "f32", OP_F64: "f64",
+}
+
+# the wire's little-endian numpy dtype of each fixed-width op
+NUMPY_LE = {
+    OP_BOOL: "|b1", OP_I8: "|i1", OP_U8: "|u1", OP_I16: "<i2", OP_U16: "<u2",
+    OP_I32: "<i4", OP_U32: "<u4", OP_I64: "<i8", OP_U64: "<u8",
+    OP_F32: "<f4", OP_F64: "<f8",
+}
+
+# inclusive value range of each integer op
+INT_RANGE = {
+    OP_I8: (-(1 << 7), (1 << 7) - 1), OP_U8: (0, 255),
+    OP_I16: (-(1 << 15), (1 << 15) - 1), OP_U16: (0, (1 << 16) - 1),
+    OP_I32: (-(1 << 31), (1 << 31) - 1), OP_U32: (0, (1 << 32) - 1),
+    OP_I64: (-(1 << 63), (1 << 63) - 1), OP_U64: (0, (1 << 64) - 1),
+}
+
+# --- tensor dtypes ---------------------------------------------------------------
+
+# code: (name, width in bytes or 0 for two elements per byte, numpy dtype of
+# Tensor.numpy() without ml_dtypes, ml_dtypes type name or None)
+DTYPES = {
+    1: ("f64", 8, "<f8", None),
+    2: ("f32", 4, "<f4", None),
+    3: ("f16", 2, "<f2", None),
+    4: ("bf16", 2, "<u2", "bfloat16"),
+    5: ("f8e4m3", 1, "|u1", "float8_e4m3fn"),
+    6: ("f8e5m2", 1, "|u1", "float8_e5m2"),
+    7: ("bool", 1, "|b1", None),
+    8: ("i8", 1, "|i1", None),
+    9: ("u8", 1, "|u1", None),
+    10: ("i16", 2, "<i2", None),
+    11: ("u16", 2, "<u2", None),
+    12: ("i32", 4, "<i4", None),
+    13: ("u32", 4, "<u4", None),
+    14: ("i64", 8, "<i8", None),
+    15: ("u64", 8, "<u8", None),
+    16: ("i4", 0, "|u1", None),
+    17: ("u4", 0, "|u1", None),
+    18: ("e2m1", 0, "|u1", None),
+    19: ("e8m0", 1, "|u1", "float8_e8m0fnu"),
+}
+DTYPE_MAX = 19
+DTYPE_BOOL = 7
+DTYPE_F32 = 2
+PACKED = frozenset(c for c, d in DTYPES.items() if d[1] == 0)   # i4 u4 e2m1
+OPAQUE_MIN = 4096
+OPAQUE_MAX = 32767
+DTYPE_CODES = {d[0]: c for c, d in DTYPES.items()}
+
+# --- frame -----------------------------------------------------------------------
+
+FRAME_MAGIC = b"KLN0"
+FRAME_SIZE = 16
+FRAME = _struct.Struct("<4sBBHQ")          # magic, profile, flags, reserved, schema hash
+FRAME_PROFILE = 4
+FRAME_FLAGS = 5
+FRAME_RESERVED = 6                          # two bytes
+FRAME_HASH = 8
+
+# --- tensor directory ------------------------------------------------------------
+
+DIR_MAGIC = b"KLNT"
+DIR_VERSION = 2
+DIR_ALIGN = 64
+FLAG_NAMED = 1
+FLAG_LITTLE = 2
+HEADER_SIZE = 64
+DESC_SIZE = 128
+MAX_RANK = 8
+NO_INDEX = U32_MAX              # scale_index / outer_index: none
+NO_AXIS = U16_MAX               # quant_axis: none
+NO_NAME = U16_MAX               # name_offset / layout_offset: none
+QUANT_SCHEMES = 2               # 1: one scale tensor, 2: plus an outer f32
+
+# header field offsets
+H_MAGIC = 0
+H_VERSION = 4
+H_FLAGS = 5
+H_RESERVED = 6                  # bytes 6..7
+H_COUNT = 8                     # u32
+H_NAME_BYTES = 12               # u32
+H_PAYLOAD_BYTES = 16            # u64
+H_DIRECTORY_BYTES = 24          # u64
+H_RESERVED32 = 32               # bytes 32..63
+HEADER = _struct.Struct("<4sBBHIIQQ32s")
+
+# descriptor field offsets
+D_DTYPE = 0                     # u16
+D_RANK = 2                      # u8
+D_RESERVED = 3                  # u8
+D_NAME_OFF = 4                  # u16
+D_NAME_LEN = 6                  # u16
+D_LAYOUT_OFF = 8                # u16
+D_LAYOUT_LEN = 10               # u16
+D_BLOCK_SIZE = 12               # u32
+D_QUANT_SCHEME = 16             # u16
+D_QUANT_AXIS = 18               # u16
+D_GROUP_SIZE = 20               # u32
+D_SCALE_INDEX = 24              # u32
+D_OUTER_INDEX = 28              # u32
+D_BYTE_OFFSET = 32              # u64
+D_BYTE_LENGTH = 40              # u64
+D_SHAPE = 48                    # 8 x u64
+D_RESERVED16 = 112              # bytes 112..127
+DESC = _struct.Struct("<HBBHHHHIHHIIIQQ8Q16s")
+
+# index of each field in a DESC.unpack tuple (shape is 8 items from I_SHAPE)
+I_DTYPE = 0
+I_RANK = 1
+I_RESERVED = 2
+I_NAME_OFF = 3
+I_NAME_LEN = 4
+I_LAYOUT_OFF = 5
+I_LAYOUT_LEN = 6
+I_BLOCK_SIZE = 7
+I_QUANT_SCHEME = 8
+I_QUANT_AXIS = 9
+I_GROUP_SIZE = 10
+I_SCALE_INDEX = 11
+I_OUTER_INDEX = 12
+I_BYTE_OFFSET = 13
+I_BYTE_LENGTH = 14
+I_SHAPE = 15
+I_RESERVED16 = 23
+
+# --- the schema hash -------------------------------------------------------------
+
+FNV_OFFSET = 14695981039346656037
+FNV_PRIME = 1099511628211
+
+
+def fnv1a_tokens(tokens):
+    """FNV-1a 64 over each token's UTF-8 bytes followed by one 0x00 byte."""
+    h = FNV_OFFSET
+    for tok in tokens:
+        for b in tok.encode("utf-8"):
+            h = ((h ^ b) * FNV_PRIME) & U64_MAX
+        h = (h * FNV_PRIME) & U64_MAX  # the 0x00 byte: h ^ 0 == h
+    return h
+
+
+def _check():
+    assert HEADER.size == HEADER_SIZE and DESC.size == DESC_SIZE and FRAME.size == FRAME_SIZE
+    # the descriptor's field offsets, its struct format and the tuple indexes agree
+    offsets = []
+    off = 0
+    for count, ch in re.findall(r"(\d*)([a-zA-Z?])", DESC.format):
+        size = _struct.calcsize("<" + ch)
+        for _ in range(1 if ch == "s" else int(count or 1)):
+            offsets.append(off)
+            off += size * (int(count) if ch == "s" else 1)
+    g = globals()
+    for name in ("DTYPE", "RANK", "RESERVED", "NAME_OFF", "NAME_LEN", "LAYOUT_OFF",
+                 "LAYOUT_LEN", "BLOCK_SIZE", "QUANT_SCHEME", "QUANT_AXIS", "GROUP_SIZE",
+                 "SCALE_INDEX", "OUTER_INDEX", "BYTE_OFFSET", "BYTE_LENGTH", "SHAPE",
+                 "RESERVED16"):
+        assert offsets[g["I_" + name]] == g["D_" + name], name
+    assert sorted(OPS.values()) == list(range(1, len(OPS) + 1))
+    assert sorted(SCALAR_FORMAT) == list(range(OP_BOOL, LAST_SCALAR + 1))
+    assert sorted(SCALAR_NAME) == sorted(NUMPY_LE) == sorted(SCALAR_FORMAT)
+    assert all(OP_I8 <= op <= OP_U64 for op in INT_RANGE)
+
+
+_check()

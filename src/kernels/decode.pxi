@@ -1,0 +1,404 @@
+# Frozen decode: the Node tree walked over the input, one function per op.
+# The twin of kiln/_kernels_py/decode.py.
+
+cdef struct DCtx:
+    const uint8_t *d
+    Py_ssize_t n
+    Py_ssize_t pos
+    uint64_t max_count
+    uint64_t max_bytes
+    uint64_t bytes_cap
+    uint64_t zbudget    # elements of minimum size 0 this decode may still build
+    bint trusted
+    bint copy
+    PyObject *buf       # borrowed: the caller's buffer object
+    PyObject *mv        # owned, made on first use: a flat 'B' memoryview of buf
+
+
+cdef int utf8_fail(Py_ssize_t q, int what) except -1:
+    """Turn the pending UnicodeDecodeError into a UTF8 KilnError at q + start."""
+    cdef PyObject *t = NULL
+    cdef PyObject *v = NULL
+    cdef PyObject *tb = NULL
+    PyErr_Fetch(&t, &v, &tb)
+    PyErr_NormalizeException(&t, &v, &tb)
+    if v == NULL or not PyErr_GivenExceptionMatches(v, PyExc_UnicodeDecodeError):
+        PyErr_Restore(t, v, tb)
+        return -1
+    ex = <object>v
+    Py_XDECREF(t)
+    Py_XDECREF(v)
+    Py_XDECREF(tb)
+    if what == WHAT_KEY:
+        kfail("UTF8", q + ex.start, "invalid UTF-8 in key (%s)" % ex.reason)
+    kfail("UTF8", q + ex.start, "invalid UTF-8 (%s)" % ex.reason)
+    return -1
+
+
+cdef inline object dec_text(DCtx *c, Py_ssize_t q, Py_ssize_t ln, int what):
+    return dec_text_at(c, <const char *>c.d + q, q, ln, what)
+
+
+cdef inline object dec_text_at(DCtx *c, const char *src, Py_ssize_t q, Py_ssize_t ln, int what):
+    """Decode ``ln`` bytes at ``src``; errors are reported at input offset ``q``."""
+    cdef PyObject *r
+    if c.trusted:
+        r = PyUnicode_DecodeUTF8_raw(src, ln, "surrogateescape")
+    else:
+        r = PyUnicode_DecodeUTF8_raw(src, ln, NULL)
+    if r == NULL:
+        utf8_fail(q, what)
+        return None
+    return _take(r)
+
+
+cdef inline object dec_scalar(int op, DCtx *c):
+    cdef Py_ssize_t p = c.pos
+    cdef int w = SW[op]
+    cdef const uint8_t *q
+    cdef uint8_t b0
+    if KILN_UNLIKELY(c.n - p < w):
+        eof_fail(p, w, c.n)
+        return None
+    q = c.d + p
+    if op == OP_BOOL:
+        b0 = q[0]  # read once: the input may change under us
+        if b0 > 1:
+            kfail("TYPE", p, "bool byte is %d, not 0 or 1" % b0)
+        c.pos = p + 1
+        return True if b0 else False
+    c.pos = p + w
+    if op == OP_I64:
+        return PyLong_FromLongLong(<int64_t>kiln_ld_u64(q))
+    elif op == OP_F64:
+        return PyFloat_FromDouble(kiln_ld_f64(q))
+    elif op == OP_I32:
+        return PyLong_FromLong(<int>kiln_ld_u32(q))
+    elif op == OP_U32:
+        return PyLong_FromUnsignedLong(kiln_ld_u32(q))
+    elif op == OP_F32:
+        return PyFloat_FromDouble(<double>kiln_ld_f32(q))
+    elif op == OP_U64:
+        return PyLong_FromUnsignedLongLong(kiln_ld_u64(q))
+    elif op == OP_I16:
+        return PyLong_FromLong(<short>kiln_ld_u16(q))
+    elif op == OP_U16:
+        return PyLong_FromLong(kiln_ld_u16(q))
+    elif op == OP_I8:
+        return PyLong_FromLong(<signed char>q[0])
+    elif op == OP_U8:
+        return PyLong_FromLong(q[0])
+    return None  # not reached: every scalar op is handled above
+
+
+cdef object dec_str(DCtx *c):
+    cdef uint32_t ln = 0
+    cdef Py_ssize_t p = c.pos
+    cdef int st = count_rule(c.d, c.n, p, c.max_bytes, 1, &ln)
+    if KILN_UNLIKELY(st != 0):
+        count_fail(st, WHAT_STR, p, ln, c.max_bytes, 1, c.n)
+    c.pos = p + 4 + ln
+    return dec_text(c, p + 4, ln, WHAT_STR)
+
+
+cdef object dec_bytes(DCtx *c):
+    cdef uint32_t ln = 0
+    cdef Py_ssize_t p = c.pos
+    cdef int st = count_rule(c.d, c.n, p, c.bytes_cap, 1, &ln)
+    if KILN_UNLIKELY(st != 0):
+        count_fail(st, WHAT_COUNT, p, ln, c.bytes_cap, 1, c.n,
+                   "max_bytes" if c.max_bytes < c.max_count else "max_count")
+    c.pos = p + 4 + ln
+    return PyBytes_FromStringAndSize(<const char *>c.d + p + 4, ln)
+
+
+cdef object dec_pod(Node nd, DCtx *c):
+    cdef uint32_t cnt = 0
+    cdef Py_ssize_t p = c.pos
+    cdef Py_ssize_t q
+    cdef int w = nd.width
+    cdef int64_t bad
+    cdef int st = count_rule(c.d, c.n, p, c.max_count, w, &cnt)
+    cdef const uint8_t *src
+    cdef char *dst
+    cdef size_t nbytes
+    if KILN_UNLIKELY(st != 0):
+        count_fail(st, WHAT_COUNT, p, cnt, c.max_count, w, c.n)
+    q = p + 4
+    src = c.d + q
+    nbytes = <size_t>cnt * <size_t>w
+    arr = new_array(nd.dt_big if _force_swap else nd.dt_native, cnt, &dst)
+    if cnt:
+        if (KILN_HOST_BIG_ENDIAN or _force_swap) and w > 1:
+            if nbytes > 262144:
+                with nogil:
+                    kiln_swap_copy(dst, src, cnt, w)
+            else:
+                kiln_swap_copy(dst, src, cnt, w)
+        elif nbytes > 262144:
+            with nogil:
+                memcpy(dst, src, nbytes)
+        else:
+            memcpy(dst, src, nbytes)
+        if nd.elem_op == OP_BOOL:
+            # checked in the copy, so the bytes checked are the bytes returned
+            bad = kiln_first_bad_bool(<const uint8_t *>dst, cnt)
+            if bad >= 0:
+                kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % (<uint8_t *>dst)[bad])
+    c.pos = q + <Py_ssize_t>nbytes
+    return arr
+
+
+cdef object dec_list(Node nd, DCtx *c):
+    cdef uint32_t cnt = 0
+    cdef uint32_t i
+    cdef Py_ssize_t p = c.pos
+    cdef int st = count_rule(c.d, c.n, p, c.max_count, nd.elem_min, &cnt)
+    cdef Node elem = nd.elem
+    if KILN_UNLIKELY(st != 0):
+        count_fail(st, WHAT_COUNT, p, cnt, c.max_count, nd.elem_min, c.n)
+    if nd.elem_min == 0:
+        # the input's bytes do not bound these elements: one budget for the value
+        if cnt > c.zbudget:
+            zero_budget_fail(p, cnt, c.zbudget, c.max_count)
+        c.zbudget -= cnt
+    c.pos = p + 4
+    lst = PyList_New(cnt)
+    if elem.op == OP_STR:
+        for i in range(cnt):
+            v = dec_str(c)
+            Py_INCREF(v)
+            PyList_SET_ITEM(lst, i, <PyObject *>v)
+    elif elem.op == OP_STRUCT:
+        for i in range(cnt):
+            v = dec_struct(elem, c)
+            Py_INCREF(v)
+            PyList_SET_ITEM(lst, i, <PyObject *>v)
+    else:
+        for i in range(cnt):
+            v = dec(elem, c)
+            Py_INCREF(v)
+            PyList_SET_ITEM(lst, i, <PyObject *>v)
+    return lst
+
+
+cdef struct KeyBuf:
+    uint8_t *p
+    size_t cap
+    uint32_t ln
+
+
+cdef int keybuf_take(KeyBuf *k, const uint8_t *src, uint32_t ln) except -1:
+    """Copy a key's bytes out of the input (grown on demand; freed by the caller)."""
+    cdef uint8_t *np
+    if ln > k.cap:
+        np = <uint8_t *>PyMem_Realloc(k.p, ln)
+        if np == NULL:
+            raise MemoryError()
+        k.p = np
+        k.cap = ln
+    if ln:
+        memcpy(k.p, src, ln)
+    k.ln = ln
+    return 0
+
+
+cdef object dec_dict(Node nd, DCtx *c):
+    cdef uint32_t cnt = 0
+    cdef uint32_t i
+    cdef uint32_t ln = 0
+    cdef KeyBuf kb[2]
+    cdef KeyBuf *cur
+    cdef KeyBuf *prev
+    cdef Py_ssize_t p = c.pos
+    cdef Py_ssize_t kp, q
+    cdef int cmp
+    cdef int st = count_rule(c.d, c.n, p, c.max_count, nd.elem_min, &cnt)
+    cdef Node elem = nd.elem
+    if KILN_UNLIKELY(st != 0):
+        count_fail(st, WHAT_COUNT, p, cnt, c.max_count, nd.elem_min, c.n)
+    c.pos = p + 4
+    out = {}
+    memset(kb, 0, sizeof(kb))
+    try:
+        for i in range(cnt):
+            kp = c.pos
+            st = count_rule(c.d, c.n, kp, c.max_bytes, 1, &ln)
+            if KILN_UNLIKELY(st != 0):
+                count_fail(st, WHAT_KEY, kp, ln, c.max_bytes, 1, c.n)
+            q = kp + 4
+            # one copy of the key: its order is checked on the bytes it is decoded
+            # from, even if the input changes under us
+            cur = &kb[i & 1]
+            prev = &kb[(i & 1) ^ 1]
+            keybuf_take(cur, c.d + q, ln)
+            key = dec_text_at(c, <const char *>cur.p, q, ln, WHAT_KEY)
+            if i:
+                cmp = memcmp(prev.p, cur.p, prev.ln if prev.ln < ln else ln) \
+                    if prev.ln and ln else 0
+                if cmp > 0 or (cmp == 0 and prev.ln >= ln):
+                    kfail("TYPE", kp, "dict key %r is not after the previous key" % key)
+            c.pos = q + ln
+            v = dec(elem, c)
+            PyDict_SetItem(out, key, v)
+    finally:
+        PyMem_Free(kb[0].p)
+        PyMem_Free(kb[1].p)
+    return out
+
+
+cdef object dec_struct(Node nd, DCtx *c):
+    cdef Py_ssize_t i
+    cdef Py_ssize_t nf = nd.nf
+    cdef FieldInfo *fi = nd.finfo
+    cdef int fop
+    if nd.make is None:
+        out = {}
+        for i in range(nf):
+            fop = fi[i].op
+            if fop <= LAST_SCALAR:
+                v = dec_scalar(fop, c)
+            elif fop == OP_STR:
+                v = dec_str(c)
+            else:
+                v = dec(<Node>fi[i].node, c)
+            PyDict_SetItem(out, <object>fi[i].name, v)
+        return out
+    vals = PyTuple_New(nf)
+    for i in range(nf):
+        fop = fi[i].op
+        if fop <= LAST_SCALAR:
+            v = dec_scalar(fop, c)
+        elif fop == OP_STR:
+            v = dec_str(c)
+        else:
+            v = dec(<Node>fi[i].node, c)
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(vals, i, <PyObject *>v)
+    return nd.make(*vals)
+
+
+cdef object ctx_mv(DCtx *c):
+    if c.mv == NULL:
+        mv = as_bytes_view(<object>c.buf)
+        Py_INCREF(mv)
+        c.mv = <PyObject *>mv
+    return <object>c.mv
+
+
+cdef object dec_tensors(Node nd, DCtx *c, bint standalone):
+    cdef Py_ssize_t p = c.pos
+    cdef Py_ssize_t end = 0
+    cdef uint64_t base = 0
+    table = vdir(c.d, c.n, p, standalone, c.trusted, c.max_count, c.max_bytes, c.copy, True,
+                 &end, &base)
+    mv = ctx_mv(c)
+    res = nd.hooks.build(mv, p, base, table, c.copy, c.trusted)
+    c.pos = end
+    return res
+
+
+cdef object dec(Node nd, DCtx *c):
+    cdef int op = nd.op
+    cdef Py_ssize_t p
+    cdef uint8_t pres
+    if op <= LAST_SCALAR:
+        return dec_scalar(op, c)
+    if op == OP_STR:
+        return dec_str(c)
+    if op == OP_STRUCT:
+        return dec_struct(nd, c)
+    if op == OP_PODLIST:
+        return dec_pod(nd, c)
+    if op == OP_LIST:
+        return dec_list(nd, c)
+    if op == OP_OPT:
+        p = c.pos
+        if p >= c.n:
+            eof_fail(p, 1, c.n)
+        pres = c.d[p]  # read once: the input may change under us
+        if pres == 0:
+            c.pos = p + 1
+            return None
+        if pres != 1:
+            kfail("TYPE", p, "optional presence byte is %d, not 0 or 1" % pres)
+        c.pos = p + 1
+        r = dec(nd.elem, c)
+        if nd.elem.op == OP_OPT and (r is None or type(r) is _Some):
+            return _Some(r)  # present, and the inner optional is empty: keep the level
+        return r
+    if op == OP_BYTES:
+        return dec_bytes(c)
+    if op == OP_DICT:
+        return dec_dict(nd, c)
+    if op == OP_TENSORS:
+        return dec_tensors(nd, c, False)
+    raise AssertionError("unknown op %r" % op)
+
+
+cdef class DecodeProgram:
+    """A plan compiled for decoding with fixed options."""
+    cdef readonly object plan
+    cdef readonly object frame_hash
+    cdef readonly bint trusted
+    cdef readonly object max_count
+    cdef readonly object max_bytes
+    cdef readonly bint copy
+    cdef Node root
+    cdef bint framed
+    cdef bint hash_ok
+    cdef uint64_t hash
+    cdef uint64_t cmax_count
+    cdef uint64_t cmax_bytes
+    cdef bint top_tensors
+
+    def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy):
+        self.plan = plan
+        self.frame_hash = frame_hash
+        self.trusted = bool(trusted)
+        self.max_count = int(max_count)
+        self.max_bytes = int(max_bytes)
+        self.copy = bool(copy)
+        self.cmax_count = _cap(self.max_count)
+        self.cmax_bytes = _cap(self.max_bytes)
+        self.framed = frame_hash is not None
+        if self.framed:
+            fh = int(frame_hash)
+            self.hash_ok = 0 <= fh <= 0xFFFFFFFFFFFFFFFF
+            self.hash = <uint64_t>fh if self.hash_ok else 0
+        self.root = compile_node(plan)
+        self.top_tensors = self.root.op == OP_TENSORS
+
+    def decode(self, buf):
+        """Decode one value that fills the whole of ``buf`` (any contiguous buffer)."""
+        cdef Py_buffer view
+        cdef DCtx c
+        get_view(buf, &view)
+        c.d = <const uint8_t *>view.buf
+        c.n = view.len
+        c.pos = 0
+        c.max_count = self.cmax_count
+        c.max_bytes = self.cmax_bytes
+        c.bytes_cap = self.cmax_count if self.cmax_count < self.cmax_bytes else self.cmax_bytes
+        c.zbudget = self.cmax_count
+        c.trusted = self.trusted
+        c.copy = self.copy
+        c.buf = <PyObject *>buf
+        c.mv = NULL
+        try:
+            if self.framed:
+                c.pos = frame_check(c.d, c.n, self.hash_ok, self.hash)
+            if self.top_tensors:
+                return dec_tensors(self.root, &c, True)
+            v = dec(self.root, &c)
+            if c.pos != c.n:
+                kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
+            return v
+        finally:
+            Py_XDECREF(c.mv)
+            PyBuffer_Release(&view)
+
+
+def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy):
+    """Compile ``plan`` into a decode program (see kiln._kernels_py)."""
+    return DecodeProgram(plan, frame_hash, trusted, max_count, max_bytes, copy)

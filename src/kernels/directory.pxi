@@ -1,0 +1,620 @@
+# Tensor directory validation, one function per check step of spec section 7.
+# The twin of kiln/_kernels_py/directory.py: the same step functions under the
+# same names.  The header is copied into the state, and the descriptors and
+# the name heap into private memory (read_table), before any of their fields
+# is checked: every later step reads that copy, so a buffer another process or
+# thread changes meanwhile cannot make a checked field differ from a used one.
+# Payload bytes (padding, gaps, bools, packed tails) are read from the buffer,
+# once each, at offsets the copy has bounded.
+
+cdef struct NameRef:
+    const uint8_t *p
+    uint32_t ln
+    uint32_t idx
+
+
+cdef int cmp_nameref(const void *a, const void *b) noexcept nogil:
+    cdef const NameRef *x = <const NameRef *>a
+    cdef const NameRef *y = <const NameRef *>b
+    return cmp_bytes_then_index(x.p, x.ln, x.idx, y.p, y.ln, y.idx)
+
+
+cdef struct Range:
+    uint64_t off
+    uint64_t idx
+
+
+cdef int cmp_range(const void *a, const void *b) noexcept nogil:
+    cdef const Range *x = <const Range *>a
+    cdef const Range *y = <const Range *>b
+    if x.off != y.off:
+        return -1 if x.off < y.off else 1
+    return -1 if x.idx < y.idx else (1 if x.idx > y.idx else 0)
+
+
+cdef struct Dir:
+    const uint8_t *b        # the caller's buffer
+    Py_ssize_t n
+    Py_ssize_t s            # where the directory starts
+    bint standalone
+    bint trusted
+    bint copy
+    uint64_t max_count
+    uint64_t max_bytes
+    uint8_t hdr[HEADER_SIZE]   # the header, copied once
+    uint8_t *priv           # descriptors then name heap, copied once (owned)
+    const uint8_t *heap     # priv + count * DESC_SIZE
+    uint64_t *counts        # element count per descriptor (owned)
+    uint8_t version
+    uint8_t flags
+    uint64_t count
+    uint64_t name_bytes
+    uint64_t payload_bytes
+    uint64_t directory_bytes
+    uint64_t want
+    uint64_t base
+    uint64_t block
+    Py_ssize_t pb           # absolute offset of the payload base
+    Py_ssize_t heap0        # absolute offset of the name heap
+    bint named
+
+
+cdef inline const uint8_t *desc(Dir *st, uint64_t i) noexcept:
+    """Descriptor ``i`` in the private copy."""
+    return st.priv + DESC_SIZE * i
+
+
+cdef inline Py_ssize_t dpos(Dir *st, uint64_t i) noexcept:
+    """The absolute offset of descriptor ``i`` in the buffer (for errors)."""
+    return st.s + HEADER_SIZE + DESC_SIZE * <Py_ssize_t>i
+
+
+cdef int step1_magic(Dir *st) except -1:
+    cdef Py_ssize_t s = st.s, avail = st.n - st.s
+    if avail < 4:
+        kfail("EOF", s, "a directory needs 4 bytes for its magic, %d remain" % max(avail, 0))
+    if memcmp(st.b + s, b"KLNT", 4) != 0:
+        kfail("FRAME", s, "directory magic is %r, not b'KLNT'" % ((<const char *>st.b + s)[:4],))
+    if avail < HEADER_SIZE:
+        kfail("EOF", s, "a directory header needs 64 bytes, %d remain" % avail)
+    memcpy(st.hdr, st.b + s, HEADER_SIZE)
+    st.version = st.hdr[H_VERSION]
+    st.flags = st.hdr[H_FLAGS]
+    st.count = kiln_ld_u32(st.hdr + H_COUNT)
+    st.name_bytes = kiln_ld_u32(st.hdr + H_NAME_BYTES)
+    st.payload_bytes = kiln_ld_u64(st.hdr + H_PAYLOAD_BYTES)
+    st.directory_bytes = kiln_ld_u64(st.hdr + H_DIRECTORY_BYTES)
+    return 0
+
+
+cdef int step2_envelope(Dir *st) except -1:
+    cdef Py_ssize_t k, s = st.s
+    if st.version != DIR_VERSION:
+        kfail("FRAME", s + H_VERSION, "directory version is %d, not 2" % st.version)
+    if st.flags & ~(FLAG_NAMED | FLAG_LITTLE):
+        kfail("FRAME", s + H_FLAGS, "unknown directory flag bits %#x" % (st.flags & ~3))
+    if not st.flags & FLAG_LITTLE:
+        kfail("FRAME", s + H_FLAGS, "the little-endian flag is clear")
+    for k in range(H_RESERVED, H_COUNT):
+        if st.hdr[k]:
+            kfail("FRAME", s + k, "reserved header byte is not 0")
+    for k in range(H_RESERVED32, HEADER_SIZE):
+        if st.hdr[k]:
+            kfail("FRAME", s + k, "reserved header byte is not 0")
+    return 0
+
+
+cdef int step3_caps(Dir *st) except -1:
+    if st.count > st.max_count:
+        kfail("LIMIT", st.s + H_COUNT, "tensor count %d is above the cap max_count=%d"
+              % (st.count, st.max_count))
+    if st.name_bytes > st.max_bytes:
+        kfail("LIMIT", st.s + H_NAME_BYTES, "name heap of %d bytes is above the cap "
+              "max_bytes=%d" % (st.name_bytes, st.max_bytes))
+    return 0
+
+
+cdef int step4_arithmetic(Dir *st) except -1:
+    # count < 2**32 and name_bytes < 2**32, so the sum cannot overflow u64
+    st.want = st.count * DESC_SIZE + st.name_bytes
+    if st.directory_bytes != st.want:
+        kfail("TYPE", st.s + H_DIRECTORY_BYTES, "directory_bytes is %d, count and heap give %d"
+              % (st.directory_bytes, st.want))
+    return 0
+
+
+cdef int step5_fits(Dir *st) except -1:
+    cdef Py_ssize_t avail = st.n - st.s
+    if HEADER_SIZE + st.want > <uint64_t>avail:
+        kfail("EOF", st.s + H_COUNT, "%d descriptors and %d heap bytes need %d bytes, %d remain"
+              % (st.count, st.name_bytes, HEADER_SIZE + st.want, avail))
+    return 0
+
+
+cdef int step6_block(Dir *st) except -1:
+    cdef Py_ssize_t avail = st.n - st.s
+    st.base = (HEADER_SIZE + st.want + DIR_ALIGN - 1) & ~(<uint64_t>(DIR_ALIGN - 1))
+    if kiln_add_u64(st.base, st.payload_bytes, &st.block):
+        kfail("LIMIT", st.s + H_PAYLOAD_BYTES, "payload_base + payload_bytes overflows u64")
+    if st.block > <uint64_t>avail:
+        kfail("EOF", st.s + H_PAYLOAD_BYTES, "the block needs %d bytes, %d remain"
+              % (st.block, avail))
+    st.pb = st.s + <Py_ssize_t>st.base
+    st.heap0 = st.s + HEADER_SIZE + DESC_SIZE * <Py_ssize_t>st.count
+    return 0
+
+
+cdef int first_nonzero(Dir *st, Py_ssize_t a, Py_ssize_t e, str what) except -1:
+    cdef Py_ssize_t k
+    for k in range(a, e):
+        if st.b[k]:
+            kfail("TYPE", k, what)
+    return 0
+
+
+cdef int step7_padding(Dir *st) except -1:
+    return first_nonzero(st, st.heap0 + <Py_ssize_t>st.name_bytes, st.pb,
+                         "padding byte is not 0")
+
+
+cdef int read_table(Dir *st) except -1:
+    """Copy the descriptors and the heap (bounded by step 5) once, after step 7."""
+    st.priv = <uint8_t *>PyMem_Malloc(<size_t>st.want + 1)
+    st.counts = <uint64_t *>PyMem_Malloc(sizeof(uint64_t) * (st.count + 1))
+    if st.priv == NULL or st.counts == NULL:
+        raise MemoryError()
+    memcpy(st.priv, st.b + st.s + HEADER_SIZE, <size_t>st.want)
+    st.heap = st.priv + DESC_SIZE * st.count
+    return 0
+
+
+cdef int step8a_reserved(Dir *st) except -1:
+    cdef uint64_t i
+    cdef Py_ssize_t k
+    cdef const uint8_t *dp
+    for i in range(st.count):
+        dp = desc(st, i)
+        if dp[D_RESERVED]:
+            kfail("FRAME", dpos(st, i) + D_RESERVED, "reserved descriptor byte is not 0")
+        for k in range(D_RESERVED16, DESC_SIZE):
+            if dp[k]:
+                kfail("FRAME", dpos(st, i) + k, "reserved descriptor byte is not 0")
+    return 0
+
+
+cdef int step8b_heap(Dir *st) except -1:
+    cdef uint64_t i, cursor = 0, noff, nlen, loff, llen
+    cdef const uint8_t *dp
+    st.named = (st.flags & FLAG_NAMED) != 0
+    if st.named and st.count == 0:
+        kfail("TYPE", st.s + H_FLAGS, "name flag set on an empty directory")
+    for i in range(st.count):
+        dp = desc(st, i)
+        noff = kiln_ld_u16(dp + D_NAME_OFF)
+        nlen = kiln_ld_u16(dp + D_NAME_LEN)
+        if not st.named:
+            if nlen != 0 or noff != NO_NAME:
+                kfail("TYPE", dpos(st, i) + D_NAME_OFF,
+                      "tensor has a name but the name flag is clear")
+            continue
+        if nlen == 0:
+            kfail("TYPE", dpos(st, i) + D_NAME_OFF, "tensor has no name but the name flag is set")
+        if noff != cursor or cursor + nlen > st.name_bytes:
+            kfail("TYPE", dpos(st, i) + D_NAME_OFF, "name slice (%d, %d) is not the next %d "
+                  "heap bytes" % (noff, nlen, nlen))
+        cursor += nlen
+    for i in range(st.count):
+        dp = desc(st, i)
+        loff = kiln_ld_u16(dp + D_LAYOUT_OFF)
+        llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
+        if llen == 0:
+            if loff != NO_NAME:
+                kfail("TYPE", dpos(st, i) + D_LAYOUT_OFF, "empty layout name with offset %d"
+                      % loff)
+            continue
+        if loff != cursor or cursor + llen > st.name_bytes:
+            kfail("TYPE", dpos(st, i) + D_LAYOUT_OFF, "layout slice (%d, %d) is not the next "
+                  "heap bytes" % (loff, llen))
+        cursor += llen
+    if cursor != st.name_bytes:
+        kfail("TYPE", st.s + H_NAME_BYTES, "name heap has %d bytes, names use %d"
+              % (st.name_bytes, cursor))
+    return 0
+
+
+cdef int step8c_utf8(Dir *st) except -1:
+    cdef uint64_t i, off
+    cdef int64_t bad
+    cdef const uint8_t *dp
+    if st.trusted:
+        return 0
+    if st.named:
+        for i in range(st.count):
+            dp = desc(st, i)
+            off = kiln_ld_u16(dp + D_NAME_OFF)
+            bad = kiln_utf8_first_error(st.heap + off, kiln_ld_u16(dp + D_NAME_LEN))
+            if bad >= 0:
+                kfail("UTF8", st.heap0 + <Py_ssize_t>off + bad, "invalid UTF-8 in a tensor name")
+    for i in range(st.count):
+        dp = desc(st, i)
+        if kiln_ld_u16(dp + D_LAYOUT_LEN):
+            off = kiln_ld_u16(dp + D_LAYOUT_OFF)
+            bad = kiln_utf8_first_error(st.heap + off, kiln_ld_u16(dp + D_LAYOUT_LEN))
+            if bad >= 0:
+                kfail("UTF8", st.heap0 + <Py_ssize_t>off + bad, "invalid UTF-8 in a layout name")
+    return 0
+
+
+cdef int step8d_duplicates(Dir *st) except -1:
+    cdef NameRef *refs = NULL
+    cdef uint64_t i, j
+    cdef const uint8_t *dp
+    if not st.named or st.count < 2:
+        return 0
+    refs = <NameRef *>PyMem_Malloc(sizeof(NameRef) * st.count)
+    if refs == NULL:
+        raise MemoryError()
+    try:
+        for i in range(st.count):
+            dp = desc(st, i)
+            refs[i].p = st.heap + kiln_ld_u16(dp + D_NAME_OFF)
+            refs[i].ln = kiln_ld_u16(dp + D_NAME_LEN)
+            refs[i].idx = <uint32_t>i
+        qsort(refs, st.count, sizeof(NameRef), cmp_nameref)
+        j = st.count
+        for i in range(1, st.count):
+            if refs[i].ln == refs[i - 1].ln and \
+                    memcmp(refs[i].p, refs[i - 1].p, refs[i].ln) == 0 and refs[i].idx < j:
+                j = refs[i].idx
+        if j < st.count:
+            dp = desc(st, j)
+            nm = (<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF))[:kiln_ld_u16(dp + D_NAME_LEN)]
+            kfail("TYPE", dpos(st, j) + D_NAME_OFF, "tensor name %r repeats" % nm)
+    finally:
+        PyMem_Free(refs)
+    return 0
+
+
+cdef int step9_descriptors(Dir *st) except -1:
+    cdef uint64_t i
+    for i in range(st.count):
+        st.counts[i] = descriptor(st, i)
+    return 0
+
+
+cdef uint64_t element_count(Dir *st, uint64_t i, uint64_t rank) except? 0xFFFFFFFFFFFFFFFF:
+    """The product of the dimensions: 0 when one is 0, LIMIT when it overflows u64."""
+    cdef const uint8_t *dp = desc(st, i)
+    cdef uint64_t ne = 1
+    cdef Py_ssize_t k
+    for k in range(<Py_ssize_t>rank):
+        if kiln_ld_u64(dp + D_SHAPE + 8 * k) == 0:
+            return 0    # a zero dimension makes the exact product 0
+    for k in range(<Py_ssize_t>rank):
+        if kiln_mul_u64(ne, kiln_ld_u64(dp + D_SHAPE + 8 * k), &ne):
+            kfail("LIMIT", dpos(st, i) + D_SHAPE, "element count overflows u64")
+    return ne
+
+
+cdef uint64_t descriptor(Dir *st, uint64_t i) except? 0xFFFFFFFFFFFFFFFF:
+    """Step 9 for one descriptor; returns its element count."""
+    cdef const uint8_t *dp = desc(st, i)
+    cdef Py_ssize_t d = dpos(st, i), k
+    cdef uint64_t code = kiln_ld_u16(dp + D_DTYPE), rank = dp[D_RANK], ne, need, off, e
+    cdef uint64_t block_size = kiln_ld_u32(dp + D_BLOCK_SIZE)
+    cdef uint64_t blen = kiln_ld_u64(dp + D_BYTE_LENGTH)
+    cdef uint64_t llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
+    cdef bint opaque = OPAQUE_MIN <= code <= OPAQUE_MAX
+    if not opaque and not (1 <= code <= DTYPE_MAX):
+        kfail("TYPE", d + D_DTYPE, "dtype code %d is not defined" % code)
+    if rank > MAX_RANK:
+        kfail("TYPE", d + D_RANK, "rank %d is above 8" % rank)
+    for k in range(<Py_ssize_t>rank, MAX_RANK):
+        if kiln_ld_u64(dp + D_SHAPE + 8 * k):
+            kfail("TYPE", d + D_SHAPE + 8 * k, "shape slot %d past rank %d is not 0" % (k, rank))
+    ne = element_count(st, i, rank)
+    if opaque:
+        if llen == 0:
+            kfail("TYPE", d + D_LAYOUT_OFF, "opaque dtype %d needs a layout name" % code)
+        if block_size == 0:
+            kfail("TYPE", d + D_BLOCK_SIZE, "opaque dtype %d needs a block size" % code)
+        if blen % block_size:
+            kfail("TYPE", d + D_BYTE_LENGTH, "byte length %d is not a multiple of block size %d"
+                  % (blen, block_size))
+    else:
+        if block_size:
+            kfail("TYPE", d + D_BLOCK_SIZE, "block size %d on a non-opaque dtype" % block_size)
+        if llen:
+            kfail("TYPE", d + D_LAYOUT_OFF, "layout name on a non-opaque dtype")
+        if DW[code] == 0:
+            need = ne // 2 + (ne & 1)
+        elif kiln_mul_u64(ne, DW[code], &need):
+            kfail("LIMIT", d + D_BYTE_LENGTH, "byte length of %d elements overflows u64" % ne)
+        if blen != need:
+            kfail("TYPE", d + D_BYTE_LENGTH, "byte length is %d, %d elements of %s need %d"
+                  % (blen, ne, _W.DTYPES[code][0], need))
+    off = kiln_ld_u64(dp + D_BYTE_OFFSET)
+    if kiln_add_u64(off, blen, &e):
+        kfail("LIMIT", d + D_BYTE_OFFSET, "payload range end overflows u64")
+    if e > st.payload_bytes:
+        kfail("TYPE", d + D_BYTE_OFFSET, "payload range [%d, %d) is past payload_bytes %d"
+              % (off, e, st.payload_bytes))
+    return ne
+
+
+cdef int step9_overlaps(Dir *st) except -1:
+    cdef Range *ranges = NULL
+    cdef uint64_t i, j, nr = 0, off, e, top_end = 0, top_i = 0
+    cdef bint have_top = False
+    for i in range(st.count):
+        if kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH):
+            nr += 1
+    if nr < 2:
+        return 0
+    ranges = <Range *>PyMem_Malloc(sizeof(Range) * nr)
+    if ranges == NULL:
+        raise MemoryError()
+    try:
+        j = 0
+        for i in range(st.count):
+            if kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH):
+                ranges[j].off = kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
+                ranges[j].idx = i
+                j += 1
+        qsort(ranges, nr, sizeof(Range), cmp_range)
+        for j in range(nr):
+            off = ranges[j].off
+            i = ranges[j].idx
+            if have_top and off < top_end:
+                kfail("TYPE", dpos(st, i if i > top_i else top_i) + D_BYTE_OFFSET,
+                      "payload ranges of tensors %d and %d overlap"
+                      % (i if i < top_i else top_i, i if i > top_i else top_i))
+            e = off + kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
+            if not have_top or e > top_end:
+                top_end = e
+                top_i = i
+                have_top = True
+    finally:
+        PyMem_Free(ranges)
+    return 0
+
+
+cdef int step10_placement(Dir *st) except -1:
+    cdef uint64_t i, r = 0, want_off, off
+    for i in range(st.count):
+        want_off = (r + DIR_ALIGN - 1) & ~(<uint64_t>(DIR_ALIGN - 1))
+        off = kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
+        if off != want_off:
+            kfail("TYPE", dpos(st, i) + D_BYTE_OFFSET, "byte_offset %d is not the canonical %d"
+                  % (off, want_off))
+        r = want_off + kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
+    if st.payload_bytes != r:
+        kfail("TYPE", st.s + H_PAYLOAD_BYTES, "payload_bytes is %d, the canonical end is %d"
+              % (st.payload_bytes, r))
+    r = 0
+    for i in range(st.count):
+        off = kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
+        if off > r:
+            first_nonzero(st, st.pb + <Py_ssize_t>r, st.pb + <Py_ssize_t>off,
+                          "alignment gap byte is not 0")
+        r = off + kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
+    return 0
+
+
+cdef int step11a_payload_bytes(Dir *st) except -1:
+    cdef uint64_t i, code, blen
+    cdef Py_ssize_t a
+    cdef int64_t bad
+    cdef uint8_t v
+    for i in range(st.count):
+        code = kiln_ld_u16(desc(st, i) + D_DTYPE)
+        a = st.pb + <Py_ssize_t>kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
+        blen = kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
+        if code == DTYPE_BOOL and blen:
+            bad = kiln_first_bad_bool(st.b + a, blen)
+            if bad >= 0:
+                v = st.b[a + bad]
+                kfail("TYPE", a + bad, "bool byte is %d, not 0 or 1" % v)
+        elif code <= DTYPE_MAX and DW[code] == 0 and st.counts[i] & 1:
+            if st.b[a + blen - 1] & 0xF0:
+                kfail("TYPE", a + <Py_ssize_t>blen - 1, "high nibble of an odd packed tail is not 0")
+    return 0
+
+
+cdef int step11b_quantization(Dir *st) except -1:
+    cdef uint64_t i
+    for i in range(st.count):
+        quantization(st, i)
+    return 0
+
+
+cdef int scheme0_fields(Dir *st, uint64_t i) except -1:
+    cdef const uint8_t *dp = desc(st, i)
+    cdef Py_ssize_t d = dpos(st, i)
+    if kiln_ld_u16(dp + D_QUANT_AXIS) != NO_AXIS:
+        kfail("TYPE", d + D_QUANT_AXIS, "quant axis set without a scheme")
+    if kiln_ld_u32(dp + D_GROUP_SIZE):
+        kfail("TYPE", d + D_GROUP_SIZE, "group size set without a scheme")
+    if kiln_ld_u32(dp + D_SCALE_INDEX) != NO_INDEX:
+        kfail("TYPE", d + D_SCALE_INDEX, "scale index set without a scheme")
+    if kiln_ld_u32(dp + D_OUTER_INDEX) != NO_INDEX:
+        kfail("TYPE", d + D_OUTER_INDEX, "outer index set without a scheme")
+    return 0
+
+
+cdef int quantization(Dir *st, uint64_t i) except -1:
+    cdef const uint8_t *dp = desc(st, i)
+    cdef Py_ssize_t d = dpos(st, i)
+    cdef uint64_t scheme = kiln_ld_u16(dp + D_QUANT_SCHEME), axis = kiln_ld_u16(dp + D_QUANT_AXIS)
+    cdef uint64_t group = kiln_ld_u32(dp + D_GROUP_SIZE), scale = kiln_ld_u32(dp + D_SCALE_INDEX)
+    cdef uint64_t outer = kiln_ld_u32(dp + D_OUTER_INDEX), rank = dp[D_RANK]
+    if scheme > QUANT_SCHEMES:
+        kfail("TYPE", d + D_QUANT_SCHEME, "quant scheme %d is not 0, 1 or 2" % scheme)
+    if scheme == 0:
+        return scheme0_fields(st, i)
+    if rank == 0 or axis >= rank:
+        kfail("TYPE", d + D_QUANT_AXIS, "quant axis %d is not below rank %d" % (axis, rank))
+    if group == 0:
+        kfail("TYPE", d + D_GROUP_SIZE, "group size is 0")
+    if scale >= st.count or scale == i:
+        kfail("TYPE", d + D_SCALE_INDEX, "scale index %d does not name another tensor" % scale)
+    if kiln_ld_u16(desc(st, scale) + D_QUANT_SCHEME) != 0:
+        kfail("TYPE", d + D_SCALE_INDEX, "scale tensor %d is itself quantized (a chain)" % scale)
+    if scheme == 1:
+        if outer != NO_INDEX:
+            kfail("TYPE", d + D_OUTER_INDEX, "outer index set on scheme 1")
+    else:
+        if outer >= st.count or outer == i or outer == scale:
+            kfail("TYPE", d + D_OUTER_INDEX, "outer index %d does not name a third tensor"
+                  % outer)
+        if kiln_ld_u16(desc(st, outer) + D_DTYPE) != DTYPE_F32 or \
+                kiln_ld_u16(desc(st, outer) + D_QUANT_SCHEME) != 0 or st.counts[outer] != 1:
+            kfail("TYPE", d + D_OUTER_INDEX, "outer tensor %d is not one unquantized f32" % outer)
+    if not st.trusted:
+        scale_groups(st, i, axis, group, rank, scale)
+    return 0
+
+
+cdef int scale_groups(Dir *st, uint64_t i, uint64_t axis, uint64_t group, uint64_t rank,
+                      uint64_t scale) except -1:
+    """The scale tensor has one element per group (the check a trusted reader skips)."""
+    cdef const uint8_t *dp = desc(st, i)
+    cdef uint64_t dim = kiln_ld_u64(dp + D_SHAPE + 8 * axis)
+    cdef uint64_t groups = dim // group + (1 if dim % group else 0)
+    cdef bint zero = groups == 0, big = False
+    cdef Py_ssize_t k
+    for k in range(<Py_ssize_t>rank):
+        if k != <Py_ssize_t>axis:
+            dim = kiln_ld_u64(dp + D_SHAPE + 8 * k)
+            if dim == 0:
+                zero = True
+            elif not big and kiln_mul_u64(groups, dim, &groups):
+                big = True
+    if zero:
+        groups = 0
+        big = False
+    if big or st.counts[scale] != groups:
+        kfail("TYPE", dpos(st, i) + D_SCALE_INDEX, "scale tensor has %d elements, %d groups "
+              "need %d" % (st.counts[scale], groups, groups))
+    return 0
+
+
+cdef Py_ssize_t step12_trailing(Dir *st) except -1:
+    cdef Py_ssize_t end = st.s + <Py_ssize_t>st.block
+    cdef uint64_t i, blen
+    if st.standalone and end != st.n:
+        kfail("TRAILING", end, "%d bytes follow the directory" % (st.n - end))
+    if st.copy:
+        for i in range(st.count):
+            blen = kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
+            if blen > st.max_bytes:
+                kfail("LIMIT", dpos(st, i) + D_BYTE_LENGTH, "payload of %d bytes is above the "
+                      "copy cap max_bytes=%d" % (blen, st.max_bytes))
+    return end
+
+
+cdef object make_table(Dir *st):
+    """One row per descriptor, in the layout the kernel interface documents."""
+    cdef uint64_t i, rank, llen
+    cdef Py_ssize_t k
+    cdef const uint8_t *dp
+    table = PyList_New(<Py_ssize_t>st.count)
+    for i in range(st.count):
+        dp = desc(st, i)
+        rank = dp[D_RANK]
+        shape = PyTuple_New(<Py_ssize_t>rank)
+        for k in range(<Py_ssize_t>rank):
+            dv = PyLong_FromUnsignedLongLong(kiln_ld_u64(dp + D_SHAPE + 8 * k))
+            Py_INCREF(dv)
+            PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
+        nm = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
+                                       kiln_ld_u16(dp + D_NAME_LEN)) if st.named else None
+        llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
+        lay = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_LAYOUT_OFF),
+                                        <Py_ssize_t>llen) if llen else None
+        row = (kiln_ld_u16(dp + D_DTYPE), shape, nm, lay, kiln_ld_u32(dp + D_BLOCK_SIZE),
+               kiln_ld_u16(dp + D_QUANT_SCHEME), kiln_ld_u16(dp + D_QUANT_AXIS),
+               kiln_ld_u32(dp + D_GROUP_SIZE), kiln_ld_u32(dp + D_SCALE_INDEX),
+               kiln_ld_u32(dp + D_OUTER_INDEX), kiln_ld_u64(dp + D_BYTE_OFFSET),
+               kiln_ld_u64(dp + D_BYTE_LENGTH))
+        Py_INCREF(row)
+        PyList_SET_ITEM(table, i, <PyObject *>row)
+    return table
+
+
+cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
+                 uint64_t max_count, uint64_t max_bytes, bint copy, bint want_table,
+                 Py_ssize_t *endp, uint64_t *basep):
+    """Run the steps in order over the directory at ``s``; the table when wanted.
+
+    Nothing is allocated before step 5 bounds the descriptor count by the
+    buffer, and no Python object is built per descriptor before every check
+    has passed.
+    """
+    cdef Dir st
+    st.b = b
+    st.n = n
+    st.s = s
+    st.standalone = standalone
+    st.trusted = trusted
+    st.copy = copy
+    st.max_count = max_count
+    st.max_bytes = max_bytes
+    st.priv = NULL
+    st.counts = NULL
+    try:
+        step1_magic(&st)
+        step2_envelope(&st)
+        step3_caps(&st)
+        step4_arithmetic(&st)
+        step5_fits(&st)
+        step6_block(&st)
+        step7_padding(&st)
+        read_table(&st)
+        step8a_reserved(&st)
+        step8b_heap(&st)
+        step8c_utf8(&st)
+        step8d_duplicates(&st)
+        step9_descriptors(&st)
+        step9_overlaps(&st)
+        step10_placement(&st)
+        step11a_payload_bytes(&st)
+        step11b_quantization(&st)
+        endp[0] = step12_trailing(&st)
+        basep[0] = st.base
+        return make_table(&st) if want_table else None
+    finally:
+        PyMem_Free(st.priv)
+        PyMem_Free(st.counts)
+
+
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy):
+    """Check the tensor directory at ``start`` of ``buf``; returns (end, payload_base, table)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t end = 0
+    cdef uint64_t base = 0
+    if start < 0 or max_count < 0 or max_bytes < 0:
+        raise ValueError("start, max_count and max_bytes must be non-negative")
+    get_view(buf, &view)
+    try:
+        table = vdir(<const uint8_t *>view.buf, view.len, start, bool(standalone),
+                     bool(trusted), _cap(max_count), _cap(max_bytes), bool(copy), True,
+                     &end, &base)
+    finally:
+        PyBuffer_Release(&view)
+    return end, base, table
+
+
+cdef int check_written(const uint8_t *b, Py_ssize_t n, Py_ssize_t start) except -1:
+    """Validate a block the encoder just wrote, so encode never emits bytes decode rejects."""
+    cdef Py_ssize_t end = 0
+    cdef uint64_t base = 0
+    try:
+        vdir(b, n, start, False, False, U32_MAX, U32_MAX, False, False, &end, &base)
+    except EncodeError:
+        raise
+    except KilnError as e:
+        err = EncodeError(e.code, e.offset, "tensors break a directory rule: " + e.reason)
+    else:
+        return 0
+    raise err

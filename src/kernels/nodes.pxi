@@ -1,0 +1,93 @@
+# Compiled plans: one Node per plan node, shared by decode and encode.  The
+# pure kernel has no twin file: it compiles plans into closures in decode.py
+# and encode.py.
+
+cdef struct FieldInfo:
+    int op
+    PyObject *node      # borrowed from Node.fields
+    PyObject *name      # borrowed from Node.names
+
+
+cdef class Node:
+    """One compiled plan node."""
+    cdef int op
+    cdef int width          # scalar width, or pod element width
+    cdef int elem_op        # pod element op
+    cdef uint64_t elem_min  # list: elem.min_size; dict: 4 + elem.min_size
+    cdef Node elem
+    cdef tuple fields
+    cdef tuple names
+    cdef Py_ssize_t nf
+    cdef FieldInfo *finfo
+    cdef object make
+    cdef object get
+    cdef object cls
+    cdef object key_set
+    cdef object hooks
+    cdef object text
+    cdef object dt_native   # pod: native-order dtype
+    cdef object dt_big      # pod: big-endian dtype
+    cdef object dt_le       # pod: the wire's little-endian dtype
+    cdef bint has_tensors
+
+    def __dealloc__(self):
+        PyMem_Free(self.finfo)
+
+    def __repr__(self):
+        return "<kiln._kernels_c.Node %d %r>" % (self.op, self.text)
+
+
+cdef Node compile_node(object plan):
+    cdef Node nd = Node.__new__(Node)
+    cdef Node f
+    cdef Py_ssize_t i
+    cdef int op = plan.op
+    nd.op = op
+    nd.text = plan.text
+    if OP_BOOL <= op <= LAST_SCALAR:
+        nd.width = SW[op]
+    elif op == OP_PODLIST:
+        le = _np.dtype(_W.NUMPY_LE[plan.elem.op])
+        nd.elem_op = plan.elem.op
+        nd.width = le.itemsize
+        nd.dt_native = le.newbyteorder("=")
+        nd.dt_big = le.newbyteorder(">")
+        nd.dt_le = le
+    elif op == OP_LIST or op == OP_OPT:
+        nd.elem = compile_node(plan.elem)
+        nd.elem_min = plan.elem.min_size
+        nd.has_tensors = nd.elem.has_tensors
+    elif op == OP_DICT:
+        nd.elem = compile_node(plan.elem)
+        nd.elem_min = 4 + plan.elem.min_size
+        nd.has_tensors = nd.elem.has_tensors
+    elif op == OP_STRUCT:
+        nd.fields = tuple([compile_node(p) for p in plan.fields])
+        nd.names = tuple([_intern(nm) for nm in plan.names])
+        nd.nf = len(nd.fields)
+        if len(nd.names) != nd.nf:
+            raise ValueError("struct plan has %d names for %d fields" % (len(nd.names), nd.nf))
+        nd.make = plan.make
+        nd.get = plan.get
+        nd.cls = plan.cls
+        nd.key_set = frozenset(nd.names)
+        nd.finfo = <FieldInfo *>PyMem_Malloc(sizeof(FieldInfo) * (nd.nf + 1))
+        if nd.finfo == NULL:
+            raise MemoryError()
+        for i in range(nd.nf):
+            f = <Node>nd.fields[i]
+            nd.finfo[i].op = f.op
+            nd.finfo[i].node = <PyObject *>f
+            nd.finfo[i].name = <PyObject *>nd.names[i]
+            if f.has_tensors:
+                nd.has_tensors = True
+    elif op == OP_TENSORS:
+        nd.hooks = plan.tensors
+        nd.has_tensors = True
+    elif op == OP_STR or op == OP_BYTES:
+        pass
+    else:
+        raise AssertionError("unknown op %r" % op)
+    return nd
+
+

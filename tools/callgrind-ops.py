@@ -1,0 +1,80 @@
+"""Count the instructions of one kiln operation with callgrind.
+
+    tools/callgrind-ops.py [--reps N] OP [OP ...]
+
+For each OP the script runs under ``valgrind --tool=callgrind`` twice, once
+doing the setup only and once doing the setup and N repetitions of OP, and
+prints the difference divided by N: the instructions of one OP, repeatable
+whatever else the machine is doing.  Ops: records-decode, records-encode,
+tensors-decode, tensors-numpy, tensors-encode.  The kernels are whatever
+``import kiln`` picks (KILN_PUREPYTHON=1 for the pure ones).
+"""
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def build(op):
+    import numpy as np
+    import kiln
+
+    @dataclasses.dataclass
+    class Rec:
+        id: int
+        name: str
+        score: float
+        tags: kiln.list_(kiln.i32)
+
+    if op.startswith("records"):
+        t = kiln.list_(kiln.struct(Rec))
+        recs = [Rec(i, "name-%d" % i, i * 0.5, np.arange(i % 8, dtype=np.int32))
+                for i in range(20000)]
+        buf = kiln.encode(recs, t)
+        if op == "records-decode":
+            d = kiln.Decoder(t).decode
+            return lambda: d(buf)
+        e = kiln.Encoder(t).encode
+        return lambda: e(recs)
+    ws = {"t%05d" % i: np.full(16, i, np.float32) for i in range(10000)}
+    buf = kiln.encode_tensors(ws)
+    if op == "tensors-decode":
+        return lambda: kiln.decode_tensors(buf)
+    if op == "tensors-numpy":
+        return lambda: [t.numpy() for t in kiln.decode_tensors(buf)]
+    return lambda: kiln.encode_tensors(ws)
+
+
+def count(op, reps):
+    code = ("import sys; sys.path.insert(0, %r); import importlib.util as u; "
+            "s = u.spec_from_file_location('cg', %r); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); f = m.build(%r); f(); [f() for _ in range(%d)]"
+            % (os.path.dirname(__file__), __file__, op, reps))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cg.out")
+        env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts every run
+        subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+                        sys.executable, "-c", code], check=True, capture_output=True, env=env)
+        with open(out) as fh:
+            text = fh.read()
+    return int(re.search(r"^summary: (\d+)", text, re.M).group(1))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("ops", nargs="+")
+    a = ap.parse_args(argv)
+    for op in a.ops:
+        base = count(op, 0)
+        full = count(op, a.reps)
+        print("%-16s %14.0f instructions per op" % (op, (full - base) / a.reps), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
