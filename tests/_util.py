@@ -19,3 +19,24 @@ def f32_bits(x):
 
 def f64_bits(x):
     return struct.pack("<d", x)
+
+
+def run_in_threads(work, n=4):
+    """Run ``work()`` in ``n`` threads started together; re-raise the first failure."""
+    import threading
+    errors = []
+    start = threading.Barrier(n)
+
+    def run():
+        try:
+            start.wait()
+            work()
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]

@@ -22,14 +22,13 @@ import os
 import struct
 import subprocess
 import sys
-import threading
 import time
 import typing
 
 import pytest
 
 import kiln
-from _util import ROOT
+from _util import ROOT, run_in_threads
 
 sys.path.insert(0, os.path.join(ROOT, "fuzz"))
 import oracle  # noqa: E402  (the fuzz oracle's bound must hold for every shape here)
@@ -163,28 +162,17 @@ def test_the_budget_is_per_call_across_threads(impl):
     m = 1000
     dec = impl.decoder("list<list<struct{}>>", max_count=m)
     ok, over = lists(m // 2, m // 2), lists(m // 2, m // 2 + 1)
-    errors = []
-    start = threading.Barrier(4)
 
     def work():
-        try:
-            start.wait()
-            for _ in range(100):
-                assert len(dec.decode(ok)[1]) == m // 2
-                try:
-                    dec.decode(over)
-                except kiln.KilnError as e:
-                    assert (e.code, e.offset) == ("LIMIT", 8)
-                else:
-                    raise AssertionError("the budget was exceeded")
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert errors == []
+        for _ in range(100):
+            assert len(dec.decode(ok)[1]) == m // 2
+            try:
+                dec.decode(over)
+            except kiln.KilnError as e:
+                assert (e.code, e.offset) == ("LIMIT", 8)
+            else:
+                raise AssertionError("the budget was exceeded")
+    run_in_threads(work)
 
 
 def test_a_decode_inside_a_decode_has_its_own_budget(impl):
