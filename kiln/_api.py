@@ -20,20 +20,24 @@ def _check_caps(max_count, max_bytes):
 class Encoder:
     """Encode values of one type; the plan is compiled once.
 
+    ``round_floats``: see :func:`encode`.
+
     ``encode(value) -> bytes``; ``encode_into(value, buffer, offset=0) -> end``
     writes into a bytearray starting at ``offset`` and resizes it to end where
     the encoding ends (the bytes before ``offset`` are kept; ``offset=-1``
     appends).  On error the bytes after ``offset`` are unspecified.
     """
 
-    __slots__ = ("type", "frame", "_prog", "encode", "encode_into")
+    __slots__ = ("type", "frame", "round_floats", "_prog", "encode", "encode_into")
 
-    def __init__(self, type, frame=False, *, kernels=None):
+    def __init__(self, type, frame=False, *, round_floats=False, kernels=None):
         self.type = as_type(type)
         self.frame = bool(frame)
+        self.round_floats = bool(round_floats)
         k = kernels or _compat.kernels
         self._prog = k.compile_encoder(self.type.plan(),
-                                       self.type.schema_hash if self.frame else None)
+                                       self.type.schema_hash if self.frame else None,
+                                       self.round_floats)
         self.encode = self._prog.encode
         self.encode_into = self._prog.encode_into
 
@@ -66,10 +70,23 @@ class Decoder:
         self._prog = k.compile_decoder(self.type.plan(),
                                        self.type.schema_hash if self.frame else None,
                                        self.trusted, max_count, max_bytes, self.copy)
-        self.decode = self._prog.decode
+        self.decode = self._prog.decode if self.frame else _hinting(self._prog.decode)
 
     def __repr__(self):
         return "kiln.Decoder(%r, frame=%r)" % (self.type.text, self.frame)
+
+
+def _hinting(decode):
+    """``decode``, with a hint added to an error on a buffer that starts with a frame."""
+    def decode_bare(buf):
+        try:
+            return decode(buf)
+        except KilnError as e:
+            if e.code != "SCHEMA" and bytes(memoryview(buf)[:4]) == b"KLN0":
+                e.reason += (" (the buffer starts with a Kiln frame: decode it with "
+                             "frame=True)")
+            raise
+    return decode_bare
 
 
 _lock = threading.Lock()
@@ -94,10 +111,15 @@ def _key_type(type):
     return type if isinstance(type, Type) else (type if isinstance(type, str) else id(type), type)
 
 
-def encode(value, type, *, frame=False):
-    """Encode ``value`` as ``type`` (a Type, canonical text, or a bound class)."""
-    key = (_key_type(type), bool(frame), _compat.IMPLEMENTATION)
-    enc = _cached(_enc_cache, key, lambda: Encoder(type, frame))
+def encode(value, type, *, frame=False, round_floats=False):
+    """Encode ``value`` as ``type`` (a Type, type text, or a bound class).
+
+    ``round_floats=True`` lets a float array of a wider dtype (float64 for a
+    ``list<f32>``) round to the element; by default a value that would change
+    is an EncodeError.
+    """
+    key = (_key_type(type), bool(frame), bool(round_floats), _compat.IMPLEMENTATION)
+    enc = _cached(_enc_cache, key, lambda: Encoder(type, frame, round_floats=round_floats))
     return enc.encode(value)
 
 

@@ -10,7 +10,10 @@ range; float elements take anything with ``__float__`` or ``__index__`` whose
 value fits (an f32 that would overflow is refused); bool elements take only
 ``True``, ``False`` and numpy bools.  A numpy array is judged by its dtype
 instead: integers (or bools) for integer elements, checked against the range;
-numbers for float elements; bools for bool elements.
+numbers for float elements; bools for bool elements.  An array of a wider
+float dtype (f64 for an f32 element) is refused when a value would change,
+unless the caller passes ``round_floats=True``; items from a Python sequence
+round as a scalar field rounds them.
 """
 
 import struct as _struct
@@ -124,7 +127,7 @@ def as_byte_run(v, offset):
 _NOT_SEQUENCES = (str, bytes, bytearray, dict, set, frozenset)
 
 
-def as_pod_array(v, op, offset=0):
+def as_pod_array(v, op, offset=0, round_floats=False):
     """A contiguous little-endian 1-D array of the wire dtype of ``op`` (see module doc).
 
     Raises EncodeError for a wrong kind, a wrong shape or a value out of
@@ -133,7 +136,7 @@ def as_pod_array(v, op, offset=0):
     le = np.dtype(W.NUMPY_LE[op])
     text = "list<%s>" % _ELEM_TEXT[op]
     if isinstance(v, np.ndarray):
-        return _array_run(v, op, le, text, offset)
+        return _array_run(v, op, le, text, offset, round_floats)
     if isinstance(v, _NOT_SEQUENCES) or not hasattr(v, "__len__") or \
             not hasattr(v, "__getitem__"):
         raise EncodeError("TYPE", offset, "expected a sequence of numbers for %s, got %s"
@@ -146,7 +149,7 @@ def as_pod_array(v, op, offset=0):
     except (ValueError, TypeError, OverflowError):
         arr = None
     if arr is not None and arr.ndim == 1 and _plain_kind(arr.dtype, op):
-        return _array_run(arr, op, le, text, offset)
+        return _array_run(arr, op, le, text, offset, True)
     return _item_run(items, op, le, text, offset)
 
 
@@ -186,7 +189,7 @@ def _item_run(items, op, le, text, offset):
     return np.frombuffer(bytes(out), le)
 
 
-def _array_run(arr, op, le, text, offset):
+def _array_run(arr, op, le, text, offset, round_floats):
     """Judge an ndarray by its dtype (see module doc)."""
     if arr.ndim != 1:
         raise EncodeError("TYPE", offset, "%s takes a 1-D array, got shape %s"
@@ -220,5 +223,15 @@ def _array_run(arr, op, le, text, offset):
                 out = arr.astype(le)
                 if not np.array_equal(np.isfinite(out), np.isfinite(arr)):
                     raise EncodeError("TYPE", offset, "a value overflows %s" % _ELEM_TEXT[op])
+                if not round_floats:
+                    changed = (out.astype(arr.dtype) != arr) & ~np.isnan(arr)
+                    if changed.any():
+                        i = int(np.argmax(changed))
+                        e = EncodeError("TYPE", offset, "%r in a %s array would change as %s "
+                                        "(%r); pass round_floats=True to round"
+                                        % (float(arr[i]), arr.dtype, _ELEM_TEXT[op],
+                                           float(out[i])))
+                        e.add_path("[%d]" % i)
+                        raise e
             return out
     return np.ascontiguousarray(arr, dtype=le)

@@ -55,3 +55,8 @@ class EncodeError(KilnError):
 
     def __reduce__(self):
         return (type(self), (self.code, self.offset, self.reason, self.path))
+
+
+# tracebacks and reprs name the public module, where users import them from
+KilnError.__module__ = "kiln"
+EncodeError.__module__ = "kiln"

@@ -33,7 +33,8 @@ class Kernels(Protocol):
     def compile_decoder(self, plan: Plan, frame_hash: Optional[int], trusted: bool,
                         max_count: int, max_bytes: int, copy: bool) -> DecodeProgram: ...
 
-    def compile_encoder(self, plan: Plan, frame_hash: Optional[int]) -> EncodeProgram: ...
+    def compile_encoder(self, plan: Plan, frame_hash: Optional[int],
+                        round_floats: bool = False) -> EncodeProgram: ...
 
     def validate_directory(self, buf: Any, start: int, standalone: bool, trusted: bool,
                            max_count: int, max_bytes: int,

@@ -25,11 +25,13 @@ The ml_dtypes types are in host byte order; on a big-endian host ``numpy()``
 returns a byte-swapped copy for bf16 (one-byte types need no swap).
 """
 
+import pickle
 import sys
 from collections.abc import Mapping
 
 import numpy as np
 
+from . import _dlpack
 from ._errors import EncodeError
 
 try:  # optional extra kiln[ml]
@@ -236,6 +238,65 @@ class Tensor:
         nm = "" if self.name is None else " %r" % self.name
         return "<kiln.Tensor%s %s%s, %d bytes>" % (nm, self.dtype, list(self.shape), self.nbytes)
 
+    # --- the array ecosystem ---------------------------------------------
+
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(t)``: the :meth:`numpy` view (numpy 2's ``copy=`` honoured)."""
+        arr = self.numpy()
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError("kiln.Tensor: converting %s to %s needs a copy, and copy=False "
+                                 "was asked" % (arr.dtype, np.dtype(dtype)))
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over the payload (see ``kiln._dlpack``).
+
+        A view of a read-only buffer goes out as a DLPack 1.0 capsule flagged
+        read-only; a consumer that cannot take that form gets a ``BufferError``
+        unless it asks for ``copy=True``.
+        """
+        if stream is not None:
+            raise BufferError("kiln.Tensor lives in CPU memory: stream must be None")
+        if dl_device is not None and tuple(dl_device) != (_dlpack.KDL_CPU, 0):
+            raise BufferError("kiln.Tensor lives in CPU memory, not on device %r" % (dl_device,))
+        code = self._row[0]
+        if _dlpack.dlpack_code(code) is None:
+            raise BufferError("DLPack 1.0 has no type for kiln dtype %s: use .numpy() or .data"
+                              % self.dtype)
+        arr = np.ascontiguousarray(self.numpy())
+        read_only = not arr.flags.writeable
+        if copy:
+            arr = arr.copy()
+            read_only = False
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        if read_only and not versioned:
+            raise BufferError("this tensor views a read-only buffer, and an unversioned DLPack "
+                              "capsule cannot say read-only: ask for max_version=(1, 0) or "
+                              "copy=True")
+        return _dlpack.export(arr, code, read_only, bool(copy), versioned)
+
+    def __dlpack_device__(self):
+        return (_dlpack.KDL_CPU, 0)
+
+    # --- pickle: the payload goes out of band with protocol 5 ------------------
+
+    def __reduce_ex__(self, protocol):
+        row = self._row
+        data = self.data
+        payload = pickle.PickleBuffer(data) if protocol >= 5 else bytes(data)
+        return (_rebuild_tensor, (payload, row[0], row[1], self.name, self.layout, row[4],
+                                  row[5], self.quant_axis, row[7], self.scale_index,
+                                  self.outer_index))
+
+    def __copy__(self):
+        return self  # immutable: the payload is read-only, the fields are the row
+
+    def __deepcopy__(self, memo):
+        t = _rebuild_tensor(bytes(self.data), *self.__reduce_ex__(2)[1][1:])
+        return t
+
     def _meta(self):
         return (self.name, self.code, self.shape, self.layout, self.block_size,
                 self.quant_scheme, self.quant_axis, self.group_size, self.scale_index,
@@ -318,11 +379,16 @@ _CODE_BY_KIND = {(np.dtype(d[2]).kind, np.dtype(d[2]).itemsize): c
                  for c, d in W.DTYPES.items() if d[3] is None and d[1] != 0}
 
 
-class TensorDirectory:
-    """The tensors of one directory: a sequence, also indexable by name.
+class TensorDirectory(Mapping):
+    """The tensors of one directory: a mapping of name to :class:`Tensor`.
+
+    ``d["w"]`` finds a tensor by name and ``d[0]`` by position (directory
+    order).  As a :class:`collections.abc.Mapping` its keys are the names in
+    directory order (the positions 0..n-1 for an unnamed directory), so
+    ``dict(d)``, ``d.items()`` and ``d.values()`` work as for any mapping.
 
     A decoded directory builds each :class:`Tensor` object the first time it
-    is reached (by index, name or iteration); the checks all ran before.
+    is reached; the checks all ran before.
     """
 
     __slots__ = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names",
@@ -375,36 +441,55 @@ class TensorDirectory:
     def __len__(self):
         return len(self._tensors)
 
+    def _tensor(self, i):
+        t = self._tensors[i]
+        return t if t is not None else self._make(i)
+
     def __iter__(self):
-        ts = self._tensors
-        for i in range(len(ts)):
-            t = ts[i]
-            yield t if t is not None else self._make(i)
+        """The keys: names in directory order, or positions when unnamed."""
+        names = self.names
+        if names and names[0] is not None:
+            return iter(names)
+        return iter(range(len(names)))
+
+    def values(self):
+        """The tensors in directory order (a list)."""
+        return [self._tensor(i) for i in range(len(self._tensors))]
+
+    def items(self):
+        """(key, tensor) pairs in directory order (a list)."""
+        return list(zip(self, self.values()))
+
+    def keys(self):
+        """The names in directory order, or the positions when unnamed (a list)."""
+        return list(self)
 
     def __getitem__(self, key):
         if isinstance(key, str):
             idx = self._index
             if idx is None:
                 idx = self._index = {n: i for i, n in enumerate(self.names) if n is not None}
-            i = idx[key]
-        elif isinstance(key, slice):
-            return [self[i] for i in range(*key.indices(len(self)))]
-        else:
-            i = key
-        t = self._tensors[i]
-        if t is None:
-            if i < 0:
-                i += len(self._tensors)
-            t = self._make(i)
-        return t
+            return self._tensor(idx[key])
+        if isinstance(key, slice):
+            return [self._tensor(i) for i in range(*key.indices(len(self)))]
+        n = len(self._tensors)
+        i = key.__index__()
+        if not -n <= i < n:
+            raise IndexError("tensor index %d out of range for %d tensors" % (i, n))
+        return self._tensor(i % n if n else i)
 
     def __contains__(self, key):
         if isinstance(key, str):
             return key in self.names
-        return key in list(self)
+        try:
+            self[key]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return False
+        return True
 
-    def keys(self):
-        return self.names
+    def __reduce_ex__(self, protocol):
+        # the tensors pickle themselves (out of band with protocol 5)
+        return (_rebuild_directory, (self.values(),))
 
     def get(self, key, default=None):
         try:
@@ -413,12 +498,12 @@ class TensorDirectory:
             return default
 
     def to_dict(self):
-        """``{name: numpy array}`` for named tensors."""
-        return {t.name: t.numpy() for t in self}
+        """``{name: numpy array}`` for named tensors (views of the payloads)."""
+        return {t.name: t.numpy() for t in self.values()}
 
     def __eq__(self, other):
         if isinstance(other, TensorDirectory):
-            return list(self) == list(other)
+            return self.names == other.names and self.values() == other.values()
         return NotImplemented
 
     __hash__ = None
@@ -428,6 +513,17 @@ class TensorDirectory:
 
 
 _new_tensor = Tensor.__new__
+
+
+def _rebuild_tensor(payload, code, shape, name, layout, block_size, quant_scheme, quant_axis,
+                    group_size, scale_index, outer_index):
+    return Tensor(payload, dtype=code, shape=shape, name=name, layout=layout,
+                  block_size=block_size, quant_scheme=quant_scheme, quant_axis=quant_axis,
+                  group_size=group_size, scale_index=scale_index, outer_index=outer_index)
+
+
+def _rebuild_directory(tensors):
+    return TensorDirectory(tensors)
 
 
 class _Hooks:
@@ -491,7 +587,7 @@ def normalize_tensors(value):
     try:
         if isinstance(value, TensorDirectory):
             pairs = [(None if t.name is None else _utf8(t.name, i), t)
-                     for i, t in enumerate(value)]
+                     for i, t in enumerate(value.values())]
         elif isinstance(value, Mapping):
             pairs = []
             for i, (k, x) in enumerate(value.items()):

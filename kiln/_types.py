@@ -297,7 +297,10 @@ def struct(fields, cls=None):
 
 # --- canonical text parser ------------------------------------------------
 
-_TOKEN = re.compile(r"struct\{|list<|opt<|dict<|[A-Za-z_][A-Za-z0-9_]*|[:,}>]")
+# whitespace may stand between tokens and inside an opener ("list <"); the
+# tokens themselves (and so .text and the hash) are canonical
+_TOKEN = re.compile(r"\s*(?:(struct)\s*\{|(list|opt|dict)\s*<|([A-Za-z_][A-Za-z0-9_]*|[:,}>]))")
+_SPACE = re.compile(r"\s*\Z")
 
 
 def _tokenize(text):
@@ -307,8 +310,18 @@ def _tokenize(text):
     while pos < n:
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise KilnError("TYPE", pos, "unexpected character %r in type text" % text[pos])
-        toks.append((m.group(), pos))
+            if _SPACE.match(text, pos):
+                break
+            at = pos + len(text[pos:]) - len(text[pos:].lstrip())
+            raise KilnError("TYPE", at, "unexpected character %r in type text" % text[at])
+        if m.group(1):
+            tok = "struct{"
+        elif m.group(2):
+            tok = m.group(2) + "<"
+        else:
+            tok = m.group(3)
+        toks.append((tok, m.start(1) if m.group(1) else m.start(2) if m.group(2)
+                     else m.start(3)))
         pos = m.end()
     return toks
 
@@ -338,7 +351,11 @@ def _open_start(text, pos):
 
 
 def parse_type(text):
-    """Parse canonical type text such as ``list<struct{id:i64,name:str,}>``."""
+    """Parse type text such as ``list<struct{id:i64,name:str,}>``.
+
+    Whitespace between tokens and a missing comma after a struct's last field
+    are accepted; the parsed type's ``.text`` and hash are canonical either way.
+    """
     if isinstance(text, Type):
         return text
     if not isinstance(text, str):
@@ -419,10 +436,14 @@ def parse_type(text):
                 stack.pop()
                 value = Dict(value)
                 continue
-            # struct: value completes the pending field
+            # struct: value completes the pending field; the comma after the
+            # last field may be left out
             fields = frame[2]
             fields[-1] = (fields[-1], value)
-            need(",")
+            if i < n and toks[i][0] == "}":
+                pass
+            else:
+                need(",")
             if i < n and toks[i][0] == "}":
                 i += 1
                 stack.pop()

@@ -130,7 +130,7 @@ class Inputs:
         # links by name are indexes once encoded: take the metadata from a decode
         from kiln import _kernels_py
         ref = kiln.Decoder(kiln.tensors, kernels=_kernels_py).decode(self.directory)
-        self.meta = [(t.name, t.dtype, t.shape, t.scale_index, t.outer_index) for t in ref]
+        self.meta = [(t.name, t.dtype, t.shape, t.scale_index, t.outer_index) for t in ref.values()]
         assert [m[0] for m in self.meta] == [t.name for t in ts]
         del ref
         self.names = frozenset(t.name for t in ts)
@@ -251,7 +251,7 @@ class Checker:
             return False
         lo, hi = self.lo, self.hi
         frombuffer, may_share = np.frombuffer, np.may_share_memory
-        for t, (meta, payload, n) in zip(d, self.expect):
+        for t, (meta, payload, n) in zip(d.values(), self.expect):
             data = t.data
             if len(data) != n or data != payload or \
                     (t.name, t.dtype, t.shape, t.scale_index, t.outer_index) != meta:
@@ -277,7 +277,7 @@ class Checker:
                 return "out-of-buffer: tensor name %r was never written" % (nm,)
         if len(d) != len(inp.meta):
             return "mismatch: %d tensors, %d written" % (len(d), len(inp.meta))
-        for i, t in enumerate(d):
+        for i, t in enumerate(d.values()):
             data = t.data
             what = "tensor %d (%r)" % (i, t.name)
             if isinstance(t.dtype, str):

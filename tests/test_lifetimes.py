@@ -136,7 +136,7 @@ def p_to_dict(buf):
 
 def p_iteration(buf):
     out = []
-    for t in kiln.decode_tensors(buf):
+    for t in kiln.decode_tensors(buf).values():
         if t.nbytes:
             out.append(("iter %s .numpy()" % t.name, t.numpy(), RAW[t.name]))
             out.append(("iter %s .data" % t.name, t.data, RAW[t.name]))

@@ -54,8 +54,9 @@ def test_constructors_build_the_same_types():
 
 
 @pytest.mark.parametrize("bad", [
-    "", "i33", "list<i32", "list<i32>>", "struct{a:i32}", "struct{1a:i32,}", "dict<i32,i8>",
-    "struct{a:i32,a:i8,}", " i32", "list< i32>", "opt<>", "struct{a:,}",
+    "", "i33", "list<i32", "list<i32>>", "struct{a:i32 b:i8}", "struct{1a:i32,}",
+    "dict<i32,i8>", "struct{a:i32,a:i8,}", "li st<i32>", "list<i 32>", "opt<>", "struct{a:,}",
+    "struct{a:i32,,}",
 ])
 def test_bad_text_is_type_error(bad):
     with pytest.raises(kiln.KilnError) as ei:

@@ -5,7 +5,9 @@
 For each OP the script runs under ``valgrind --tool=callgrind`` twice, once
 doing the setup only and once doing the setup and N repetitions of OP, and
 prints the difference divided by N: the instructions of one OP, repeatable
-whatever else the machine is doing.  Ops: records-decode, records-encode,
+whatever else the machine is doing (the garbage collector is off during the
+repetitions and hash randomisation is pinned, so runs agree to the
+instruction).  Ops: records-decode, records-encode,
 tensors-decode, tensors-numpy, tensors-encode.  The kernels are whatever
 ``import kiln`` picks (KILN_PUREPYTHON=1 for the pure ones).
 """
@@ -45,14 +47,15 @@ def build(op):
     if op == "tensors-decode":
         return lambda: kiln.decode_tensors(buf)
     if op == "tensors-numpy":
-        return lambda: [t.numpy() for t in kiln.decode_tensors(buf)]
+        return lambda: [t.numpy() for t in kiln.decode_tensors(buf).values()]
     return lambda: kiln.encode_tensors(ws)
 
 
 def count(op, reps):
     code = ("import sys; sys.path.insert(0, %r); import importlib.util as u; "
             "s = u.spec_from_file_location('cg', %r); m = u.module_from_spec(s); "
-            "s.loader.exec_module(m); f = m.build(%r); f(); [f() for _ in range(%d)]"
+            "s.loader.exec_module(m); f = m.build(%r); f(); import gc; gc.collect(); "
+            "gc.disable(); [f() for _ in range(%d)]"
             % (os.path.dirname(__file__), __file__, op, reps))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")

@@ -19,10 +19,12 @@ the tests) is what the layers above call:
     program's ``decode(buf)`` takes any contiguous buffer and returns the
     Python value, or raises :class:`kiln.KilnError`.
 
-``compile_encoder(plan, frame_hash)``
+``compile_encoder(plan, frame_hash, round_floats=False)``
     Compile a plan into an encode program with ``encode(value) -> bytes`` and
     ``encode_into(value, buffer, offset) -> end`` (``buffer`` is a bytearray,
-    resized so that it ends at ``end``).
+    resized so that it ends at ``end``).  With ``round_floats`` a float array
+    of a wider dtype may round to a narrower list element; without it a value
+    that would change is an EncodeError.
 
 ``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy)``
     Check one tensor directory block starting at ``start`` of the byte

@@ -23,15 +23,17 @@ U32 = _struct.Struct("<I")
 NOT_LISTS = (str, bytes, bytearray, dict, set, frozenset)
 
 
-def build(plan):
+def build(plan, round_floats=False):
+    """The encoder of ``plan``; ``round_floats`` lets float arrays of a wider
+    dtype round to a narrower element (else values that change are refused)."""
     if plan.op == W.OP_BOOL:
-        return _bool(plan)
+        return _bool(plan, round_floats)
     if plan.op in W.SCALAR_FORMAT:
-        return _scalar(plan)
-    return _BUILDERS[plan.op](plan)
+        return _scalar(plan, round_floats)
+    return _BUILDERS[plan.op](plan, round_floats)
 
 
-def _bool(plan):
+def _bool(plan, rf):
     np_bool = np.bool_
 
     def enc_bool(v, out):
@@ -46,7 +48,7 @@ def _bool(plan):
     return enc_bool
 
 
-def _scalar(plan):
+def _scalar(plan, rf):
     op, text = plan.op, plan.text
     pack = pack_scalar(op)
 
@@ -58,7 +60,7 @@ def _scalar(plan):
     return enc_scalar
 
 
-def _str(plan):
+def _str(plan, rf):
     def enc_str(v, out):
         if type(v) is not str and not isinstance(v, str):
             raise EncodeError("TYPE", len(out), "expected str, got %s" % type_name(v))
@@ -74,7 +76,7 @@ def _str(plan):
     return enc_str
 
 
-def _bytes(plan):
+def _bytes(plan, rf):
     def enc_bytes(v, out):
         b = as_byte_run(v, len(out))
         if len(b) > W.U32_MAX:
@@ -84,7 +86,7 @@ def _bytes(plan):
     return enc_bytes
 
 
-def _podlist(plan):
+def _podlist(plan, rf):
     eop = plan.elem.op
     fmt = W.SCALAR_FORMAT[eop][0]
     packers = {}
@@ -104,7 +106,7 @@ def _podlist(plan):
                 return
             except (_struct.error, TypeError, OverflowError, ValueError):
                 pass
-        arr = as_pod_array(v, eop, len(out))
+        arr = as_pod_array(v, eop, len(out), rf)
         c = arr.shape[0]
         if c > W.U32_MAX:
             raise EncodeError("LIMIT", len(out), "list of %d exceeds u32" % c)
@@ -113,8 +115,8 @@ def _podlist(plan):
     return enc_pod
 
 
-def _opt(plan):
-    inner = build(plan.elem)
+def _opt(plan, rf):
+    inner = build(plan.elem, rf)
 
     def enc_opt(v, out):
         if v is None:
@@ -125,8 +127,8 @@ def _opt(plan):
     return enc_opt
 
 
-def _list(plan):
-    inner = build(plan.elem)
+def _list(plan, rf):
+    inner = build(plan.elem, rf)
     text = plan.text
 
     def enc_list(v, out):
@@ -153,8 +155,8 @@ def _list(plan):
     return enc_list
 
 
-def _dict(plan):
-    inner = build(plan.elem)
+def _dict(plan, rf):
+    inner = build(plan.elem, rf)
     text = plan.text
 
     def enc_dict(v, out):
@@ -197,7 +199,7 @@ def _first(t):
     return t[0]
 
 
-def _tensors(plan):
+def _tensors(plan, rf):
     hooks = plan.tensors
 
     def enc_tensors(v, out):
@@ -224,9 +226,9 @@ def check_written_directory(out, start):
         raise error
 
 
-def _struct_enc(plan):
+def _struct_enc(plan, rf):
     names, nf = plan.names, len(plan.names)
-    encs = tuple(build(f) for f in plan.fields)
+    encs = tuple(build(f, rf) for f in plan.fields)
     fast = _fused_runs(plan)
     values_of = _values_getter(plan)
 
@@ -320,12 +322,13 @@ _BUILDERS = {
 class EncodeProgram:
     """A plan compiled for encoding."""
 
-    __slots__ = ("plan", "frame_hash", "_enc", "_prefix")
+    __slots__ = ("plan", "frame_hash", "round_floats", "_enc", "_prefix")
 
-    def __init__(self, plan, frame_hash):
+    def __init__(self, plan, frame_hash, round_floats=False):
         self.plan = plan
         self.frame_hash = frame_hash
-        self._enc = build(plan)
+        self.round_floats = bool(round_floats)
+        self._enc = build(plan, self.round_floats)
         self._prefix = None if frame_hash is None else W.FRAME.pack(W.FRAME_MAGIC, 0, 0, 0,
                                                                     frame_hash)
 
@@ -361,5 +364,5 @@ class EncodeProgram:
         return len(buffer)
 
 
-def compile_encoder(plan, frame_hash):
-    return EncodeProgram(plan, frame_hash)
+def compile_encoder(plan, frame_hash, round_floats=False):
+    return EncodeProgram(plan, frame_hash, round_floats)

@@ -1,0 +1,163 @@
+"""DLPack export of a tensor's payload, with no copy and no compiled code.
+
+A versioned capsule (``"dltensor_versioned"``, DLPack 1.0) carries the
+read-only flag, so a consumer such as ``numpy.from_dlpack`` or
+``torch.from_dlpack`` knows not to write into the caller's buffer.  A consumer
+that only understands the old unversioned capsule gets one only for a
+writable payload: the old form has no way to say read-only.
+
+The capsule's manager context keeps the numpy view of the payload alive, and
+that view holds a buffer export of the caller's buffer, so the memory stays
+valid and unresized for as long as the consumer holds the tensor.
+"""
+
+import ctypes
+import sys
+import threading
+
+import numpy as np
+
+from . import _wire as W
+
+KDL_CPU = 1
+_READ_ONLY = 1 << 0
+_IS_COPIED = 1 << 1
+
+# DLDataTypeCode of the DLPack 1.0 header
+_INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
+# Kiln dtype code -> (type code, bits)
+_DL_TYPES = {}
+for _code, (_name, _width, _np_name, _ml) in W.DTYPES.items():
+    if _name == "bool":
+        _DL_TYPES[_code] = (_BOOL, 8)
+    elif _name == "bf16":
+        _DL_TYPES[_code] = (_BFLOAT, 16)
+    elif _ml is None and _width:
+        _DL_TYPES[_code] = ({"f": _FLOAT, "i": _INT, "u": _UINT}[np.dtype(_np_name).kind],
+                            8 * _width)
+
+
+class _Device(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
+                ("dtype", _DataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _ManagedVersioned(ctypes.Structure):
+    _fields_ = [("version", _Version), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", _DELETER), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+class _Managed(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", _DELETER)]
+
+
+_NAME_VERSIONED = b"dltensor_versioned"
+_NAME_LEGACY = b"dltensor"
+
+# what each live export keeps alive, by the address of its managed struct
+_live = {}
+_lock = threading.Lock()
+
+
+def _release(addr):
+    with _lock:
+        _live.pop(addr, None)
+
+
+@_DELETER
+def _deleter(addr):
+    # called by the consumer when it is done (or by the capsule, unconsumed)
+    _release(addr)
+
+
+# the destructor gets the capsule while it is being deallocated: a raw pointer,
+# never a py_object (taking a reference to a dying object would revive it)
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+@_CAPSULE_DESTRUCTOR
+def _destroy_versioned(capsule):
+    # a consumer renames the capsule ("used_dltensor_versioned") when it takes it;
+    # still under our name, nobody took it: release it here
+    if _PyCapsule_IsValid(capsule, _NAME_VERSIONED):
+        _release(_PyCapsule_GetPointer(capsule, _NAME_VERSIONED))
+
+
+@_CAPSULE_DESTRUCTOR
+def _destroy_legacy(capsule):
+    if _PyCapsule_IsValid(capsule, _NAME_LEGACY):
+        _release(_PyCapsule_GetPointer(capsule, _NAME_LEGACY))
+
+
+_DESTROY = {_NAME_VERSIONED: ctypes.cast(_destroy_versioned, ctypes.c_void_p).value,
+            _NAME_LEGACY: ctypes.cast(_destroy_legacy, ctypes.c_void_p).value}
+
+
+def dlpack_code(code):
+    """(type code, bits) of a Kiln dtype code, or None when DLPack 1.0 has no type for it."""
+    return _DL_TYPES.get(code)
+
+
+def export(arr, code, read_only, copied, versioned):
+    """A DLPack capsule over the C-contiguous little-endian array ``arr``."""
+    if sys.byteorder != "little" and arr.dtype.itemsize > 1:  # pragma: no cover
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # DLPack data is in host order
+    dl = _DL_TYPES[code]
+    shape = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
+    if versioned:
+        m = _ManagedVersioned()
+        m.version = _Version(1, 0)
+        m.flags = (_READ_ONLY if read_only else 0) | (_IS_COPIED if copied else 0)
+        name = _NAME_VERSIONED
+    else:
+        m = _Managed()
+        name = _NAME_LEGACY
+    t = m.dl_tensor
+    t.data = arr.ctypes.data if arr.size else None
+    t.device = _Device(KDL_CPU, 0)
+    t.ndim = arr.ndim
+    t.dtype = _DataType(dl[0], dl[1], 1)
+    t.shape = shape
+    t.strides = None   # C-contiguous
+    t.byte_offset = 0
+    m.deleter = _deleter
+    addr = ctypes.addressof(m)
+    with _lock:
+        _live[addr] = (m, shape, arr)
+    try:
+        return _PyCapsule_New(addr, name, _DESTROY[name])
+    except BaseException:
+        _release(addr)
+        raise
+
+
+def live_exports():
+    """How many exports a consumer still holds (for tests)."""
+    return len(_live)

@@ -1,0 +1,209 @@
+"""Values in the Python ecosystem: numpy's array protocol, DLPack, Mapping,
+pickle (out of band with protocol 5), copies; both implementations."""
+
+import collections.abc
+import copy
+import gc
+import pickle
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _dlpack
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # a test dependency (the [test] extra)
+
+ARRAYS = {
+    "f32": np.arange(12, dtype=np.float32).reshape(3, 4),
+    "f16": np.linspace(-2, 2, 5).astype(np.float16),
+    "bf16": np.array([1.5, -2.0, 3.25], dtype=ml_dtypes.bfloat16),
+    "i8": np.array([-128, 0, 127], dtype=np.int8),
+    "bool": np.array([True, False, True]),
+    "u64": np.array([2 ** 64 - 1, 0], dtype=np.uint64),
+}
+
+
+@pytest.fixture
+def directory(impl):
+    buf = bytearray(impl.encode_tensors(ARRAYS))
+    return buf, impl.decode_tensors(buf)
+
+
+def test_a_directory_is_a_mapping(directory):
+    buf, d = directory
+    assert isinstance(d, collections.abc.Mapping)
+    assert list(d) == sorted(ARRAYS) == d.keys()
+    assert dict(d).keys() == set(ARRAYS)
+    assert [k for k, _ in d.items()] == sorted(ARRAYS)
+    assert d[0] is d[sorted(ARRAYS)[0]] and d[-1] is d[sorted(ARRAYS)[-1]]
+    assert "f32" in d and 0 in d and "nope" not in d and 99 not in d
+    assert d.get("nope") is None and d.get(99) is None
+    with pytest.raises(IndexError):
+        d[99]
+    with pytest.raises(KeyError):
+        d["nope"]
+
+
+def test_an_unnamed_directory_is_keyed_by_position(impl):
+    d = impl.decode_tensors(impl.encode_tensors([np.ones(2, np.float32), np.zeros(1, np.int8)]))
+    assert list(d) == [0, 1]
+    assert d[1].dtype == "i8"
+
+
+@pytest.mark.parametrize("name", sorted(ARRAYS))
+def test_numpy_asarray_gives_the_view(directory, name):
+    buf, d = directory
+    a = np.asarray(d[name])
+    assert a.dtype == ARRAYS[name].dtype
+    assert np.array_equal(a.view(np.uint8), ARRAYS[name].view(np.uint8))
+    assert np.shares_memory(a, np.frombuffer(buf, np.uint8))
+    c = np.array(d[name], copy=True)
+    assert not np.shares_memory(c, np.frombuffer(buf, np.uint8))
+    if name == "f32":
+        with pytest.raises(ValueError, match="needs a copy"):
+            np.asarray(d[name], dtype=np.float64, copy=False)
+        assert np.asarray(d[name], dtype=np.float64).dtype == np.float64
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "i8", "bool", "u64"])
+def test_numpy_from_dlpack_shares_memory_read_only(impl, name):
+    buf = bytearray(impl.encode_tensors(ARRAYS))   # not the fixture's: it holds its own views
+    d = impl.decode_tensors(buf)
+    a = np.from_dlpack(d[name])
+    assert np.array_equal(a, ARRAYS[name]) and a.dtype == ARRAYS[name].dtype
+    assert np.shares_memory(a, np.frombuffer(buf, np.uint8))
+    assert not a.flags.writeable
+    with pytest.raises(BufferError):
+        buf.clear()   # the consumer's array holds the caller's buffer
+    del a, d
+    gc.collect()
+    assert _dlpack.live_exports() == 0
+    buf.clear()
+
+
+def test_dlpack_copy_is_writable_and_independent(directory):
+    buf, d = directory
+    a = np.from_dlpack(d["f32"], copy=True)
+    assert a.flags.writeable and not np.shares_memory(a, np.frombuffer(buf, np.uint8))
+
+
+def test_dlpack_refuses_what_it_cannot_say(directory):
+    buf, d = directory
+    with pytest.raises(BufferError, match="cannot say read-only"):
+        d["f32"].__dlpack__()            # an old consumer, a read-only view
+    with pytest.raises(BufferError, match="stream"):
+        d["f32"].__dlpack__(stream=1)
+    with pytest.raises(BufferError, match="device"):
+        d["f32"].__dlpack__(dl_device=(2, 0))
+    packed = kiln.Tensor(kiln.pack_nibbles([1, 2, 3]), dtype="u4", shape=(3,))
+    with pytest.raises(BufferError, match="no type for kiln dtype u4"):
+        packed.__dlpack__(max_version=(1, 0))
+    assert d["f32"].__dlpack_device__() == (1, 0)
+    cap = d["f32"].__dlpack__(max_version=(1, 0))   # taken by nobody: released with it
+    del cap
+    gc.collect()
+    assert _dlpack.live_exports() == 0
+
+
+def test_a_writable_tensor_exports_an_unversioned_capsule():
+    t = kiln.Tensor(bytearray(8), dtype="f32", shape=(2,))
+    assert t.numpy().flags.writeable is False   # tensors are read-only views
+    a = np.from_dlpack(t, copy=True)
+    assert a.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16", "i8"])
+def test_torch_from_dlpack(directory, name):
+    torch = pytest.importorskip("torch", reason="torch is not a CI dependency (gigabytes); "
+                                "install a CPU build, e.g. torch==2.13.0, to run this test")
+    buf, d = directory
+    t = torch.from_dlpack(d[name])
+    want = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+            "i8": torch.int8}[name]
+    assert t.dtype == want
+    assert t.float().reshape(-1).tolist() == \
+        np.asarray(ARRAYS[name]).astype(np.float32).ravel().tolist()
+    assert t.data_ptr() == np.frombuffer(d[name].data, np.uint8).ctypes.data
+
+
+def test_pickle_protocol_5_sends_payloads_out_of_band(directory):
+    buf, d = directory
+    bufs = []
+    data = pickle.dumps(d, protocol=5, buffer_callback=bufs.append)
+    assert len(data) < 1024   # the payloads are not in the pickle
+    assert len(bufs) == len(ARRAYS)
+    src = np.frombuffer(buf, np.uint8)
+    for b in bufs:
+        assert np.shares_memory(np.frombuffer(b.raw(), np.uint8), src)
+    back = pickle.loads(data, buffers=bufs)
+    assert back == d and back.names == d.names
+    assert back["u64"].numpy().tolist() == ARRAYS["u64"].tolist()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_everything_pickles_and_copies(directory, protocol):
+    buf, d = directory
+    for obj in (d, d["bf16"], kiln.Some(None), kiln.Some(kiln.Some(3)),
+                kiln.KilnError("EOF", 7, "short"), kiln.EncodeError("TYPE", 3, "x", ".a[2]")):
+        back = pickle.loads(pickle.dumps(obj, protocol=protocol))
+        assert type(back) is type(obj)
+        if isinstance(obj, kiln.KilnError):
+            assert (back.code, back.offset, back.reason) == (obj.code, obj.offset, obj.reason)
+            assert str(back) == str(obj)
+        else:
+            assert back == obj
+        assert copy.deepcopy(obj) == obj or isinstance(obj, kiln.KilnError)
+        assert copy.copy(obj) == obj or isinstance(obj, kiln.KilnError)
+    deep = copy.deepcopy(d)
+    assert not np.shares_memory(deep["f32"].numpy(), np.frombuffer(buf, np.uint8))
+
+
+def test_errors_are_shown_as_kiln_errors():
+    assert repr(kiln.KilnError("EOF", 1)).startswith("KilnError(")
+    assert kiln.KilnError.__module__ == "kiln" and kiln.EncodeError.__module__ == "kiln"
+
+
+def test_a_framed_buffer_decoded_bare_says_so(impl):
+    buf = impl.encode({"id": 1}, "struct{id:i64,}", frame=True)
+    with pytest.raises(kiln.KilnError, match="starts with a Kiln frame: decode it with frame=True"):
+        kiln.decode(buf, "struct{id:i64,}")
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("struct{id:i64}", "struct{id:i64,}"),
+    (" struct { id : i64 , tags : list < str > } ", "struct{id:i64,tags:list<str>,}"),
+    ("dict<str, opt<f32>>", "dict<str,opt<f32>>"),
+    ("struct{ }", "struct{}"),
+    ("struct{a:struct{b:i8},}", "struct{a:struct{b:i8,},}"),
+])
+def test_lenient_type_text_canonical_out(text, canonical):
+    t = kiln.parse_type(text)
+    assert t.text == canonical
+    assert t.schema_hash == kiln.parse_type(canonical).schema_hash
+
+
+@pytest.mark.parametrize("text,at", [("struct{a:i8 b:i8}", 12), ("list<i32> x", 10),
+                                     ("struct{a:i8,,}", 12), ("list<i32", 8)])
+def test_broken_type_text_still_fails_where_it_breaks(text, at):
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.parse_type(text)
+    assert ei.value.offset == at
+
+
+def test_narrowing_that_changes_a_value_is_refused(impl):
+    wide = np.array([0.5, 0.1, 2.0])
+    with pytest.raises(kiln.EncodeError, match="pass round_floats=True") as ei:
+        impl.encode(wide, "list<f32>")
+    assert ei.value.path == "[1]"
+    exact = np.array([0.5, 0.25, np.nan, np.inf])
+    out = impl.decode(impl.encode(exact, "list<f32>"), "list<f32>")
+    assert np.array_equal(out, exact.astype(np.float32), equal_nan=True)
+    rounded = impl.decoder("list<f32>").decode(
+        kiln.Encoder("list<f32>", round_floats=True, kernels=impl.kernels).encode(wide))
+    assert rounded.tolist() == wide.astype(np.float32).tolist()
+    # Python floats round as a scalar f32 field does
+    assert impl.decode(impl.encode([0.1] * 100, "list<f32>"), "list<f32>")[0] == \
+        np.float32(0.1)
+    with pytest.raises(kiln.EncodeError, match="does not fit i32"):
+        impl.encode(np.array([2 ** 40]), "list<i32>")
