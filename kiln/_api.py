@@ -1,15 +1,39 @@
 """The public encode/decode API."""
 
 import threading
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Mapping, Sequence, TypeVar,
+                    Union, overload)
+from typing import Type as _ClassOf
 
 from ._errors import KilnError
 from ._types import Type, as_type, tensors as _tensors_type
 from . import _compat
 
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    import mmap
+    import sys
+
+    import numpy as np
+
+    from ._tensor import TensorDirectory
+
+    # what decode takes: any C-contiguous object with the buffer protocol
+    if sys.version_info >= (3, 12):
+        from collections.abc import Buffer
+    else:
+        Buffer = Union[bytes, bytearray, memoryview, mmap.mmap, np.ndarray]
+else:
+    Buffer = Any
+# a Kiln type: a Type, type text, or a dataclass / NamedTuple bound to a struct
+TypeLike = Union[Type, str, type]
+TensorsLike = Union["TensorDirectory", Sequence[Any], Mapping[str, Any]]
+
 from ._wire import DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES, U32_MAX
 
 
-def _check_caps(max_count, max_bytes):
+def _check_caps(max_count: object, max_bytes: object) -> None:
     for nm, v in (("max_count", max_count), ("max_bytes", max_bytes)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError("%s must be a non-negative int" % nm)
@@ -17,7 +41,7 @@ def _check_caps(max_count, max_bytes):
         raise ValueError("max_count cannot exceed the wire maximum 4294967295")
 
 
-class Encoder:
+class Encoder(Generic[T]):
     """Encode values of one type; the plan is compiled once.
 
     ``round_floats``: see :func:`encode`.
@@ -29,8 +53,22 @@ class Encoder:
     """
 
     __slots__ = ("type", "frame", "round_floats", "_prog", "encode", "encode_into")
+    type: Type
+    frame: bool
+    round_floats: bool
+    encode: Callable[[T], bytes]
+    encode_into: Callable[..., int]
 
-    def __init__(self, type, frame=False, *, round_floats=False, kernels=None):
+    @overload
+    def __init__(self: "Encoder[T]", type: _ClassOf[T], frame: bool = ..., *,
+                 round_floats: bool = ..., kernels: Any = ...) -> None: ...
+
+    @overload
+    def __init__(self: "Encoder[Any]", type: Union[Type, str], frame: bool = ..., *,
+                 round_floats: bool = ..., kernels: Any = ...) -> None: ...
+
+    def __init__(self, type: TypeLike, frame: bool = False, *, round_floats: bool = False,
+                 kernels: Any = None) -> None:
         self.type = as_type(type)
         self.frame = bool(frame)
         self.round_floats = bool(round_floats)
@@ -41,11 +79,11 @@ class Encoder:
         self.encode = self._prog.encode
         self.encode_into = self._prog.encode_into
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "kiln.Encoder(%r, frame=%r)" % (self.type.text, self.frame)
 
 
-class Decoder:
+class Decoder(Generic[T]):
     """Decode buffers of one type with fixed options; the plan is compiled once.
 
     Options: ``frame`` (a 16-byte frame must precede the value), ``trusted``
@@ -56,9 +94,27 @@ class Decoder:
 
     __slots__ = ("type", "frame", "trusted", "max_count", "max_bytes", "copy", "_prog",
                  "decode")
+    type: Type
+    frame: bool
+    trusted: bool
+    max_count: int
+    max_bytes: int
+    copy: bool
+    decode: Callable[[Buffer], T]
 
-    def __init__(self, type, frame=False, *, trusted=False, max_count=DEFAULT_MAX_COUNT,
-                 max_bytes=DEFAULT_MAX_BYTES, copy=False, kernels=None):
+    @overload
+    def __init__(self: "Decoder[T]", type: _ClassOf[T], frame: bool = ..., *,
+                 trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+                 copy: bool = ..., kernels: Any = ...) -> None: ...
+
+    @overload
+    def __init__(self: "Decoder[Any]", type: Union[Type, str], frame: bool = ..., *,
+                 trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+                 copy: bool = ..., kernels: Any = ...) -> None: ...
+
+    def __init__(self, type: TypeLike, frame: bool = False, *, trusted: bool = False,
+                 max_count: int = DEFAULT_MAX_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
+                 copy: bool = False, kernels: Any = None) -> None:
         _check_caps(max_count, max_bytes)
         self.type = as_type(type)
         self.frame = bool(frame)
@@ -72,13 +128,13 @@ class Decoder:
                                        self.trusted, max_count, max_bytes, self.copy)
         self.decode = self._prog.decode if self.frame else _hinting(self._prog.decode)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "kiln.Decoder(%r, frame=%r)" % (self.type.text, self.frame)
 
 
-def _hinting(decode):
+def _hinting(decode: Callable[[Buffer], Any]) -> Callable[[Buffer], Any]:
     """``decode``, with a hint added to an error on a buffer that starts with a frame."""
-    def decode_bare(buf):
+    def decode_bare(buf: Buffer) -> Any:
         try:
             return decode(buf)
         except KilnError as e:
@@ -90,12 +146,12 @@ def _hinting(decode):
 
 
 _lock = threading.Lock()
-_enc_cache = {}
-_dec_cache = {}
+_enc_cache: Dict[Any, Any] = {}
+_dec_cache: Dict[Any, Any] = {}
 _CACHE_MAX = 256
 
 
-def _cached(cache, key, factory):
+def _cached(cache: Dict[Any, Any], key: Any, factory: Callable[[], Any]) -> Any:
     prog = cache.get(key)
     if prog is None:
         prog = factory()
@@ -106,12 +162,13 @@ def _cached(cache, key, factory):
     return prog
 
 
-def _key_type(type):
+def _key_type(type: Any) -> Any:
     # Type objects hash by text and binding; strings are parsed (and cached) once
     return type if isinstance(type, Type) else (type if isinstance(type, str) else id(type), type)
 
 
-def encode(value, type, *, frame=False, round_floats=False):
+def encode(value: Any, type: TypeLike, *, frame: bool = False,
+           round_floats: bool = False) -> bytes:
     """Encode ``value`` as ``type`` (a Type, type text, or a bound class).
 
     ``round_floats=True`` lets a float array of a wider dtype (float64 for a
@@ -123,9 +180,23 @@ def encode(value, type, *, frame=False, round_floats=False):
     return enc.encode(value)
 
 
-def decode(buf, type, *, frame=False, trusted=False, max_count=DEFAULT_MAX_COUNT,
-           max_bytes=DEFAULT_MAX_BYTES, copy=False):
-    """Decode one value of ``type`` that fills the whole of ``buf``."""
+@overload
+def decode(buf: Buffer, type: _ClassOf[T], *, frame: bool = ..., trusted: bool = ...,
+           max_count: int = ..., max_bytes: int = ..., copy: bool = ...) -> T: ...
+
+
+@overload
+def decode(buf: Buffer, type: Union[Type, str], *, frame: bool = ..., trusted: bool = ...,
+           max_count: int = ..., max_bytes: int = ..., copy: bool = ...) -> Any: ...
+
+
+def decode(buf: Buffer, type: TypeLike, *, frame: bool = False, trusted: bool = False,
+           max_count: int = DEFAULT_MAX_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
+           copy: bool = False) -> Any:
+    """Decode one value of ``type`` that fills the whole of ``buf``.
+
+    With a dataclass or NamedTuple as ``type`` the result is an instance of it
+    (and type checkers know it)."""
     if max_count.__class__ is not int or max_bytes.__class__ is not int:
         # 5.0 and True hash like 5 and 1: check before the cache can match them
         _check_caps(max_count, max_bytes)
@@ -137,7 +208,7 @@ def decode(buf, type, *, frame=False, trusted=False, max_count=DEFAULT_MAX_COUNT
     return dec.decode(buf)
 
 
-def encode_tensors(tensors):
+def encode_tensors(tensors: TensorsLike) -> bytes:
     """Encode a standalone tensor directory.
 
     ``tensors`` is a TensorDirectory, a sequence of Tensor or arrays (order
@@ -146,11 +217,13 @@ def encode_tensors(tensors):
     return encode(tensors, _tensors_type)
 
 
-def decode_tensors(buf, *, copy=False, trusted=False, max_count=DEFAULT_MAX_COUNT,
-                   max_bytes=DEFAULT_MAX_BYTES):
+def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
+                   max_count: int = DEFAULT_MAX_COUNT,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> "TensorDirectory":
     """Decode a standalone tensor directory into a :class:`kiln.TensorDirectory`."""
-    return decode(buf, _tensors_type, copy=copy, trusted=trusted, max_count=max_count,
-                  max_bytes=max_bytes)
+    d: "TensorDirectory" = decode(buf, _tensors_type, copy=copy, trusted=trusted,
+                                  max_count=max_count, max_bytes=max_bytes)
+    return d
 
 
 __all__ = ["Encoder", "Decoder", "encode", "decode", "encode_tensors", "decode_tensors",

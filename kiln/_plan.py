@@ -11,6 +11,9 @@ from ._wire import (  # noqa: F401  (the op codes, re-exported for the plan's re
     OP_STR, OP_BYTES, OP_PODLIST, OP_LIST, OP_OPT, OP_DICT, OP_STRUCT, OP_TENSORS)
 
 
+from ._wire import FORM_DEFAULT, FORM_LIST, FORM_ARRAY  # noqa: F401  (Plan.form)
+
+
 class Plan:
     """One node of a compiled plan.
 
@@ -23,15 +26,18 @@ class Plan:
     cls:       None for a struct decoded to a dict, else the bound class.
     make:      callable(*values) -> object for a class-bound struct.
     get:       callable(obj) -> tuple of field values for a class-bound struct.
+    form:      for OP_PODLIST and OP_BYTES, the Python value a decode gives:
+               FORM_DEFAULT (an ndarray for OP_PODLIST, bytes for OP_BYTES),
+               FORM_LIST (a Python list) or FORM_ARRAY (an ndarray).
     tensors:   for OP_TENSORS, the object providing ``build`` and ``normalize``
                (``kiln._tensor.HOOKS``, an instance of ``kiln._tensor._Hooks``).
     """
 
     __slots__ = ("op", "min_size", "text", "elem", "fields", "names", "cls",
-                 "make", "get", "tensors", "__weakref__")
+                 "make", "get", "tensors", "form", "__weakref__")
 
     def __init__(self, op, min_size, text, elem=None, fields=(), names=(),
-                 cls=None, make=None, get=None, tensors=None):
+                 cls=None, make=None, get=None, tensors=None, form=FORM_DEFAULT):
         self.op = op
         self.min_size = min_size
         self.text = text
@@ -42,6 +48,7 @@ class Plan:
         self.make = make
         self.get = get
         self.tensors = tensors
+        self.form = form
 
     def __repr__(self):
         return "Plan(%d, %r)" % (self.op, self.text)

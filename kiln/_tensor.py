@@ -28,6 +28,7 @@ returns a byte-swapped copy for bf16 (one-byte types need no swap).
 import pickle
 import sys
 from collections.abc import Mapping
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -47,7 +48,7 @@ WIDTH = {c: d[1] for c, d in W.DTYPES.items()}
 _ML_NAMES = {c: d[3] for c, d in W.DTYPES.items() if d[3] is not None}
 
 
-def numpy_dtype(code):
+def numpy_dtype(code: int) -> np.dtype:
     """The numpy dtype ``Tensor.numpy()`` uses for a dtype code (see module doc)."""
     if code in _ML_NAMES and _ml is not None and hasattr(_ml, _ML_NAMES[code]):
         return np.dtype(getattr(_ml, _ML_NAMES[code]))
@@ -77,7 +78,7 @@ def element_count(shape):
     return n
 
 
-def unpack_nibbles(packed, count, signed=False):
+def unpack_nibbles(packed: Any, count: int, signed: bool = False) -> np.ndarray:
     """Unpack a packed i4/u4/e2m1 payload into one uint8 (or int8) per element.
 
     The low nibble of each byte is the earlier element.  ``signed=True``
@@ -96,7 +97,7 @@ def unpack_nibbles(packed, count, signed=False):
     return out
 
 
-def pack_nibbles(values):
+def pack_nibbles(values: Any) -> bytes:
     """Pack small integers (0..15, or -8..7 for i4) two per byte, low nibble first."""
     v = np.asarray(values).reshape(-1)
     if v.dtype.kind not in "iu":
@@ -131,9 +132,11 @@ class Tensor:
     # byte_offset, byte_length) with 0xFFFF / 0xFFFFFFFF meaning "none"
     __slots__ = ("name", "layout", "_row", "_buf", "_off")
 
-    def __init__(self, data, *, dtype, shape, name=None, layout=None, block_size=0,
-                 quant_scheme=0, quant_axis=None, group_size=0, scale_index=None,
-                 outer_index=None):
+    def __init__(self, data: Any, *, dtype: Union[str, int], shape: Sequence[int],
+                 name: Optional[str] = None, layout: Optional[str] = None,
+                 block_size: int = 0, quant_scheme: int = 0, quant_axis: Optional[int] = None,
+                 group_size: int = 0, scale_index: Union[int, str, None] = None,
+                 outer_index: Union[int, str, None] = None) -> None:
         code = _code_of(dtype)
         shape = tuple(int(d) for d in shape)
         if len(shape) > 8:
@@ -172,7 +175,7 @@ class Tensor:
         self._off = 0
 
     @classmethod
-    def from_numpy(cls, array, name=None):
+    def from_numpy(cls, array: Any, name: Optional[str] = None) -> "Tensor":
         """A tensor holding a copy-free (when possible) little-endian image of ``array``.
 
         Accepts numpy arrays of any byte order, objects with ``__dlpack__``,
@@ -192,26 +195,26 @@ class Tensor:
     outer_index = property(lambda self: _or_none(self._row[9], U32_MAX))
 
     @property
-    def dtype(self):
+    def dtype(self) -> Union[str, int]:
         """The dtype name (``"f32"``), or the int code of an opaque dtype."""
         c = self._row[0]
         return DTYPE_NAMES.get(c, c)
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return len(self._row[1])
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self._row[11]
 
     @property
-    def data(self):
+    def data(self) -> memoryview:
         """A read-only memoryview of the payload bytes."""
         off = self._off
         return self._buf[off:off + self._row[11]]
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """An array over the payload (no copy), little-endian dtype; see module doc."""
         row = self._row
         dt = _SHAPED.get(row[0])
@@ -394,7 +397,7 @@ class TensorDirectory(Mapping):
     __slots__ = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names",
                  "__weakref__")
 
-    def __init__(self, tensors=()):
+    def __init__(self, tensors: Iterable["Tensor"] = ()) -> None:
         self._tensors = list(tensors)
         self._rows = None
         self._index = None
@@ -426,7 +429,7 @@ class TensorDirectory(Mapping):
         return t
 
     @property
-    def names(self):
+    def names(self) -> List[Optional[str]]:
         """Tensor names in directory order (None for unnamed tensors)."""
         names = self._names
         if names is None:
@@ -438,7 +441,7 @@ class TensorDirectory(Mapping):
             self._names = names
         return list(names)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._tensors)
 
     def _tensor(self, i):
@@ -452,19 +455,19 @@ class TensorDirectory(Mapping):
             return iter(names)
         return iter(range(len(names)))
 
-    def values(self):
+    def values(self) -> List["Tensor"]:  # type: ignore[override]
         """The tensors in directory order (a list)."""
         return [self._tensor(i) for i in range(len(self._tensors))]
 
-    def items(self):
+    def items(self) -> List[Tuple[Any, "Tensor"]]:  # type: ignore[override]
         """(key, tensor) pairs in directory order (a list)."""
         return list(zip(self, self.values()))
 
-    def keys(self):
+    def keys(self) -> List[Any]:  # type: ignore[override]
         """The names in directory order, or the positions when unnamed (a list)."""
         return list(self)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> "Tensor":
         if isinstance(key, str):
             idx = self._index
             if idx is None:
@@ -491,13 +494,13 @@ class TensorDirectory(Mapping):
         # the tensors pickle themselves (out of band with protocol 5)
         return (_rebuild_directory, (self.values(),))
 
-    def get(self, key, default=None):
+    def get(self, key: Any, default: Any = None) -> Any:
         try:
             return self[key]
         except (KeyError, IndexError):
             return default
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[Optional[str], np.ndarray]:
         """``{name: numpy array}`` for named tensors (views of the payloads)."""
         return {t.name: t.numpy() for t in self.values()}
 

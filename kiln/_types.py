@@ -10,11 +10,15 @@ import operator
 import re
 import sys
 import typing
+from typing import Any, Optional, Union
 
 from ._errors import KilnError
 from . import _plan as P
 from . import _wire as W
 from ._wire import MAX_DEPTH, fnv1a_tokens  # noqa: F401  (re-exported)
+
+# what the constructors take as a type: a Type, type text or an annotation
+TypeArg = Any
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -44,7 +48,7 @@ class Type:
         self._plan = None
 
     @property
-    def schema_hash(self):
+    def schema_hash(self) -> int:
         h = self._hash
         if h is None:
             h = self._hash = fnv1a_tokens(self.tokens)
@@ -71,7 +75,7 @@ class Type:
     def _binding(self):
         return None
 
-    def plan(self):
+    def plan(self) -> "P.Plan":
         """The compiled plan of this type (built once, then cached)."""
         p = self._plan
         if p is None:
@@ -113,23 +117,37 @@ class Tensors(Type):
 
 
 class List(Type):
-    __slots__ = ("elem",)
+    """``list<T>``.  ``form`` picks the Python value of a list of fixed-width
+    numbers: ``None`` (type text: an ndarray, bytes for ``list<u8>``), ``"list"``
+    (a Python list) or ``"ndarray"``.  The wire bytes and the hash are the same."""
 
-    def __init__(self, elem):
+    __slots__ = ("elem", "form")
+
+    def __init__(self, elem, form=None):
         elem = as_type(elem)
         Type.__init__(self, ("list<",) + elem.tokens + (">",), 4, elem.depth + 1)
+        if form not in (None, "list", "ndarray"):
+            raise ValueError("list form must be None, 'list' or 'ndarray', not %r" % (form,))
         self.elem = elem
+        if not isinstance(elem, Scalar) or (form == "ndarray" and elem.op != P.OP_U8):
+            form = None   # the default already: a list, or an ndarray of numbers
+        self.form = form
 
     def _binding(self):
-        return self.elem._binding()
+        b = self.elem._binding()
+        return b if self.form is None else (self.form, b)
 
     def _build_plan(self):
         e = self.elem
         if isinstance(e, Scalar):
+            form = _FORMS[self.form]
             if e.op == P.OP_U8:
-                return P.Plan(P.OP_BYTES, 4, self.text, elem=e.plan())
-            return P.Plan(P.OP_PODLIST, 4, self.text, elem=e.plan())
+                return P.Plan(P.OP_BYTES, 4, self.text, elem=e.plan(), form=form)
+            return P.Plan(P.OP_PODLIST, 4, self.text, elem=e.plan(), form=form)
         return P.Plan(P.OP_LIST, 4, self.text, elem=e.plan())
+
+
+_FORMS = {None: P.FORM_DEFAULT, "list": P.FORM_LIST, "ndarray": P.FORM_ARRAY}
 
 
 class Opt(Type):
@@ -268,22 +286,22 @@ SCALARS["str"] = str_
 SCALARS["tensors"] = tensors
 
 
-def list_(elem):
-    """``list<T>``."""
-    return List(elem)
+def list_(elem: "TypeArg") -> "List":
+    """``list<T>``; a list of fixed-width numbers (``u8`` included) decodes to an ndarray."""
+    return List(elem, "ndarray")
 
 
-def opt(elem):
+def opt(elem: "TypeArg") -> "Opt":
     """``opt<T>``: a value or None."""
     return Opt(elem)
 
 
-def dict_(value):
+def dict_(value: "TypeArg") -> "Dict":
     """``dict<str,V>``."""
     return Dict(value)
 
 
-def struct(fields, cls=None):
+def struct(fields: Any, cls: Optional[type] = None) -> "Struct":
     """A struct type.
 
     ``fields`` is a mapping or a sequence of ``(name, type)`` pairs, decoded to
@@ -350,7 +368,7 @@ def _open_start(text, pos):
     return start
 
 
-def parse_type(text):
+def parse_type(text: Union[str, Type]) -> Type:
     """Parse type text such as ``list<struct{id:i64,name:str,}>``.
 
     Whitespace between tokens and a missing comma after a struct's last field
@@ -474,7 +492,7 @@ _PARSE_CACHE = {}
 
 # --- Python annotations -> types --------------------------------------------
 
-def as_type(t):
+def as_type(t: "TypeArg") -> Type:
     """Turn a Type, canonical text, Python class or annotation into a Type."""
     if isinstance(t, Type):
         return t
@@ -507,7 +525,7 @@ def _from_annotation(ann, depth, active):
             if isinstance(meta, Type):
                 base = args[0]
                 if _is_ndarray(base) and isinstance(meta, Scalar):
-                    return List(meta)
+                    return List(meta, "ndarray")
                 return meta
         return _from_annotation(args[0], depth, active)
     if origin is typing.Union or (sys.version_info >= (3, 10) and _is_uniontype(origin)):
@@ -518,7 +536,8 @@ def _from_annotation(ann, depth, active):
     if origin in (list, typing.List) or (origin is not None and origin.__name__ == "Sequence"):
         if len(args) != 1:
             raise KilnError("TYPE", 0, "list annotation needs one element type: %r" % (ann,))
-        return List(_from_annotation(args[0], depth + 1, active))
+        # a list annotation promises a Python list, numbers included
+        return List(_from_annotation(args[0], depth + 1, active), "list")
     if origin in (dict, typing.Dict) or (origin is not None and origin.__name__ == "Mapping"):
         if len(args) != 2 or args[0] is not str:
             raise KilnError("TYPE", 0, "dict annotation must be dict[str, V]: %r" % (ann,))
@@ -527,7 +546,7 @@ def _from_annotation(ann, depth, active):
         if len(args) == 2:
             dt = typing.get_args(args[1])
             if dt:
-                return List(_numpy_scalar_type(dt[0]))
+                return List(_numpy_scalar_type(dt[0]), "ndarray")
         raise KilnError("TYPE", 0, "a numpy array annotation needs a width: use "
                         "Annotated[np.ndarray, kiln.f32] or NDArray[np.float32]")
     if isinstance(ann, type):

@@ -47,6 +47,11 @@ OP_TENSORS = 19
 OPS = {name: value for name, value in globals().items() if name.startswith("OP_")}
 LAST_SCALAR = OP_F64    # ops OP_BOOL..LAST_SCALAR are the fixed-width scalars
 
+# the Python value a list of fixed-width numbers decodes to (Plan.form)
+FORM_DEFAULT = 0        # type text: an ndarray, bytes for list<u8>
+FORM_LIST = 1           # a Python list
+FORM_ARRAY = 2          # an ndarray, list<u8> included
+
 # struct format character and width in bytes of each fixed-width scalar op
 SCALAR_FORMAT = {
     OP_BOOL: ("?", 1), OP_I8: ("b", 1), OP_U8: ("B", 1), OP_I16: ("h", 2),

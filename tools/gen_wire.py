@@ -19,7 +19,7 @@ PXI = os.path.join(ROOT, "src", "kernels", "wire.pxi")
 
 # scalar constants exported as they are (Python name -> C type)
 CONSTANTS = [
-    "LAST_SCALAR", "U16_MAX", "U32_MAX", "U64_MAX", "MAX_DEPTH", "DTYPE_MAX", "DTYPE_BOOL", "DTYPE_F32",
+    "LAST_SCALAR", "FORM_DEFAULT", "FORM_LIST", "FORM_ARRAY", "U16_MAX", "U32_MAX", "U64_MAX", "MAX_DEPTH", "DTYPE_MAX", "DTYPE_BOOL", "DTYPE_F32",
     "OPAQUE_MIN", "OPAQUE_MAX", "FRAME_SIZE", "FRAME_PROFILE", "FRAME_FLAGS",
     "FRAME_RESERVED", "FRAME_HASH", "DIR_VERSION", "DIR_ALIGN", "FLAG_NAMED", "FLAG_LITTLE",
     "HEADER_SIZE", "DESC_SIZE", "MAX_RANK", "NO_INDEX", "NO_AXIS", "NO_NAME",

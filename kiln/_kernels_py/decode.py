@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _wire as W
 from .._convert import as_bytes_view
-from .._plan import Some
+from .._plan import FORM_ARRAY, FORM_LIST, Some
 from .reader import (budget, check_count, check_frame, eof, err, has_zero_lists,
                      read_length, zero_budget_error)
 from .directory import validate_directory
@@ -76,11 +76,17 @@ def _str(plan, o):
 def _bytes(plan, o):
     cap = min(o.max_count, o.max_bytes)
     capname = "max_bytes" if o.max_bytes < o.max_count else "max_count"
+    form = plan.form
 
     def dec_bytes(d, p):
         c = check_count(d, p, cap, 1, capname)
         q = p + 4
-        return bytes(d[q:q + c]), q + c
+        raw = bytes(d[q:q + c])
+        if form == FORM_ARRAY:
+            return np.frombuffer(raw, np.uint8).copy(), q + c
+        if form == FORM_LIST:
+            return list(raw), q + c
+        return raw, q + c
     return dec_bytes
 
 
@@ -90,6 +96,13 @@ def _podlist(plan, o):
     w = le.itemsize
     is_bool = plan.elem.op == W.OP_BOOL
     max_count = o.max_count
+    if plan.form == FORM_LIST:
+        def dec_pod_list(d, p):
+            arr, e = dec_pod(d, p)
+            return arr.tolist(), e   # Python ints, floats or bools
+        dec = dec_pod_list
+    else:
+        dec = None
 
     def dec_pod(d, p):
         c = check_count(d, p, max_count, w)
@@ -105,7 +118,7 @@ def _podlist(plan, o):
                 i = int(np.argmax(bad))
                 raise err("TYPE", q + i, "bool byte is %d, not 0 or 1" % u[i])
         return arr, q + c * w
-    return dec_pod
+    return dec or dec_pod
 
 
 def _opt(plan, o):

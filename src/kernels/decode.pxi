@@ -101,15 +101,22 @@ cdef object dec_str(DCtx *c):
     return dec_text(c, p + 4, ln, WHAT_STR)
 
 
-cdef object dec_bytes(DCtx *c):
+cdef object dec_bytes(Node nd, DCtx *c):
     cdef uint32_t ln = 0
     cdef Py_ssize_t p = c.pos
     cdef int st = count_rule(c.d, c.n, p, c.bytes_cap, 1, &ln)
+    cdef char *dst
     if KILN_UNLIKELY(st != 0):
         count_fail(st, WHAT_COUNT, p, ln, c.bytes_cap, 1, c.n,
                    "max_bytes" if c.max_bytes < c.max_count else "max_count")
     c.pos = p + 4 + ln
-    return PyBytes_FromStringAndSize(<const char *>c.d + p + 4, ln)
+    if nd.form == FORM_ARRAY:
+        arr = new_array(nd.dt_native, ln, &dst)
+        if ln:
+            memcpy(dst, c.d + p + 4, ln)
+        return arr
+    raw = PyBytes_FromStringAndSize(<const char *>c.d + p + 4, ln)
+    return list(raw) if nd.form == FORM_LIST else raw
 
 
 cdef object dec_pod(Node nd, DCtx *c):
@@ -146,6 +153,8 @@ cdef object dec_pod(Node nd, DCtx *c):
             if bad >= 0:
                 kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % (<uint8_t *>dst)[bad])
     c.pos = q + <Py_ssize_t>nbytes
+    if nd.form == FORM_LIST:
+        return arr.tolist()   # Python ints, floats or bools
     return arr
 
 
@@ -328,7 +337,7 @@ cdef object dec(Node nd, DCtx *c):
             return _Some(r)  # present, and the inner optional is empty: keep the level
         return r
     if op == OP_BYTES:
-        return dec_bytes(c)
+        return dec_bytes(nd, c)
     if op == OP_DICT:
         return dec_dict(nd, c)
     if op == OP_TENSORS:

@@ -246,6 +246,7 @@ def write_directory(records, out):
     w.cap = 256
     w.pos = 0
     w.depth = 0
+    w.round_floats = False
     try:
         write_dir(&w, records)
         PyByteArray_Resize(<PyObject *>out, start + w.pos)

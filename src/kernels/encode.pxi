@@ -13,6 +13,7 @@ cdef struct Writer:
     Py_ssize_t pos
     Py_ssize_t cap
     int depth
+    bint round_floats   # float arrays may round to a narrower element
     Seg segs[MAXSEG]
 
 
@@ -388,7 +389,7 @@ cdef int enc_pod(Node nd, Writer *w, object v) except -1:
         arr = _np_ascontig(v)
         swap = True
     else:
-        arr = as_pod_array(v, nd.elem_op, w.pos)
+        arr = as_pod_array(v, nd.elem_op, w.pos, w.round_floats)
     PyObject_GetBuffer(arr, &view, PyBUF_SIMPLE)
     try:
         w_pod_run(w, <const char *>view.buf, view.len // width, width, swap)
@@ -696,13 +697,15 @@ cdef class EncodeProgram:
     """A plan compiled for encoding."""
     cdef readonly object plan
     cdef readonly object frame_hash
+    cdef readonly bint round_floats
     cdef Node root
     cdef bytes prefix
     cdef Py_ssize_t hint
 
-    def __init__(self, plan, frame_hash):
+    def __init__(self, plan, frame_hash, round_floats=False):
         self.plan = plan
         self.frame_hash = frame_hash
+        self.round_floats = bool(round_floats)
         self.root = compile_node(plan)
         self.prefix = None if frame_hash is None else _W.FRAME.pack(_W.FRAME_MAGIC, 0, 0, 0,
                                                                     frame_hash)
@@ -724,6 +727,7 @@ cdef class EncodeProgram:
         w.cap = cap0
         w.pos = 0
         w.depth = 0
+        w.round_floats = self.round_floats
         try:
             if self.prefix is not None:
                 w_bytes(&w, PyBytes_AS_STRING(<PyObject *>self.prefix), 16)
@@ -776,8 +780,8 @@ cdef class EncodeProgram:
         return off + n
 
 
-def compile_encoder(plan, frame_hash):
+def compile_encoder(plan, frame_hash, round_floats=False):
     """Compile ``plan`` into an encode program (see kiln._kernels_py)."""
-    return EncodeProgram(plan, frame_hash)
+    return EncodeProgram(plan, frame_hash, round_floats)
 
 

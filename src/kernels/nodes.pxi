@@ -29,6 +29,7 @@ cdef class Node:
     cdef object dt_big      # pod: big-endian dtype
     cdef object dt_le       # pod: the wire's little-endian dtype
     cdef bint has_tensors
+    cdef int form           # pod list or list<u8>: the Python value (FORM_*)
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -53,6 +54,7 @@ cdef Node compile_node(object plan):
         nd.dt_native = le.newbyteorder("=")
         nd.dt_big = le.newbyteorder(">")
         nd.dt_le = le
+        nd.form = plan.form
     elif op == OP_LIST or op == OP_OPT:
         nd.elem = compile_node(plan.elem)
         nd.elem_min = plan.elem.min_size
@@ -84,7 +86,10 @@ cdef Node compile_node(object plan):
     elif op == OP_TENSORS:
         nd.hooks = plan.tensors
         nd.has_tensors = True
-    elif op == OP_STR or op == OP_BYTES:
+    elif op == OP_BYTES:
+        nd.form = plan.form
+        nd.dt_native = _np.dtype("|u1")
+    elif op == OP_STR:
         pass
     else:
         raise AssertionError("unknown op %r" % op)

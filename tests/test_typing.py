@@ -1,0 +1,71 @@
+"""The public API is typed: typical user code passes mypy --strict and pyright's
+strict mode, and the mistakes in user_mistakes.py are each reported."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+import kiln
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "typing")
+# the folder that holds the kiln package: an editable install hides it behind
+# an import hook that type checkers do not run
+KILN_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+USER = os.path.join(HERE, "user_code.py")
+MISTAKES = os.path.join(HERE, "user_mistakes.py")
+
+
+def _mistake_lines():
+    with open(MISTAKES) as f:
+        return [i for i, line in enumerate(f, 1) if "# E:" in line]
+
+
+def test_the_user_code_runs():
+    r = subprocess.run([sys.executable, USER], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def _mypy(path, tmp_path):
+    env = dict(os.environ, MYPYPATH=KILN_PARENT)
+    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+                           "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary", path],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_mypy_strict_accepts_typical_user_code(tmp_path):
+    r = _mypy(USER, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_reports_each_mistake(tmp_path):
+    r = _mypy(MISTAKES, tmp_path)
+    lines = {int(m) for m in re.findall(r"user_mistakes\.py:(\d+): error", r.stdout)}
+    assert lines == set(_mistake_lines()), r.stdout
+
+
+def _pyright(path, tmp_path):
+    conf = tmp_path / "pyrightconfig.json"
+    conf.write_text(json.dumps({"extraPaths": [KILN_PARENT], "typeCheckingMode": "strict",
+                                "pythonVersion": "%d.%d" % sys.version_info[:2]}))
+    return subprocess.run([sys.executable, "-m", "basedpyright", "-p", str(conf),
+                           "--pythonpath", sys.executable, "--outputjson", path],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _pyright_errors(r):
+    out = json.loads(r.stdout)
+    return [d for d in out["generalDiagnostics"] if d["severity"] == "error"]
+
+
+def test_pyright_strict_accepts_typical_user_code(tmp_path):
+    r = _pyright(USER, tmp_path)
+    assert _pyright_errors(r) == [], r.stdout[-4000:]
+
+
+def test_pyright_reports_each_mistake(tmp_path):
+    r = _pyright(MISTAKES, tmp_path)
+    got = {d["range"]["start"]["line"] + 1 for d in _pyright_errors(r)}
+    assert set(_mistake_lines()) <= got, r.stdout[-4000:]

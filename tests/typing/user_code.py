@@ -1,0 +1,75 @@
+"""Typical user code, checked by mypy --strict and pyright (tests/test_typing.py).
+
+It also runs: test_typing.py executes it, so every line is real usage.
+"""
+
+import dataclasses
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+import kiln
+
+
+@dataclasses.dataclass
+class Reading:
+    id: int
+    sensor: str
+    count: kiln.I32
+    scale: kiln.F32
+    values: kiln.F32Array
+    tags: list[int]
+    note: Optional[str] = None
+
+
+class Point(NamedTuple):
+    x: float
+    y: float
+
+
+def round_trip() -> Reading:
+    r = Reading(7, "probe-a", 3, 0.5, np.array([1.0, -2.5], np.float32), [1, 2, 3])
+    buf: bytes = kiln.encode(r, Reading)
+    back: Reading = kiln.decode(buf, Reading)          # inferred as Reading
+    assert back.tags == [1, 2, 3]                      # a list, as annotated
+    assert back.values.dtype == np.float32
+    dec = kiln.Decoder(Reading, frame=True)
+    enc = kiln.Encoder(Reading, frame=True)
+    again: Reading = dec.decode(enc.encode(back))      # Decoder[Reading]
+    out = bytearray()
+    end: int = enc.encode_into(again, out)
+    assert end == len(out)
+    p: Point = kiln.decode(kiln.encode(Point(1.0, 2.0), Point), Point)
+    assert p.x == 1.0
+    return again
+
+
+def dynamic() -> None:
+    t: kiln.Type = kiln.parse_type("struct{id:i64, values:list<f64>}")
+    v = kiln.decode(kiln.encode({"id": 1, "values": [0.5]}, t), t)   # Any: a dict
+    assert v["id"] == 1
+    try:
+        kiln.decode(b"\x01", "i32")
+    except kiln.KilnError as e:
+        code: str = e.code
+        offset: int = e.offset
+        assert (code, offset) == ("EOF", 0)
+
+
+def tensors() -> None:
+    w = np.eye(3, dtype=np.float32)
+    d: kiln.TensorDirectory = kiln.decode_tensors(kiln.encode_tensors({"w": w}))
+    t: kiln.Tensor = d["w"]
+    arr: np.ndarray = t.numpy()
+    assert arr.shape == (3, 3) and t.shape == (3, 3) and t.dtype == "f32"
+    for name, tensor in d.items():
+        assert isinstance(name, str) and tensor.nbytes == 36
+    shared = np.from_dlpack(t)
+    assert shared.flags.writeable is False
+
+
+if __name__ == "__main__":
+    round_trip()
+    dynamic()
+    tensors()
+    print("ok")
