@@ -10,8 +10,8 @@ them come with ``pip install -e '.[test]'``.
 
 The file-list rules below are also used by tools/check-dist.sh::
 
-    python tests/test_dist.py sdist dist/kiln-0.1.0.tar.gz
-    python tests/test_dist.py wheel wheelhouse/kiln-*.whl
+    python tests/test_dist.py sdist dist/kiln_wire-0.1.0.tar.gz
+    python tests/test_dist.py wheel wheelhouse/kiln_wire-*.whl
 """
 
 import glob
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 
 SDIST_ALLOWED = [
     "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
-    "LICENSE", "kiln.egg-info/*",
+    "LICENSE", "kiln_wire.egg-info/*",
     "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/py.typed", "kiln/*.pyi",
     "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
@@ -53,7 +53,7 @@ SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "*
                    "tests/test_dist.py"]
 
 WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/py.typed", "kiln/*.pyi",
-                 "kiln-*.dist-info/**"]
+                 "kiln_wire-*.dist-info/**"]
 WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
 
 
@@ -148,7 +148,7 @@ def check_wheel(names, filename, root=ROOT):
             + ["kiln/py.typed"]:
         if n not in have:
             problems.append("wheel lacks %s" % n)
-    dist_info = [n for n in names if re.match(r"kiln-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
+    dist_info = [n for n in names if re.match(r"kiln_wire-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
     if len(dist_info) != 3:
         problems.append("wheel lacks dist-info METADATA/WHEEL/RECORD")
     ext = [n for n in names if _matches(n, WHEEL_EXTENSION)]
@@ -263,15 +263,15 @@ def test_rules_reject_strays():
     assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
     kiln_py = [n for n in good if re.match(r"kiln/(_kernels_py/)?[^/]+\.pyi?$", n)] \
         + ["kiln/py.typed"]
-    info = ["kiln-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
+    info = ["kiln_wire-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
     ext = "kiln/_kernels_c.cpython-312-darwin.so"
-    assert check_wheel(kiln_py + info, "kiln-0.1.0-py3-none-any.whl") == []
-    assert check_wheel(kiln_py + info + [ext], "kiln-0.1.0-cp312-cp312-macosx_11_0_arm64.whl") == []
-    assert check_wheel(kiln_py + info + [ext], "kiln-0.1.0-py3-none-any.whl") != []
-    assert check_wheel(kiln_py + info, "kiln-0.1.0-cp312-cp312-win_amd64.whl") != []
+    assert check_wheel(kiln_py + info, "kiln_wire-0.1.0-py3-none-any.whl") == []
+    assert check_wheel(kiln_py + info + [ext], "kiln_wire-0.1.0-cp312-cp312-macosx_11_0_arm64.whl") == []
+    assert check_wheel(kiln_py + info + [ext], "kiln_wire-0.1.0-py3-none-any.whl") != []
+    assert check_wheel(kiln_py + info, "kiln_wire-0.1.0-cp312-cp312-win_amd64.whl") != []
     for stray in ("src/_kernels_c.pyx", "kiln/_kernels_c.c", "kiln/kiln_endian.h",
                   "tests/test_golden.py", "spec/kiln-v2-cases.json", "kiln.libs/libfoo.so"):
-        assert check_wheel(kiln_py + info + [stray], "kiln-0.1.0-py3-none-any.whl") == \
+        assert check_wheel(kiln_py + info + [stray], "kiln_wire-0.1.0-py3-none-any.whl") == \
             ["wheel should not contain " + stray]
 
 
