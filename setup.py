@@ -44,4 +44,40 @@ def extensions():
     )
 
 
-setup(ext_modules=extensions())
+_HOW_TO_SKIP = (
+    "kiln: the compiled kernels could not be built (%s). kiln also works without "
+    "them, only slower: install the pure-Python build with\n"
+    "    KILN_NO_EXTENSIONS=1 pip install kiln-wire\n"
+    "(or from a checkout: KILN_NO_EXTENSIONS=1 pip install .). To compile, install a C "
+    "compiler and the Python headers (python3-dev) and try again.")
+
+
+def build_ext_with_hint():
+    """setuptools' build_ext, whose failure says how to install without a compiler."""
+    from setuptools.command.build_ext import build_ext
+    from setuptools.errors import CCompilerError, CompileError, ExecError, PlatformError
+
+    class BuildExt(build_ext):
+        def run(self):
+            try:
+                super().run()
+            except (CCompilerError, CompileError, ExecError, PlatformError) as e:
+                raise SystemExit(_HOW_TO_SKIP % e) from None
+
+        def build_extension(self, ext):
+            try:
+                super().build_extension(ext)
+            except (CCompilerError, CompileError, ExecError, PlatformError) as e:
+                raise SystemExit(_HOW_TO_SKIP % e) from None
+
+    return BuildExt
+
+
+if NO_EXT:
+    setup()
+else:
+    try:
+        ext_modules = extensions()
+    except ImportError as e:   # Cython missing outside an isolated build
+        raise SystemExit(_HOW_TO_SKIP % e) from None
+    setup(ext_modules=ext_modules, cmdclass={"build_ext": build_ext_with_hint()})

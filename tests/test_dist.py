@@ -408,3 +408,21 @@ def main(argv):
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def test_a_failed_compile_says_how_to_install_without_one(tmp_path):
+    """setup.py turns a compiler failure into a message naming KILN_NO_EXTENSIONS=1."""
+    import shutil
+    import subprocess
+    import sys
+    for part in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy(os.path.join(ROOT, part), tmp_path / part)
+    for part in ("kiln", "src", "constraints"):
+        shutil.copytree(os.path.join(ROOT, part), tmp_path / part,
+                        ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    env = dict(os.environ, CC="false", LDSHARED="false")
+    env.pop("KILN_NO_EXTENSIONS", None)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert "KILN_NO_EXTENSIONS=1 pip install kiln-wire" in r.stderr + r.stdout, r.stderr[-2000:]
