@@ -189,6 +189,14 @@ def _item_run(items, op, le, text, offset):
     return np.frombuffer(bytes(out), le)
 
 
+def describe_dtype(dt):
+    """A numpy dtype in the user's terms ("an array of str", "a float64 array")."""
+    words = {"U": "an array of str", "S": "an array of bytes", "O": "an array of objects",
+             "V": "an array of records", "M": "an array of datetimes",
+             "m": "an array of timedeltas", "c": "a complex array"}
+    return words.get(dt.kind, "a %s array" % dt.name)
+
+
 def _array_run(arr, op, le, text, offset, round_floats):
     """Judge an ndarray by its dtype (see module doc)."""
     if arr.ndim != 1:
@@ -201,11 +209,12 @@ def _array_run(arr, op, le, text, offset, round_floats):
         return np.empty(0, le)
     if op == W.OP_BOOL:
         if kind != "b":
-            raise EncodeError("TYPE", offset, "%s takes a bool array, got %s" % (text, arr.dtype))
+            raise EncodeError("TYPE", offset, "%s takes a bool array, got %s"
+                              % (text, describe_dtype(arr.dtype)))
     elif op in W.INT_RANGE:
         if kind not in "iub":
             raise EncodeError("TYPE", offset, "%s takes an integer array, got %s"
-                              % (text, arr.dtype))
+                              % (text, describe_dtype(arr.dtype)))
         if not np.can_cast(arr.dtype, le, "safe"):
             lo, hi = W.INT_RANGE[op]
             mn = int(arr.min())
@@ -217,7 +226,7 @@ def _array_run(arr, op, le, text, offset, round_floats):
     else:
         if kind not in "fiub":
             raise EncodeError("TYPE", offset, "%s takes a numeric array, got %s"
-                              % (text, arr.dtype))
+                              % (text, describe_dtype(arr.dtype)))
         if kind == "f" and arr.dtype.itemsize > le.itemsize:
             with np.errstate(over="ignore", invalid="ignore"):
                 out = arr.astype(le)

@@ -350,7 +350,13 @@ def _as_array(array):
         if hasattr(arr, "__dlpack__"):
             arr = np.from_dlpack(arr)
         else:
-            arr = np.asarray(memoryview(arr))
+            try:
+                mv = memoryview(arr)
+            except TypeError:
+                raise TypeError("expected a numpy array, a kiln.Tensor, or an object with "
+                                "__dlpack__ or the buffer protocol, got %s"
+                                % type(array).__name__) from None
+            arr = np.asarray(mv)
     return arr
 
 
@@ -613,7 +619,11 @@ def normalize_tensors(value):
             if rec is not None:
                 app(rec)
                 continue
-            t = x if isinstance(x, Tensor) else Tensor.from_numpy(x)
+            try:
+                t = x if isinstance(x, Tensor) else Tensor.from_numpy(x)
+            except (TypeError, ValueError) as e:
+                raise EncodeError("TYPE", 0, str(e), "[%r]" % name.decode("utf-8", "replace")
+                                  if name is not None else "[%d]" % i) from None
             row = t._row
             if name is None and t.name is not None:
                 name = _utf8(t.name, i)

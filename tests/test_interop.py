@@ -207,3 +207,24 @@ def test_narrowing_that_changes_a_value_is_refused(impl):
         np.float32(0.1)
     with pytest.raises(kiln.EncodeError, match="does not fit i32"):
         impl.encode(np.array([2 ** 40]), "list<i32>")
+
+
+@pytest.mark.parametrize("value,text,path,words", [
+    ([1, 2, 3], "tensors", "[0]", "expected a numpy array, a kiln.Tensor, or an object with "
+     "__dlpack__ or the buffer protocol, got int"),
+    ({"a": "x"}, "tensors", "['a']", "got str"),
+    ({"a": [1.0]}, "tensors", "['a']", "got list"),
+    (np.array(["a"]), "list<f32>", "", "list<f32> takes a numeric array, got an array of str"),
+    (np.array([1.5]), "list<i32>", "", "list<i32> takes an integer array, got a float64 array"),
+    ("1.0", "f64", "", "expected a float for f64, got str"),
+    ([1.0, "x"], "list<f32>", "[1]", "expected a float for f32, got str"),
+    ((x for x in [1.0]), "list<f32>", "", "expected a sequence of numbers for list<f32>, "
+     "got generator"),
+    ({1, 2}, "list<i32>", "", "got set"),
+])
+def test_errors_name_the_python_types_and_the_path(impl, value, text, path, words):
+    with pytest.raises(kiln.EncodeError) as ei:
+        impl.encode(value, text)
+    assert ei.value.code == "TYPE" and ei.value.path == path
+    assert words in str(ei.value)
+    assert "<U" not in str(ei.value) and "memoryview" not in str(ei.value)
