@@ -17,6 +17,8 @@ from ._tensor import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, nump
 from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION
+from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
+                    TensorWriter)
 from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
                        I32Array, I64Array, U8Array, U16Array, U32Array, U64Array, F32Array,
                        F64Array, BoolArray)
@@ -31,5 +33,6 @@ __all__ = [
     "decode_tensors", "IMPLEMENTATION", "MAX_DEPTH", "DEFAULT_MAX_COUNT", "DEFAULT_MAX_BYTES",
     "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "F32", "F64", "Bool", "I8Array",
     "I16Array", "I32Array", "I64Array", "U8Array", "U16Array", "U32Array", "U64Array",
-    "F32Array", "F64Array", "BoolArray",
+    "F32Array", "F64Array", "BoolArray", "save_tensors", "load_tensors", "load_metadata",
+    "save", "load", "open", "KilnFile", "TensorWriter",
 ]

@@ -1,8 +1,8 @@
 """The public encode/decode API."""
 
 import threading
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Mapping, Sequence, TypeVar,
-                    Union, overload)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Mapping, Optional, Sequence,
+                    TypeVar, Union, overload)
 from typing import Type as _ClassOf
 
 from ._errors import KilnError
@@ -89,43 +89,53 @@ class Decoder(Generic[T]):
     Options: ``frame`` (a 16-byte frame must precede the value), ``trusted``
     (skip UTF-8 and quantization-shape checks; every length is still checked),
     ``max_count``/``max_bytes`` (the caps), ``copy`` (tensor payloads are
-    copied into storage the result owns instead of viewing ``buf``).
+    copied into storage the result owns instead of viewing ``buf``; the copy
+    is not capped, it lies inside ``buf`` already), ``max_copy_bytes`` (a cap
+    on one copied payload when you want one).
     """
 
-    __slots__ = ("type", "frame", "trusted", "max_count", "max_bytes", "copy", "_prog",
-                 "decode")
+    __slots__ = ("type", "frame", "trusted", "max_count", "max_bytes", "copy", "max_copy_bytes",
+                 "_prog", "decode")
     type: Type
     frame: bool
     trusted: bool
     max_count: int
     max_bytes: int
     copy: bool
+    max_copy_bytes: Optional[int]
     decode: Callable[[Buffer], T]
 
     @overload
     def __init__(self: "Decoder[T]", type: _ClassOf[T], frame: bool = ..., *,
                  trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
-                 copy: bool = ..., kernels: Any = ...) -> None: ...
+                 copy: bool = ..., max_copy_bytes: Optional[int] = ...,
+                 kernels: Any = ...) -> None: ...
 
     @overload
     def __init__(self: "Decoder[Any]", type: Union[Type, str], frame: bool = ..., *,
                  trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
-                 copy: bool = ..., kernels: Any = ...) -> None: ...
+                 copy: bool = ..., max_copy_bytes: Optional[int] = ...,
+                 kernels: Any = ...) -> None: ...
 
     def __init__(self, type: TypeLike, frame: bool = False, *, trusted: bool = False,
                  max_count: int = DEFAULT_MAX_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
-                 copy: bool = False, kernels: Any = None) -> None:
+                 copy: bool = False, max_copy_bytes: Optional[int] = None,
+                 kernels: Any = None) -> None:
         _check_caps(max_count, max_bytes)
+        if max_copy_bytes is not None:
+            _check_caps(0, max_copy_bytes)
         self.type = as_type(type)
         self.frame = bool(frame)
         self.trusted = bool(trusted)
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.copy = bool(copy)
+        self.max_copy_bytes = max_copy_bytes
         k = kernels or _compat.kernels
         self._prog = k.compile_decoder(self.type.plan(),
                                        self.type.schema_hash if self.frame else None,
-                                       self.trusted, max_count, max_bytes, self.copy)
+                                       self.trusted, max_count, max_bytes, self.copy,
+                                       max_copy_bytes)
         self.decode = self._prog.decode if self.frame else _hinting(self._prog.decode)
 
     def __repr__(self) -> str:
@@ -182,17 +192,19 @@ def encode(value: Any, type: TypeLike, *, frame: bool = False,
 
 @overload
 def decode(buf: Buffer, type: _ClassOf[T], *, frame: bool = ..., trusted: bool = ...,
-           max_count: int = ..., max_bytes: int = ..., copy: bool = ...) -> T: ...
+           max_count: int = ..., max_bytes: int = ..., copy: bool = ...,
+           max_copy_bytes: Optional[int] = ...) -> T: ...
 
 
 @overload
 def decode(buf: Buffer, type: Union[Type, str], *, frame: bool = ..., trusted: bool = ...,
-           max_count: int = ..., max_bytes: int = ..., copy: bool = ...) -> Any: ...
+           max_count: int = ..., max_bytes: int = ..., copy: bool = ...,
+           max_copy_bytes: Optional[int] = ...) -> Any: ...
 
 
 def decode(buf: Buffer, type: TypeLike, *, frame: bool = False, trusted: bool = False,
            max_count: int = DEFAULT_MAX_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
-           copy: bool = False) -> Any:
+           copy: bool = False, max_copy_bytes: Optional[int] = None) -> Any:
     """Decode one value of ``type`` that fills the whole of ``buf``.
 
     With a dataclass or NamedTuple as ``type`` the result is an instance of it
@@ -200,11 +212,13 @@ def decode(buf: Buffer, type: TypeLike, *, frame: bool = False, trusted: bool = 
     if max_count.__class__ is not int or max_bytes.__class__ is not int:
         # 5.0 and True hash like 5 and 1: check before the cache can match them
         _check_caps(max_count, max_bytes)
+    if max_copy_bytes is not None and max_copy_bytes.__class__ is not int:
+        _check_caps(0, max_copy_bytes)
     key = (_key_type(type), bool(frame), bool(trusted), max_count, max_bytes, bool(copy),
-           _compat.IMPLEMENTATION)
+           max_copy_bytes, _compat.IMPLEMENTATION)
     dec = _cached(_dec_cache, key, lambda: Decoder(type, frame, trusted=trusted,
                                                    max_count=max_count, max_bytes=max_bytes,
-                                                   copy=copy))
+                                                   copy=copy, max_copy_bytes=max_copy_bytes))
     return dec.decode(buf)
 
 
@@ -218,11 +232,12 @@ def encode_tensors(tensors: TensorsLike) -> bytes:
 
 
 def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
-                   max_count: int = DEFAULT_MAX_COUNT,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> "TensorDirectory":
+                   max_count: int = DEFAULT_MAX_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
+                   max_copy_bytes: Optional[int] = None) -> "TensorDirectory":
     """Decode a standalone tensor directory into a :class:`kiln.TensorDirectory`."""
     d: "TensorDirectory" = decode(buf, _tensors_type, copy=copy, trusted=trusted,
-                                  max_count=max_count, max_bytes=max_bytes)
+                                  max_count=max_count, max_bytes=max_bytes,
+                                  max_copy_bytes=max_copy_bytes)
     return d
 
 

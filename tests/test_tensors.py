@@ -63,16 +63,20 @@ def test_copies_own_their_payload(impl):
     np.testing.assert_array_equal(d["a"].numpy(), src["a"])
 
 
-def test_copy_cap_is_limit_after_checks(impl):
+def test_copies_are_not_capped_unless_asked(impl):
     buf = impl.encode_tensors({"a": np.zeros(100, np.uint8)})
-    with pytest.raises(kiln.KilnError) as ei:
-        impl.decode_tensors(buf, copy=True, max_bytes=99)
-    assert ei.value.code == "LIMIT"
-    # a view is not capped by max_bytes
+    # max_bytes bounds strings and byte runs, not payloads: they lie inside buf already
+    assert impl.decode_tensors(buf, copy=True, max_bytes=99)["a"].nbytes == 100
     assert impl.decode_tensors(buf, max_bytes=99)["a"].nbytes == 100
+    with pytest.raises(kiln.KilnError) as ei:
+        impl.decode_tensors(buf, copy=True, max_copy_bytes=99)
+    assert ei.value.code == "LIMIT" and "max_copy_bytes=99" in str(ei.value)
+    assert ei.value.offset == 64 + 40
+    # the cap is for copies only: a view is not capped
+    assert impl.decode_tensors(buf, max_copy_bytes=99)["a"].nbytes == 100
     # a broken block is reported as such, not as LIMIT
     with pytest.raises(kiln.KilnError) as ei:
-        impl.decode_tensors(buf + b"\0", copy=True, max_bytes=99)
+        impl.decode_tensors(buf + b"\0", copy=True, max_copy_bytes=99)
     assert ei.value.code == "TRAILING"
 
 

@@ -13,11 +13,13 @@ directory writing  ``dirwrite.py``              ``src/kernels/dirwrite.pxi``
 The kernel interface (``kiln._kernel.Kernels``, checked against both kernels by
 the tests) is what the layers above call:
 
-``compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy)``
+``compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None)``
     Compile a :class:`kiln._plan.Plan` into a decode program.  ``frame_hash``
     is the schema hash a frame must carry, or ``None`` for a bare value.  The
     program's ``decode(buf)`` takes any contiguous buffer and returns the
-    Python value, or raises :class:`kiln.KilnError`.
+    Python value, or raises :class:`kiln.KilnError`.  With ``copy`` tensor
+    payloads are copied into storage the result owns; ``max_copy`` (None: no
+    cap) caps one copied payload.
 
 ``compile_encoder(plan, frame_hash, round_floats=False)``
     Compile a plan into an encode program with ``encode(value) -> bytes`` and
@@ -26,7 +28,7 @@ the tests) is what the layers above call:
     of a wider dtype may round to a narrower list element; without it a value
     that would change is an EncodeError.
 
-``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy)``
+``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None)``
     Check one tensor directory block starting at ``start`` of the byte
     buffer ``buf`` in the spec's check order.  Returns ``(end, payload_base,
     table)`` where ``table`` is a list of descriptor tuples ``(code, shape,

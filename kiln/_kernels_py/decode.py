@@ -19,13 +19,14 @@ from .directory import validate_directory
 class Opts:
     """The decode options every builder reads."""
 
-    __slots__ = ("trusted", "max_count", "max_bytes", "copy", "errors")
+    __slots__ = ("trusted", "max_count", "max_bytes", "copy", "max_copy", "errors")
 
-    def __init__(self, trusted, max_count, max_bytes, copy):
+    def __init__(self, trusted, max_count, max_bytes, copy, max_copy):
         self.trusted = trusted
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.copy = copy
+        self.max_copy = max_copy if copy else None
         self.errors = "surrogateescape" if trusted else "strict"
 
 
@@ -223,7 +224,7 @@ def _tensors(plan, o):
     def dec_tensors(d, p):
         mv = d if type(d) is memoryview else memoryview(d)
         end, base, table = validate_directory(mv, p, False, o.trusted, o.max_count,
-                                              o.max_bytes, o.copy)
+                                              o.max_bytes, o.max_copy)
         return hooks.build(mv, p, base, table, o.copy, o.trusted), end
     return dec_tensors
 
@@ -283,18 +284,20 @@ _BUILDERS = {
 class DecodeProgram:
     """A plan compiled for decoding with fixed options."""
 
-    __slots__ = ("plan", "frame_hash", "trusted", "max_count", "max_bytes", "copy", "_dec",
-                 "_top_tensors", "_zero")
+    __slots__ = ("plan", "frame_hash", "trusted", "max_count", "max_bytes", "copy", "max_copy",
+                 "_dec", "_top_tensors", "_zero")
 
-    def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy):
+    def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None):
         self.plan = plan
         self.frame_hash = frame_hash
         self.trusted = bool(trusted)
         self.max_count = int(max_count)
         self.max_bytes = int(max_bytes)
         self.copy = bool(copy)
+        self.max_copy = None if max_copy is None else int(max_copy)
         self._top_tensors = plan.op == W.OP_TENSORS
-        self._dec = build(plan, Opts(self.trusted, self.max_count, self.max_bytes, self.copy))
+        self._dec = build(plan, Opts(self.trusted, self.max_count, self.max_bytes, self.copy,
+                                     self.max_copy))
         self._zero = has_zero_lists(plan)
 
     def decode(self, buf):
@@ -306,7 +309,8 @@ class DecodeProgram:
             p = check_frame(mv, self.frame_hash)
         if self._top_tensors:
             end, base, table = validate_directory(mv, p, True, self.trusted, self.max_count,
-                                                  self.max_bytes, self.copy)
+                                                  self.max_bytes,
+                                                  self.max_copy if self.copy else None)
             return self.plan.tensors.build(mv, p, base, table, self.copy, self.trusted)
         if self._zero:
             v, p = self._dec_budgeted(d, p)
@@ -325,8 +329,8 @@ class DecodeProgram:
             budget.left = saved
 
 
-def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy):
-    return DecodeProgram(plan, frame_hash, trusted, max_count, max_bytes, copy)
+def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None):
+    return DecodeProgram(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy)
 
 
 __all__ = ["compile_decoder", "DecodeProgram"]

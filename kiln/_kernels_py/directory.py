@@ -17,12 +17,12 @@ _D = W.DESC_SIZE
 class Dir:
     """What the steps learn about one directory, as they learn it."""
 
-    __slots__ = ("buf", "n", "s", "standalone", "trusted", "max_count", "max_bytes", "copy",
+    __slots__ = ("buf", "n", "s", "standalone", "trusted", "max_count", "max_bytes", "max_copy",
                  "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
                  "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
                  "counts", "names", "layouts")
 
-    def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, copy):
+    def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy):
         self.buf = buf
         self.n = len(buf)
         self.s = s
@@ -30,7 +30,7 @@ class Dir:
         self.trusted = trusted
         self.max_count = max_count
         self.max_bytes = max_bytes
-        self.copy = copy
+        self.max_copy = max_copy   # None: copies are not capped
 
     def d(self, i):
         """The absolute offset of descriptor ``i``."""
@@ -370,11 +370,11 @@ def step12_trailing(st):
     end = st.s + st.block
     if st.standalone and end != st.n:
         raise err("TRAILING", end, "%d bytes follow the directory" % (st.n - end))
-    if st.copy:
+    if st.max_copy is not None:
         for i, dsc in enumerate(st.descs):
-            if dsc[W.I_BYTE_LENGTH] > st.max_bytes:
+            if dsc[W.I_BYTE_LENGTH] > st.max_copy:
                 raise err("LIMIT", st.d(i) + W.D_BYTE_LENGTH, "payload of %d bytes is above the "
-                          "copy cap max_bytes=%d" % (dsc[W.I_BYTE_LENGTH], st.max_bytes))
+                          "copy cap max_copy_bytes=%d" % (dsc[W.I_BYTE_LENGTH], st.max_copy))
     return end
 
 
@@ -386,11 +386,14 @@ def make_table(st):
              dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH]) for i, dsc in enumerate(st.descs)]
 
 
-def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy):
-    """Check the directory at ``start`` step by step; returns (end, payload_base, table)."""
-    if start < 0 or max_count < 0 or max_bytes < 0:
-        raise ValueError("start, max_count and max_bytes must be non-negative")
-    st = Dir(buf, start, standalone, trusted, max_count, max_bytes, copy)
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None):
+    """Check the directory at ``start`` step by step; returns (end, payload_base, table).
+
+    ``max_copy``: when not None, a payload longer than this is LIMIT (a cap
+    for payloads the caller will copy)."""
+    if start < 0 or max_count < 0 or max_bytes < 0 or (max_copy is not None and max_copy < 0):
+        raise ValueError("start, max_count, max_bytes and max_copy must be non-negative")
+    st = Dir(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
     step2_envelope(st, *step1_magic(st))
     step3_caps(st)
     step4_arithmetic(st)

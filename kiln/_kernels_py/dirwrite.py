@@ -39,36 +39,49 @@ def plan_heap(records, at):
     return named, noffs, loffs, heap_n
 
 
-def write_directory(records, out):
-    """Append the canonical block of ``records`` to the bytearray ``out``; returns its start."""
-    count = len(records)
-    start = len(out)
+def block_head(metas, at):
+    """The header, descriptors, heap and padding of a block, before its payloads.
+
+    ``metas`` are write records with the payload's length in place of the
+    payload.  Returns ``(head bytes, payload offsets, payload_bytes)``; errors
+    are EncodeErrors at ``at``.  The streaming file writer uses this too.
+    """
+    count = len(metas)
     if count > W.U32_MAX:
-        raise EncodeError("LIMIT", start, "%d tensors exceed u32" % count)
-    named, noffs, loffs, heap_n = plan_heap(records, start)
+        raise EncodeError("LIMIT", at, "%d tensors exceed u32" % count)
+    named, noffs, loffs, heap_n = plan_heap(metas, at)
     dir_bytes = count * W.DESC_SIZE + heap_n
     align = W.DIR_ALIGN - 1
     base = (W.HEADER_SIZE + dir_bytes + align) & ~align
     places = []
     r = 0
-    for rec in records:
+    for m in metas:
         o = (r + align) & ~align
         places.append(o)
-        r = o + len(rec[10])
-    out += W.HEADER.pack(W.DIR_MAGIC, W.DIR_VERSION, W.FLAG_LITTLE | (W.FLAG_NAMED if named else 0),
-                         0, count, heap_n, r, dir_bytes, bytes(32))
-    for i, rec in enumerate(records):
-        shape = tuple(rec[1]) + (0,) * (W.MAX_RANK - len(rec[1]))
-        out += W.DESC.pack(rec[0], len(rec[1]), 0, noffs[i], len(rec[2]) if named else 0,
-                           loffs[i], len(rec[3]) if rec[3] else 0, rec[4], rec[5], rec[6],
-                           rec[7], rec[8], rec[9], places[i], len(rec[10]), *shape, bytes(16))
-    for rec in records:
+        r = o + m[10]
+    head = bytearray(W.HEADER.pack(W.DIR_MAGIC, W.DIR_VERSION,
+                                   W.FLAG_LITTLE | (W.FLAG_NAMED if named else 0), 0, count,
+                                   heap_n, r, dir_bytes, bytes(32)))
+    for i, m in enumerate(metas):
+        shape = tuple(m[1]) + (0,) * (W.MAX_RANK - len(m[1]))
+        head += W.DESC.pack(m[0], len(m[1]), 0, noffs[i], len(m[2]) if named else 0,
+                            loffs[i], len(m[3]) if m[3] else 0, m[4], m[5], m[6], m[7], m[8],
+                            m[9], places[i], m[10], *shape, bytes(16))
+    for m in metas:
         if named:
-            out += rec[2]
-    for rec in records:
-        if rec[3]:
-            out += rec[3]
-    out += bytes(base - (W.HEADER_SIZE + dir_bytes))
+            head += m[2]
+    for m in metas:
+        if m[3]:
+            head += m[3]
+    head += bytes(base - (W.HEADER_SIZE + dir_bytes))
+    return bytes(head), places, r
+
+
+def write_directory(records, out):
+    """Append the canonical block of ``records`` to the bytearray ``out``; returns its start."""
+    start = len(out)
+    head, places, _ = block_head([rec[:10] + (len(rec[10]),) for rec in records], start)
+    out += head
     pstart = len(out)
     for i, rec in enumerate(records):
         gap = pstart + places[i] - len(out)

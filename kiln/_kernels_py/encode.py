@@ -219,7 +219,7 @@ def check_written_directory(out, start):
     error = None
     with memoryview(out) as mv:
         try:
-            validate_directory(mv, start, False, False, W.U32_MAX, W.U32_MAX, False)
+            validate_directory(mv, start, False, False, W.U32_MAX, W.U32_MAX)
         except KilnError as e:
             error = EncodeError(e.code, e.offset, "tensors break a directory rule: " + e.reason)
     if error is not None:

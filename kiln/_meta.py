@@ -1,0 +1,129 @@
+"""Typed metadata of a tensor file, stored as one Kiln value.
+
+Kiln types cannot nest themselves, so a tree of metadata (dicts, lists,
+strings, integers, floats, bools, bytes, None) is written as a flat list of
+nodes in depth-first order, each naming its parent; the list is an ordinary
+framed Kiln value of type :data:`META_TYPE` (spec/kiln-v2.md, "Tensor files").
+Reading checks the tree: every parent comes before its children and is a
+list or a dict, dict children carry distinct keys, list children carry none.
+"""
+
+import math
+
+from ._errors import EncodeError, KilnError
+from ._types import parse_type
+from ._wire import U32_MAX
+
+META_NAME = "__metadata__"
+META_TYPE = parse_type("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,"
+                       "text:str,raw:list<u8>,}>")
+
+NULL, BOOL, INT, FLOAT, STR, BYTES, LIST, DICT = range(8)
+_ROOT = U32_MAX
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def to_nodes(meta):
+    """The node list of a metadata dict (EncodeError for what it cannot hold)."""
+    if not isinstance(meta, dict):
+        raise EncodeError("TYPE", 0, "metadata must be a dict, not %s" % type(meta).__name__)
+    nodes = []
+    stack = [(meta, _ROOT, None, "")]
+    while stack:
+        value, parent, key, path = stack.pop()
+        index = len(nodes)
+        node = {"parent": parent, "key": key, "kind": NULL, "int": 0, "float": 0.0,
+                "text": "", "raw": b""}
+        children = []
+        if value is None:
+            pass
+        elif value is True or value is False:
+            node["kind"], node["int"] = BOOL, int(value)
+        elif isinstance(value, int):
+            if not _I64[0] <= value <= _I64[1]:
+                raise EncodeError("TYPE", 0, "metadata integer does not fit i64", path)
+            node["kind"], node["int"] = INT, int(value)
+        elif isinstance(value, float):
+            node["kind"], node["float"] = FLOAT, float(value)
+        elif isinstance(value, str):
+            node["kind"], node["text"] = STR, value
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            node["kind"], node["raw"] = BYTES, bytes(value)
+        elif isinstance(value, (list, tuple)):
+            node["kind"] = LIST
+            children = [(v, index, None, "%s[%d]" % (path, i)) for i, v in enumerate(value)]
+        elif isinstance(value, dict):
+            node["kind"] = DICT
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise EncodeError("TYPE", 0, "metadata keys must be str, got %s"
+                                      % type(k).__name__, path)
+                children.append((v, index, k, "%s[%r]" % (path, k)))
+        else:
+            raise EncodeError("TYPE", 0, "metadata values are None, bool, int, float, str, "
+                              "bytes, lists and dicts; got %s" % type(value).__name__, path)
+        nodes.append(node)
+        stack.extend(reversed(children))
+    return nodes
+
+
+def from_nodes(nodes, at):
+    """The metadata dict of a node list; KilnError TYPE at ``at`` for a broken tree."""
+    if not nodes or nodes[0]["kind"] != DICT or nodes[0]["parent"] != _ROOT:
+        raise KilnError("TYPE", at, "metadata does not start with its root dict")
+    values = []
+    for i, n in enumerate(nodes):
+        kind = n["kind"]
+        if kind == NULL:
+            v = None
+        elif kind == BOOL:
+            if n["int"] not in (0, 1):
+                raise KilnError("TYPE", at, "metadata node %d: bool is %d" % (i, n["int"]))
+            v = n["int"] == 1
+        elif kind == INT:
+            v = n["int"]
+        elif kind == FLOAT:
+            v = n["float"]
+        elif kind == STR:
+            v = n["text"]
+        elif kind == BYTES:
+            v = n["raw"]
+        elif kind == LIST:
+            v = []
+        elif kind == DICT:
+            v = {}
+        else:
+            raise KilnError("TYPE", at, "metadata node %d: unknown kind %d" % (i, kind))
+        values.append(v)
+        if i == 0:
+            continue
+        p = n["parent"]
+        if p >= i:
+            raise KilnError("TYPE", at, "metadata node %d: parent %d does not come before it"
+                            % (i, p))
+        holder = values[p]
+        if isinstance(holder, list) and nodes[p]["kind"] == LIST:
+            if n["key"] is not None:
+                raise KilnError("TYPE", at, "metadata node %d: a list item with a key" % i)
+            holder.append(v)
+        elif isinstance(holder, dict) and nodes[p]["kind"] == DICT:
+            k = n["key"]
+            if k is None or k in holder:
+                raise KilnError("TYPE", at, "metadata node %d: a dict item without a key or "
+                                "with a repeated one" % i)
+            holder[k] = v
+        else:
+            raise KilnError("TYPE", at, "metadata node %d: parent %d is not a list or dict"
+                            % (i, p))
+    return values[0]
+
+
+def same(a, b):
+    """Metadata equality that treats NaN as equal to itself (for tests)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b

@@ -1,0 +1,433 @@
+"""Files: save and load tensors and values, open a tensor file lazily, write
+one tensor at a time.
+
+A tensor file is one standalone Kiln tensor directory, so any Kiln reader
+decodes it; every payload starts at a 64-byte aligned file offset.  Metadata,
+when given, is one more tensor, the last, named ``__metadata__``: a ``u8``
+payload holding a framed Kiln value (see ``kiln._meta`` and spec/kiln-v2.md,
+"Tensor files").
+
+Writes are atomic: a temporary file in the target's directory, flushed and
+fsynced, then ``os.replace`` and an fsync of the directory.  A reader that has
+the old file mapped keeps reading the old bytes (on Windows a mapped file
+cannot be replaced: close readers first).  A writer killed half way leaves
+the old file intact; its temporary file is removed by the next save into that
+directory.
+
+Reading maps the file (``mmap``).  Views keep the mapping alive: closing a
+file, or leaving its ``with`` block, while views live never raises and never
+unmaps under them; the mapping goes when the last view goes.
+"""
+
+import builtins
+import mmap
+import os
+import re
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _api, _meta
+from . import _wire as W
+from ._errors import EncodeError, KilnError
+from ._kernels_py.dirwrite import block_head
+from ._tensor import Tensor, TensorDirectory, normalize_tensors, _code_of, element_count
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.(?P<n>\d+)\.kiln-tmp$")
+_counter = [0]
+
+
+# --- writing ------------------------------------------------------------------
+
+class _AtomicFile:
+    """A temporary file beside ``path`` that replaces it on commit."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        base = os.path.basename(self.path)
+        _remove_stale(folder, base)
+        _counter[0] += 1
+        self.tmp = os.path.join(folder, ".%s.%d.%d.kiln-tmp" % (base, os.getpid(), _counter[0]))
+        self.f = builtins.open(self.tmp, "xb")
+
+    def commit(self) -> None:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.tmp, self.path)
+        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def discard(self) -> None:
+        try:
+            self.f.close()
+        finally:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _remove_stale(folder: str, base: str) -> None:
+    """Temporary files of writers that died: their process is gone."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = _TMP.match(name)
+        if m is None or m.group("base") != base:
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True   # exists, not ours
+    return True
+
+
+def _fsync_dir(folder: str) -> None:
+    if os.name != "posix":  # pragma: no cover - Windows has no directory fsync
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_block(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+    """Head, then each payload straight from its buffer (None: left as zeros)."""
+    head, places, total = block_head(metas, 0)
+    f.write(head)
+    base = len(head)
+    pos = 0
+    for place, payload, meta in zip(places, payloads, metas):
+        if payload is None:
+            continue
+        if place > pos:
+            f.seek(base + place)
+        f.write(payload)
+        pos = place + meta[10]
+    f.truncate(base + total)   # a trailing hole or gap reads as zeros
+
+
+def _meta_record(metadata: Optional[Dict[str, Any]]) -> Optional[tuple]:
+    if metadata is None:
+        return None
+    blob = _api.encode(_meta.to_nodes(metadata), _meta.META_TYPE, frame=True)
+    return (W.DTYPE_CODES["u8"], (len(blob),), _meta.META_NAME.encode(), None, 0, 0,
+            W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, memoryview(blob))
+
+
+def save_tensors(path: PathLike, tensors: Any, *,
+                 metadata: Optional[Dict[str, Any]] = None) -> None:
+    """Write ``tensors`` (as :func:`kiln.encode_tensors` takes them) to ``path``.
+
+    Each payload is written straight from its array: extra memory is the
+    table, not the file.  ``metadata`` is a dict of None, bool, int, float,
+    str, bytes, lists and dicts.  The file is replaced atomically.
+    """
+    records = normalize_tensors(tensors)
+    for rec in records:
+        if rec[2] == _meta.META_NAME.encode():
+            raise EncodeError("TYPE", 0, "the tensor name %r is reserved for metadata"
+                              % _meta.META_NAME)
+    meta = _meta_record(metadata)
+    if meta is not None:
+        if records and records[0][2] is None:
+            raise EncodeError("TYPE", 0, "metadata needs named tensors")
+        records.append(meta)
+    out = _AtomicFile(path)
+    try:
+        _write_block(out.f, [r[:10] + (len(r[10]),) for r in records], [r[10] for r in records])
+        out.commit()
+    except BaseException:
+        out.discard()
+        raise
+
+
+def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
+         round_floats: bool = False) -> None:
+    """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically."""
+    data = _api.encode(value, type, frame=frame, round_floats=round_floats)
+    out = _AtomicFile(path)
+    try:
+        out.f.write(data)
+        out.commit()
+    except BaseException:
+        out.discard()
+        raise
+
+
+class TensorWriter:
+    """Write a tensor file one tensor at a time, in constant memory.
+
+    Declare every tensor first (``add(name, dtype, shape)``), then write each
+    payload (``write(name, data)``) in any order, then ``close()`` (or leave
+    the ``with`` block) to replace the target atomically.  ``write(name, None)``
+    leaves that payload as zeros (a hole in the file where the file system
+    allows).  An exception inside the ``with`` block discards the file.
+    """
+
+    def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None) -> None:
+        self._out: Optional[_AtomicFile] = _AtomicFile(path)
+        self._decl: List[tuple] = []
+        self._index: Dict[str, int] = {}
+        self._written: List[bool] = []
+        self._places: Optional[List[int]] = None
+        self._base = 0
+        self._meta = _meta_record(metadata)
+
+    def add(self, name: str, dtype: Union[str, int], shape: Sequence[int], *,
+            layout: Optional[str] = None, nbytes: Optional[int] = None) -> None:
+        """Declare one tensor (before the first ``write``)."""
+        if self._places is not None:
+            raise RuntimeError("declare every tensor before the first write")
+        if not isinstance(name, str) or not name or name == _meta.META_NAME \
+                or name in self._index:
+            raise ValueError("tensor name %r is empty, reserved or declared twice" % (name,))
+        code = _code_of(dtype)
+        shape = tuple(int(d) for d in shape)
+        if code < W.OPAQUE_MIN:
+            w = W.DTYPES[code][1]
+            n = element_count(shape)
+            need = (n + 1) // 2 if w == 0 else n * w
+        elif nbytes is None:
+            raise ValueError("an opaque dtype needs nbytes")
+        else:
+            need = nbytes
+        self._index[name] = len(self._decl)
+        self._decl.append((code, shape, name.encode("utf-8"),
+                           None if layout is None else layout.encode("utf-8"), 0, 0,
+                           W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, need))
+        self._written.append(False)
+
+    def _start(self) -> None:
+        metas = self._decl + ([self._meta[:10] + (len(self._meta[10]),)] if self._meta else [])
+        head, places, total = block_head(metas, 0)
+        f = self._file()
+        f.write(head)
+        self._base = len(head)
+        self._places = places
+        f.truncate(self._base + total)
+        if self._meta is not None:
+            f.seek(self._base + places[-1])
+            f.write(self._meta[10])
+
+    def _file(self) -> Any:
+        if self._out is None:
+            raise ValueError("the writer is closed")
+        return self._out.f
+
+    def write(self, name: str, data: Any) -> None:
+        """Write the payload of a declared tensor (an array, a Tensor, bytes, or None)."""
+        if self._places is None:
+            self._start()
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError("tensor %r was not declared" % (name,))
+        if self._written[i]:
+            raise ValueError("tensor %r was written already" % (name,))
+        decl = self._decl[i]
+        if data is not None:
+            rec = normalize_tensors({name: data})[0]
+            if rec[0] != decl[0] or tuple(rec[1]) != decl[1] or len(rec[10]) != decl[10]:
+                raise ValueError("tensor %r: data is %s %s, declared %s %s"
+                                 % (name, W.DTYPES.get(rec[0], (rec[0],))[0], tuple(rec[1]),
+                                    W.DTYPES.get(decl[0], (decl[0],))[0], decl[1]))
+            f = self._file()
+            assert self._places is not None
+            f.seek(self._base + self._places[i])
+            f.write(rec[10])
+        self._written[i] = True
+
+    def close(self) -> None:
+        """Check every tensor was written, then replace the target atomically."""
+        if self._out is None:
+            return
+        if self._places is None:
+            self._start()
+        missing = [n for n, i in self._index.items() if not self._written[i]]
+        if missing:
+            self.discard()
+            raise ValueError("tensors declared but not written: %s" % ", ".join(missing))
+        out, self._out = self._out, None
+        out.commit()
+
+    def discard(self) -> None:
+        """Drop the temporary file; the target is left as it was."""
+        if self._out is not None:
+            out, self._out = self._out, None
+            out.discard()
+
+    def __enter__(self) -> "TensorWriter":
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.discard()
+
+
+# --- reading ------------------------------------------------------------------
+
+def _map(path: PathLike) -> "mmap.mmap":
+    """A read-only mapping of ``path``; clear errors naming the path."""
+    p = os.fspath(path)
+    with builtins.open(p, "rb") as f:   # FileNotFoundError, IsADirectoryError, PermissionError
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % p)
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _unmap(mm: "mmap.mmap") -> None:
+    """Close the mapping now if nothing views it, else when the last view goes."""
+    try:
+        mm.close()
+    except BufferError:
+        pass
+
+
+class KilnFile:
+    """An open tensor file: the table checked once, tensors viewed on access.
+
+    ``f.keys()`` (file order), ``f["w"]`` (a :class:`Tensor` viewing the
+    mapping), ``f.metadata``, ``f.rows("w", start, stop)`` (a leading-axis
+    slice that touches only those rows' pages), ``len(f)``, iteration over
+    names.  Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, path: PathLike, *, trusted: bool = False,
+                 max_count: int = W.DEFAULT_MAX_COUNT,
+                 max_bytes: int = W.DEFAULT_MAX_BYTES) -> None:
+        self.path = os.fspath(path)
+        mm = _map(path)
+        try:
+            d = _api.decode_tensors(mm, trusted=trusted, max_count=max_count,
+                                    max_bytes=max_bytes)
+            self._dir, self.metadata = _split_metadata(d, mm, self.path)
+        except BaseException:
+            _unmap(mm)
+            raise
+        self._mm: Optional[mmap.mmap] = mm
+
+    def _d(self) -> TensorDirectory:
+        if self._mm is None:
+            raise ValueError("%s is closed" % self.path)
+        return self._dir
+
+    def keys(self) -> List[Any]:
+        return self._d().keys()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._d())
+
+    def __len__(self) -> int:
+        return len(self._d())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._d()
+
+    def __getitem__(self, name: Any) -> Tensor:
+        return self._d()[name]
+
+    def tensors(self) -> TensorDirectory:
+        """The tensors as a :class:`TensorDirectory` of views (metadata left out)."""
+        return self._d()
+
+    def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a tensor's leading axis, as a read-only view."""
+        return self._d()[name].numpy()[start:stop]
+
+    def close(self) -> None:
+        """Stop using the file; views already taken stay valid (see the module doc)."""
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            self._dir = None  # type: ignore[assignment]
+            _unmap(mm)
+
+    def __enter__(self) -> "KilnFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._mm is None else "%d tensors" % len(self._dir)
+        return "<kiln.KilnFile %r, %s>" % (self.path, state)
+
+
+def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
+    """The directory without the metadata tensor, and the metadata dict (or None)."""
+    rows = d._rows
+    reserved = _meta.META_NAME.encode()
+    for i, row in enumerate(rows[:-1]):
+        if row[2] == reserved:
+            raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF,
+                            "%s: the name %r is reserved for the metadata, the last tensor"
+                            % (path, _meta.META_NAME))
+    if not rows or rows[-1][2] != reserved:
+        return d, None
+    row = rows[-1]
+    if row[0] != W.DTYPE_CODES["u8"] or len(row[1]) != 1:
+        raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
+    at = d._pb + row[10]
+    blob = bytes(memoryview(mm)[at:at + row[11]])
+    try:
+        nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
+    except KilnError as e:
+        raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
+    meta = _meta.from_nodes(nodes, at)
+    return TensorDirectory._from_table(rows[:-1], d._buf, d._pb, d._errors), meta
+
+
+def open(path: PathLike, **options: Any) -> KilnFile:  # noqa: A001  (kiln.open)
+    """Open a tensor file lazily (see :class:`KilnFile`); options as ``decode_tensors``'s."""
+    return KilnFile(path, **options)
+
+
+def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> TensorDirectory:
+    """The tensors of a file: views of its mapping, or (``copy=True``) owned copies."""
+    mm = _map(path)
+    try:
+        d = _api.decode_tensors(mm, copy=copy, **options)
+        d, _ = _split_metadata(d, mm, os.fspath(path))
+        return d
+    finally:
+        _unmap(mm)   # unmapped now when copied; with views, when the last view goes
+
+
+def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
+    """The metadata of a tensor file (None when it has none)."""
+    with KilnFile(path) as f:
+        return f.metadata
+
+
+def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
+         **options: Any) -> Any:
+    """Decode the file at ``path`` as one value of ``type`` (framed by default)."""
+    mm = _map(path)
+    try:
+        return _api.decode(mm, type, frame=frame, copy=copy, **options)
+    finally:
+        _unmap(mm)
+
+
+__all__ = ["save_tensors", "load_tensors", "load_metadata", "save", "load", "open", "KilnFile",
+           "TensorWriter"]

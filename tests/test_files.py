@@ -1,0 +1,323 @@
+"""Files: save/load, kiln.open, the streaming writer, atomic replace, metadata,
+mapping lifetimes, bad files, larger than memory; both implementations."""
+
+import os
+import signal
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _compat, _meta
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # a test dependency (the [test] extra)
+
+
+@pytest.fixture
+def api(impl, monkeypatch):
+    """The module-level API (files included) running on ``impl``'s kernels."""
+    monkeypatch.setattr(_compat, "kernels", impl.kernels)
+    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
+    return impl
+
+
+def every_dtype():
+    rng = np.random.default_rng(5)
+    out = {
+        "f64": rng.standard_normal((3, 2)), "f32": rng.standard_normal(7).astype(np.float32),
+        "f16": rng.standard_normal(5).astype(np.float16),
+        "bf16": rng.standard_normal(4).astype(ml_dtypes.bfloat16),
+        "f8e4m3": rng.standard_normal(6).astype(ml_dtypes.float8_e4m3fn),
+        "f8e5m2": rng.standard_normal(6).astype(ml_dtypes.float8_e5m2),
+        "e8m0": np.array([1.0, 2.0, 0.5], dtype=ml_dtypes.float8_e8m0fnu),
+        "bool": np.array([True, False, True]),
+        "i8": np.array([-1, 2], np.int8), "u8": np.array([255, 0], np.uint8),
+        "i16": np.array([-300], np.int16), "u16": np.array([60000], np.uint16),
+        "i32": np.arange(-3, 3, dtype=np.int32), "u32": np.array([2 ** 32 - 1], np.uint32),
+        "i64": np.array([-2 ** 63], np.int64), "u64": np.array([2 ** 64 - 1], np.uint64),
+        "empty": np.zeros((0, 4), np.float32),
+    }
+    t = {k: kiln.Tensor.from_numpy(v, name=k) for k, v in out.items()}
+    for code, vals in (("i4", [-8, 7, 0]), ("u4", [15, 0, 1, 2, 3]), ("e2m1", [1, 2, 3])):
+        t[code] = kiln.Tensor(kiln.pack_nibbles(vals), dtype=code, shape=(len(vals),), name=code)
+    return t
+
+
+def test_every_dtype_round_trips(api, tmp_path):
+    ts = every_dtype()
+    p = tmp_path / "all.kiln"
+    kiln.save_tensors(p, list(ts.values()))
+    for d in (kiln.load_tensors(p), kiln.load_tensors(str(p), copy=True)):
+        assert sorted(d.keys()) == sorted(ts)
+        for name, t in ts.items():
+            assert d[name] == t, name
+    with kiln.open(p) as f:
+        assert f.keys() == list(ts)          # file order: the sequence's order
+        assert f["bf16"].numpy().dtype == ml_dtypes.bfloat16
+        assert f.metadata is None
+    # the file is one standalone directory: a plain decode reads it
+    with open(p, "rb") as fh:
+        assert kiln.decode_tensors(fh.read()) == kiln.load_tensors(p)
+
+
+def test_payloads_are_aligned_in_the_file_and_in_memory(api, tmp_path):
+    p = tmp_path / "a.kiln"
+    kiln.save_tensors(p, {"a": np.ones(3, np.int8), "b": np.ones(5, np.float64)},
+                      metadata={"k": "v"})
+    with kiln.open(p) as f:
+        for name in f:
+            assert f[name].numpy().ctypes.data % 64 == 0
+    with open(p, "rb") as fh:
+        raw = fh.read()
+    count = struct.unpack_from("<I", raw, 8)[0]
+    assert count == 3   # a, b and the metadata tensor, last
+    for i in range(count):
+        off = struct.unpack_from("<Q", raw, 64 + 128 * i + 32)[0]
+        assert off % 64 == 0
+
+
+METADATA = {"model": "tiny-llm", "step": 1200, "lr": 3e-4, "neg": -(2 ** 63),
+            "flags": [True, False, None], "nested": {"a": {"b": [1, [2, [3]]], "c": ""}},
+            "raw": b"\x00\xff", "unicode": "é✓", "nan": float("nan"), "empty": {}, "list": []}
+
+
+def test_metadata_of_every_type_round_trips(api, tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, {"w": np.zeros(2, np.float32)}, metadata=METADATA)
+    back = kiln.load_metadata(p)
+    assert _meta.same(back, METADATA)
+    assert list(back) == list(METADATA)     # order kept
+    assert "__metadata__" not in kiln.load_tensors(p)
+
+
+@pytest.mark.parametrize("bad,words", [
+    ({"s": {1, 2}}, "got set"), ({"big": 2 ** 63}, "does not fit i64"),
+    ({1: "x"}, "keys must be str"), (["not", "a", "dict"], "must be a dict"),
+])
+def test_metadata_that_cannot_be_stored_is_refused(api, tmp_path, bad, words):
+    with pytest.raises(kiln.EncodeError, match=words):
+        kiln.save_tensors(tmp_path / "x.kiln", {"w": np.zeros(1)}, metadata=bad)
+    assert not os.listdir(tmp_path)   # nothing written, no temporary left
+
+
+def _node(parent, key, kind, **kw):
+    n = {"parent": parent, "key": key, "kind": kind, "int": 0, "float": 0.0, "text": "",
+         "raw": b""}
+    n.update(kw)
+    return n
+
+
+@pytest.mark.parametrize("nodes", [
+    [],                                                           # no root
+    [_node(0xFFFFFFFF, None, _meta.LIST)],                        # root not a dict
+    [_node(0xFFFFFFFF, None, _meta.DICT), _node(5, "a", _meta.INT)],   # parent after
+    [_node(0xFFFFFFFF, None, _meta.DICT), _node(0, None, _meta.INT)],  # dict item, no key
+    [_node(0xFFFFFFFF, None, _meta.DICT), _node(0, "a", _meta.INT), _node(0, "a", _meta.INT)],
+    [_node(0xFFFFFFFF, None, _meta.DICT), _node(0, "a", _meta.INT), _node(1, "b", _meta.INT)],
+    [_node(0xFFFFFFFF, None, _meta.DICT), _node(0, "a", 99)],     # unknown kind
+    [_node(0xFFFFFFFF, None, _meta.DICT), _node(0, "a", _meta.BOOL, int=2)],
+])
+def test_hostile_metadata_is_a_kiln_error(api, tmp_path, nodes):
+    blob = kiln.encode(nodes, _meta.META_TYPE, frame=True)
+    p = tmp_path / "h.kiln"
+    p.write_bytes(kiln.encode_tensors([
+        kiln.Tensor.from_numpy(np.zeros(2, np.float32), name="w"),
+        kiln.Tensor(blob, dtype="u8", shape=(len(blob),), name="__metadata__")]))
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.open(p)
+    assert ei.value.code == "TYPE"
+
+
+def test_the_metadata_name_is_reserved_for_the_last_tensor(api, tmp_path):
+    p = tmp_path / "n.kiln"
+    p.write_bytes(kiln.encode_tensors({"w": np.zeros(2, np.float32),   # sorted: it comes first
+                                       "__metadata__": np.zeros(3, np.uint8)}))
+    with pytest.raises(kiln.KilnError, match="reserved") as ei:
+        kiln.open(p)
+    assert (ei.value.code, ei.value.offset) == ("TYPE", 64 + 4)
+    with pytest.raises(kiln.EncodeError, match="reserved"):
+        kiln.save_tensors(p, {"__metadata__": np.zeros(1, np.uint8)})
+
+
+def test_corrupt_metadata_bytes_are_a_kiln_error_at_their_offset(api, tmp_path):
+    p = tmp_path / "c.kiln"
+    p.write_bytes(kiln.encode_tensors([
+        kiln.Tensor.from_numpy(np.zeros(2, np.float32), name="w"),
+        kiln.Tensor(b"KLN0" + bytes(20), dtype="u8", shape=(24,), name="__metadata__")]))
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.open(p)
+    assert ei.value.code == "SCHEMA" and ei.value.offset > 64
+
+
+def test_views_outlive_the_with_block_and_close(api, tmp_path):
+    p = tmp_path / "v.kiln"
+    w = np.arange(1000, dtype=np.float64)
+    kiln.save_tensors(p, {"w": w})
+    with kiln.open(p) as f:
+        view = f["w"].numpy()
+        rows = f.rows("w", 10, 20)
+        t = f["w"]
+    f.close()   # again: no error
+    assert view.sum() == w.sum() and rows.tolist() == w[10:20].tolist()
+    assert t.numpy()[999] == 999
+    with pytest.raises(ValueError, match="closed"):
+        f["w"]
+    d = kiln.load_tensors(p)
+    arr = d["w"].numpy()
+    del d
+    assert arr[500] == 500
+
+
+def test_a_reader_keeps_the_old_file_while_a_writer_replaces_it(api, tmp_path):
+    p = tmp_path / "r.kiln"
+    kiln.save_tensors(p, {"w": np.zeros(4, np.float32)})
+    with kiln.open(p) as old:
+        before = old["w"].numpy()
+        kiln.save_tensors(p, {"w": np.ones(4, np.float32), "x": np.ones(1, np.int8)})
+        assert before.tolist() == [0.0] * 4
+        with kiln.open(p) as new:
+            assert new["w"].numpy().tolist() == [1.0] * 4 and "x" in new
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".kiln-tmp")] == []
+
+
+def test_a_writer_killed_mid_write_leaves_the_old_file(api, tmp_path):
+    p = tmp_path / "k.kiln"
+    kiln.save_tensors(p, {"w": np.full(8, 7.0, np.float32)})
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child dies by SIGKILL
+        try:
+            w = kiln.TensorWriter(p)
+            w.add("w", "f32", (1 << 20,))
+            w.add("v", "f32", (4,))
+            w.write("w", np.zeros(1 << 20, np.float32))
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(3)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert kiln.load_tensors(p)["w"].numpy().tolist() == [7.0] * 8
+    stale = [n for n in os.listdir(tmp_path) if n.endswith(".kiln-tmp")]
+    assert len(stale) == 1                      # the dead writer's temporary file
+    kiln.save_tensors(p, {"w": np.zeros(2, np.float32)})
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".kiln-tmp")] == []
+
+
+def test_the_streaming_writer(api, tmp_path):
+    p = tmp_path / "s.kiln"
+    layers = [np.full((4, 4), i, np.float32) for i in range(5)]
+    with kiln.TensorWriter(p, metadata={"layers": 5}) as w:
+        for i, a in enumerate(layers):
+            w.add("layer%d" % i, "f32", a.shape)
+        w.add("zeros", "i8", (100,))
+        for i, a in reversed(list(enumerate(layers))):   # any order
+            w.write("layer%d" % i, a)
+        w.write("zeros", None)
+    d = kiln.load_tensors(p)
+    assert [d["layer%d" % i].numpy()[0, 0] for i in range(5)] == [0, 1, 2, 3, 4]
+    assert d["zeros"].numpy().tolist() == [0] * 100
+    assert kiln.load_metadata(p) == {"layers": 5}
+    with open(p, "rb") as fh:   # the same bytes as the one-shot writer
+        assert fh.read() == kiln.encode_tensors(
+            [kiln.Tensor.from_numpy(a, name="layer%d" % i) for i, a in enumerate(layers)]
+            + [kiln.Tensor.from_numpy(np.zeros(100, np.int8), name="zeros"),
+               _meta_tensor({"layers": 5})])
+
+
+def _meta_tensor(meta):
+    blob = kiln.encode(_meta.to_nodes(meta), _meta.META_TYPE, frame=True)
+    return kiln.Tensor(blob, dtype="u8", shape=(len(blob),), name="__metadata__")
+
+
+def test_writer_mistakes(api, tmp_path):
+    p = tmp_path / "w.kiln"
+    with pytest.raises(ValueError, match="not written: b"):
+        with kiln.TensorWriter(p) as w:
+            w.add("a", "f32", (2,))
+            w.add("b", "f32", (2,))
+            w.write("a", np.zeros(2, np.float32))
+    assert not p.exists() and os.listdir(tmp_path) == []
+    w = kiln.TensorWriter(p)
+    w.add("a", "f32", (2,))
+    with pytest.raises(ValueError, match="declared f32"):
+        w.write("a", np.zeros(3, np.float32))
+    with pytest.raises(KeyError):
+        w.write("nope", np.zeros(2, np.float32))
+    with pytest.raises(RuntimeError, match="before the first write"):
+        w.add("late", "f32", (1,))
+    w.discard()
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match="reserved"):
+        kiln.TensorWriter(p).add("__metadata__", "u8", (1,))
+
+
+def test_bad_files_are_clear_errors(api, tmp_path):
+    p = tmp_path / "b.kiln"
+    kiln.save_tensors(p, {"w": np.arange(100, dtype=np.float64)})
+    raw = p.read_bytes()
+    p.write_bytes(raw[:-8])                       # truncated on disk
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.open(p)
+    assert ei.value.code == "EOF"
+    bad = bytearray(raw)
+    bad[64 + 40] ^= 1                             # a descriptor's byte_length
+    p.write_bytes(bytes(bad))
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.load_tensors(p)
+    assert ei.value.code == "TYPE" and ei.value.offset == 64 + 40
+    p.write_bytes(b"")
+    with pytest.raises(kiln.KilnError, match="b.kiln is empty"):
+        kiln.open(p)
+    with pytest.raises(FileNotFoundError) as ei2:
+        kiln.load_tensors(tmp_path / "missing.kiln")
+    assert "missing.kiln" in str(ei2.value)
+    with pytest.raises(IsADirectoryError):
+        kiln.open(tmp_path)
+    with pytest.raises(OSError) as ei3:
+        kiln.save_tensors("/proc/kiln-test.kiln", {"w": np.zeros(1)})
+    assert "/proc" in str(ei3.value)
+
+
+def test_save_and_load_any_value(api, tmp_path):
+    t = kiln.parse_type("struct{id:i64,name:str,batch:tensors,}")
+    p = tmp_path / "r.kiln"
+    kiln.save(p, {"id": 5, "name": "x", "batch": {"w": np.eye(2, dtype=np.float32)}}, t)
+    v = kiln.load(p, t)
+    assert v["id"] == 5 and v["batch"]["w"].numpy().tolist() == [[1, 0], [0, 1]]
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.load(p, "struct{id:i64,}")
+    assert ei.value.code == "SCHEMA"
+    kiln.save(p, [1, 2], "list<i32>", frame=False)
+    assert kiln.load(p, "list<i32>", frame=False).tolist() == [1, 2]
+
+
+def _rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_a_file_larger_than_memory_opens_and_reads_one_tensor(api, tmp_path):
+    p = tmp_path / "huge.kiln"
+    big = 32 << 30   # 32 GiB, more than this machine's memory; a hole on disk
+    with kiln.TensorWriter(p) as w:
+        w.add("big", "u8", (big,))
+        w.add("small", "f32", (256,))
+        w.write("big", None)
+        w.write("small", np.arange(256, dtype=np.float32))
+    assert os.path.getsize(p) > big
+    before = _rss()
+    with kiln.open(p) as f:
+        s = f["small"].numpy()
+        assert s[255] == 255.0
+        rows = f.rows("big", 1 << 30, (1 << 30) + 4096)
+        assert int(rows.sum()) == 0
+        grown = _rss() - before
+    assert grown < (64 << 20), grown   # pages of the table, one tensor and one slice
