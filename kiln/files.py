@@ -125,6 +125,20 @@ def _write_block(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> Non
     f.truncate(base + total)   # a trailing hole or gap reads as zeros
 
 
+def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+    """The block to a file object that may not seek: gaps written as zeros."""
+    head, places, total = block_head(metas, 0)
+    f.write(head)
+    pos = 0
+    for place, payload, meta in zip(places, payloads, metas):
+        if place > pos:
+            f.write(bytes(place - pos))
+        f.write(payload)
+        pos = place + meta[10]
+    if total > pos:
+        f.write(bytes(total - pos))
+
+
 def _meta_record(metadata: Optional[Dict[str, Any]]) -> Optional[tuple]:
     if metadata is None:
         return None
@@ -151,6 +165,11 @@ def save_tensors(path: PathLike, tensors: Any, *,
         if records and records[0][2] is None:
             raise EncodeError("TYPE", 0, "metadata needs named tensors")
         records.append(meta)
+    metas = [r[:10] + (len(r[10]),) for r in records]
+    if hasattr(path, "write"):
+        # a binary file object: written in place, from its current position
+        _write_stream(path, metas, [r[10] for r in records])
+        return
     out = _AtomicFile(path)
     try:
         _write_block(out.f, [r[:10] + (len(r[10]),) for r in records], [r[10] for r in records])
@@ -164,6 +183,9 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
          round_floats: bool = False) -> None:
     """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically."""
     data = _api.encode(value, type, frame=frame, round_floats=round_floats)
+    if hasattr(path, "write"):
+        path.write(data)
+        return
     out = _AtomicFile(path)
     try:
         out.f.write(data)
@@ -286,22 +308,41 @@ class TensorWriter:
 
 # --- reading ------------------------------------------------------------------
 
-def _map(path: PathLike) -> "mmap.mmap":
-    """A read-only mapping of ``path``; clear errors naming the path."""
+def _name(path: Any) -> str:
+    return str(getattr(path, "name", "<file object>")) if hasattr(path, "read") \
+        else os.fspath(path)
+
+
+def _map(path: Any) -> Any:
+    """A read-only mapping of ``path`` (or of a binary file object's file; a
+    file object without one is read into memory); clear errors naming the path."""
+    if hasattr(path, "read"):
+        try:
+            fd = path.fileno()
+        except (AttributeError, OSError, ValueError):
+            data = path.read()
+            if not data:
+                raise KilnError("EOF", 0, "%s is empty" % _name(path))
+            return data
+        return _map_fd(fd, _name(path))
     p = os.fspath(path)
     with builtins.open(p, "rb") as f:   # FileNotFoundError, IsADirectoryError, PermissionError
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % p)
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return _map_fd(f.fileno(), p)
 
 
-def _unmap(mm: "mmap.mmap") -> None:
+def _map_fd(fd: int, name: str) -> "mmap.mmap":
+    if os.fstat(fd).st_size == 0:
+        raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
+def _unmap(mm: Any) -> None:
     """Close the mapping now if nothing views it, else when the last view goes."""
-    try:
-        mm.close()
-    except BufferError:
-        pass
+    if isinstance(mm, mmap.mmap):
+        try:
+            mm.close()
+        except BufferError:
+            pass
 
 
 class KilnFile:
@@ -316,7 +357,7 @@ class KilnFile:
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
                  max_bytes: int = W.DEFAULT_MAX_BYTES) -> None:
-        self.path = os.fspath(path)
+        self.path = _name(path)
         mm = _map(path)
         try:
             d = _api.decode_tensors(mm, trusted=trusted, max_count=max_count,
@@ -325,7 +366,7 @@ class KilnFile:
         except BaseException:
             _unmap(mm)
             raise
-        self._mm: Optional[mmap.mmap] = mm
+        self._mm: Any = mm
 
     def _d(self) -> TensorDirectory:
         if self._mm is None:
@@ -407,7 +448,7 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
     mm = _map(path)
     try:
         d = _api.decode_tensors(mm, copy=copy, **options)
-        d, _ = _split_metadata(d, mm, os.fspath(path))
+        d, _ = _split_metadata(d, mm, _name(path))
         return d
     finally:
         _unmap(mm)   # unmapped now when copied; with views, when the last view goes

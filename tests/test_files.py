@@ -321,3 +321,25 @@ def test_a_file_larger_than_memory_opens_and_reads_one_tensor(api, tmp_path):
         assert int(rows.sum()) == 0
         grown = _rss() - before
     assert grown < (64 << 20), grown   # pages of the table, one tensor and one slice
+
+
+def test_binary_file_objects(api, tmp_path):
+    import io
+    buf = io.BytesIO()
+    kiln.save_tensors(buf, {"w": np.arange(3, dtype=np.float32)}, metadata={"k": [1]})
+    raw = buf.getvalue()
+    assert kiln.decode_tensors(raw).keys() == ["w", "__metadata__"]
+    buf.seek(0)
+    with kiln.open(buf) as f:                   # no fileno: read into memory
+        assert f["w"].numpy().tolist() == [0, 1, 2] and f.metadata == {"k": [1]}
+    p = tmp_path / "f.kiln"
+    with open(p, "wb") as fh:
+        kiln.save_tensors(fh, {"w": np.arange(3, dtype=np.float32)}, metadata={"k": [1]})
+    assert p.read_bytes() == raw
+    with open(p, "rb") as fh:                   # a real file: mapped
+        d = kiln.load_tensors(fh)
+    assert d["w"].numpy()[2] == 2
+    out = io.BytesIO()
+    kiln.save(out, {"id": 1}, "struct{id:i64,}")
+    out.seek(0)
+    assert kiln.load(out, "struct{id:i64,}") == {"id": 1}

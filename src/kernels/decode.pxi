@@ -7,6 +7,7 @@ cdef struct DCtx:
     Py_ssize_t pos
     uint64_t max_count
     uint64_t max_bytes
+    uint64_t max_copy   # copies' cap (U64_MAX: none, or not copying)
     uint64_t bytes_cap
     uint64_t zbudget    # elements of minimum size 0 this decode may still build
     bint trusted
@@ -299,7 +300,7 @@ cdef object dec_tensors(Node nd, DCtx *c, bint standalone):
     cdef Py_ssize_t p = c.pos
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
-    table = vdir(c.d, c.n, p, standalone, c.trusted, c.max_count, c.max_bytes, c.copy, True,
+    table = vdir(c.d, c.n, p, standalone, c.trusted, c.max_count, c.max_bytes, c.max_copy, True,
                  &end, &base)
     mv = ctx_mv(c)
     res = nd.hooks.build(mv, p, base, table, c.copy, c.trusted)
@@ -353,6 +354,7 @@ cdef class DecodeProgram:
     cdef readonly object max_count
     cdef readonly object max_bytes
     cdef readonly bint copy
+    cdef readonly object max_copy
     cdef Node root
     cdef bint framed
     cdef bint hash_ok
@@ -361,13 +363,14 @@ cdef class DecodeProgram:
     cdef uint64_t cmax_bytes
     cdef bint top_tensors
 
-    def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy):
+    def __init__(self, plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None):
         self.plan = plan
         self.frame_hash = frame_hash
         self.trusted = bool(trusted)
         self.max_count = int(max_count)
         self.max_bytes = int(max_bytes)
         self.copy = bool(copy)
+        self.max_copy = None if max_copy is None else int(max_copy)
         self.cmax_count = _cap(self.max_count)
         self.cmax_bytes = _cap(self.max_bytes)
         self.framed = frame_hash is not None
@@ -392,6 +395,7 @@ cdef class DecodeProgram:
         c.zbudget = self.cmax_count
         c.trusted = self.trusted
         c.copy = self.copy
+        c.max_copy = U64_MAX if (self.max_copy is None or not self.copy) else _cap(self.max_copy)
         c.buf = <PyObject *>buf
         c.mv = NULL
         try:
@@ -408,6 +412,6 @@ cdef class DecodeProgram:
             PyBuffer_Release(&view)
 
 
-def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy):
+def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None):
     """Compile ``plan`` into a decode program (see kiln._kernels_py)."""
-    return DecodeProgram(plan, frame_hash, trusted, max_count, max_bytes, copy)
+    return DecodeProgram(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy)

@@ -38,7 +38,7 @@ cdef struct Dir:
     Py_ssize_t s            # where the directory starts
     bint standalone
     bint trusted
-    bint copy
+    uint64_t max_copy       # copies' cap (U64_MAX: none)
     uint64_t max_count
     uint64_t max_bytes
     uint8_t hdr[HEADER_SIZE]   # the header, copied once
@@ -504,12 +504,12 @@ cdef Py_ssize_t step12_trailing(Dir *st) except -1:
     cdef uint64_t i, blen
     if st.standalone and end != st.n:
         kfail("TRAILING", end, "%d bytes follow the directory" % (st.n - end))
-    if st.copy:
+    if st.max_copy != U64_MAX:
         for i in range(st.count):
             blen = kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
-            if blen > st.max_bytes:
+            if blen > st.max_copy:
                 kfail("LIMIT", dpos(st, i) + D_BYTE_LENGTH, "payload of %d bytes is above the "
-                      "copy cap max_bytes=%d" % (blen, st.max_bytes))
+                      "copy cap max_copy_bytes=%d" % (blen, st.max_copy))
     return end
 
 
@@ -543,7 +543,7 @@ cdef object make_table(Dir *st):
 
 
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
-                 uint64_t max_count, uint64_t max_bytes, bint copy, bint want_table,
+                 uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, bint want_table,
                  Py_ssize_t *endp, uint64_t *basep):
     """Run the steps in order over the directory at ``s``; the table when wanted.
 
@@ -557,7 +557,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
     st.s = s
     st.standalone = standalone
     st.trusted = trusted
-    st.copy = copy
+    st.max_copy = max_copy
     st.max_count = max_count
     st.max_bytes = max_bytes
     st.priv = NULL
@@ -588,17 +588,20 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         PyMem_Free(st.counts)
 
 
-def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, copy):
-    """Check the tensor directory at ``start`` of ``buf``; returns (end, payload_base, table)."""
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None):
+    """Check the tensor directory at ``start`` of ``buf``; returns (end, payload_base, table).
+
+    ``max_copy``: when not None, a payload longer than this is LIMIT."""
     cdef Py_buffer view
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
-    if start < 0 or max_count < 0 or max_bytes < 0:
-        raise ValueError("start, max_count and max_bytes must be non-negative")
+    if start < 0 or max_count < 0 or max_bytes < 0 or (max_copy is not None and max_copy < 0):
+        raise ValueError("start, max_count, max_bytes and max_copy must be non-negative")
     get_view(buf, &view)
     try:
         table = vdir(<const uint8_t *>view.buf, view.len, start, bool(standalone),
-                     bool(trusted), _cap(max_count), _cap(max_bytes), bool(copy), True,
+                     bool(trusted), _cap(max_count), _cap(max_bytes),
+                     U64_MAX if max_copy is None else _cap(max_copy), True,
                      &end, &base)
     finally:
         PyBuffer_Release(&view)
@@ -610,7 +613,7 @@ cdef int check_written(const uint8_t *b, Py_ssize_t n, Py_ssize_t start) except 
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
     try:
-        vdir(b, n, start, False, False, U32_MAX, U32_MAX, False, False, &end, &base)
+        vdir(b, n, start, False, False, U32_MAX, U32_MAX, U64_MAX, False, &end, &base)
     except EncodeError:
         raise
     except KilnError as e:
