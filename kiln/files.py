@@ -428,11 +428,14 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
     row = rows[-1]
     if row[0] != W.DTYPE_CODES["u8"] or len(row[1]) != 1:
         raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
-    at = d._pb + row[10]
-    blob = bytes(memoryview(mm)[at:at + row[11]])
+    here = d._pb + row[10]   # in the directory's own buffer: the mapping, or its copy
+    blob = bytes(d._buf[here:here + row[11]])
+    heap = sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
+    align = W.DIR_ALIGN - 1
+    at = ((W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align) + row[10]
     try:
         nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
-    except KilnError as e:
+    except KilnError as e:   # reported at its offset in the file
         raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
     meta = _meta.from_nodes(nodes, at)
     return TensorDirectory._from_table(rows[:-1], d._buf, d._pb, d._errors), meta

@@ -88,6 +88,8 @@ def test_metadata_of_every_type_round_trips(api, tmp_path):
     kiln.save_tensors(p, {"w": np.zeros(2, np.float32)}, metadata=METADATA)
     back = kiln.load_metadata(p)
     assert _meta.same(back, METADATA)
+    c = kiln.load_tensors(p, copy=True)        # a copy is read from the copy, not the file
+    assert list(c) == ["w"] and c["w"].numpy().tolist() == [0.0, 0.0]
     assert list(back) == list(METADATA)     # order kept
     assert "__metadata__" not in kiln.load_tensors(p)
 
@@ -148,7 +150,12 @@ def test_corrupt_metadata_bytes_are_a_kiln_error_at_their_offset(api, tmp_path):
         kiln.Tensor(b"KLN0" + bytes(20), dtype="u8", shape=(24,), name="__metadata__")]))
     with pytest.raises(kiln.KilnError) as ei:
         kiln.open(p)
-    assert ei.value.code == "SCHEMA" and ei.value.offset > 64
+    assert ei.value.code == "SCHEMA"
+    raw = p.read_bytes()
+    assert raw[ei.value.offset - 8:ei.value.offset - 4] == b"KLN0"   # the frame's hash field
+    with pytest.raises(kiln.KilnError) as ei2:
+        kiln.load_tensors(p, copy=True)
+    assert ei2.value.offset == ei.value.offset
 
 
 def test_views_outlive_the_with_block_and_close(api, tmp_path):
