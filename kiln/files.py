@@ -215,8 +215,10 @@ class TensorWriter:
         self._meta = _meta_record(metadata)
 
     def add(self, name: str, dtype: Union[str, int], shape: Sequence[int], *,
-            layout: Optional[str] = None, nbytes: Optional[int] = None) -> None:
-        """Declare one tensor (before the first ``write``)."""
+            layout: Optional[str] = None, nbytes: Optional[int] = None,
+            block_size: int = 0) -> None:
+        """Declare one tensor (before the first ``write``).  An opaque dtype (a code
+        4096..32767) also needs ``layout``, ``block_size`` and ``nbytes``."""
         if self._places is not None:
             raise RuntimeError("declare every tensor before the first write")
         if not isinstance(name, str) or not name or name == _meta.META_NAME \
@@ -234,8 +236,8 @@ class TensorWriter:
             need = nbytes
         self._index[name] = len(self._decl)
         self._decl.append((code, shape, name.encode("utf-8"),
-                           None if layout is None else layout.encode("utf-8"), 0, 0,
-                           W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, need))
+                           None if layout is None else layout.encode("utf-8"), int(block_size),
+                           0, W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, need))
         self._written.append(False)
 
     def _start(self) -> None:

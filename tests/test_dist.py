@@ -43,7 +43,8 @@ pytestmark = pytest.mark.skipif(
 SDIST_ALLOWED = [
     "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
     "LICENSE", "kiln_wire.egg-info/*",
-    "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/py.typed", "kiln/*.pyi",
+    "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
+    "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi",
     "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
     "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/corpus/**",
@@ -52,8 +53,12 @@ SDIST_ALLOWED = [
 SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
                    "tests/test_dist.py"]
 
-WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/py.typed", "kiln/*.pyi",
+WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
+                 "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi",
                  "kiln_wire-*.dist-info/**"]
+# the package's own files, in the sdist and in every wheel
+KILN_FILES = ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py", "kiln/convert/*.py",
+              "kiln/data/*.py", "kiln/data/*.json"]
 WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
 
 
@@ -114,7 +119,7 @@ def expected_sdist_files(root=ROOT):
     """What the sdist must hold, from the checkout at root."""
     need = ["PKG-INFO", "pyproject.toml", "setup.py", "README.md", "LICENSE",
             "constraints/build.txt", "fuzz/oracle.py", "kiln/py.typed"]
-    need += _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py"])
+    need += _checkout_files(root, "kiln", KILN_FILES)
     need += _checkout_files(root, "src", ["src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h",
                                           "src/kernels/*.pxi"])
     need += _checkout_files(root, "tests")
@@ -144,8 +149,7 @@ def check_wheel(names, filename, root=ROOT):
     tag = os.path.basename(filename)[:-len(".whl")].split("-")[-3:]
     pure = tag == ["py3", "none", "any"]
     have = set(names)
-    for n in _checkout_files(root, "kiln", ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py"]) \
-            + ["kiln/py.typed"]:
+    for n in _checkout_files(root, "kiln", KILN_FILES) + ["kiln/py.typed"]:
         if n not in have:
             problems.append("wheel lacks %s" % n)
     dist_info = [n for n in names if re.match(r"kiln_wire-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
@@ -261,7 +265,8 @@ def test_rules_reject_strays():
                   "tests/test_dist.py", "build/lib/kiln/__init__.py", "constraints/tools.txt"):
         assert check_sdist(good + [stray]) == ["sdist should not contain " + stray]
     assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
-    kiln_py = [n for n in good if re.match(r"kiln/(_kernels_py/)?[^/]+\.pyi?$", n)] \
+    kiln_py = [n for n in good
+               if re.match(r"kiln/((_kernels_py|convert|data)/)?[^/]+\.(pyi?|json)$", n)] \
         + ["kiln/py.typed"]
     info = ["kiln_wire-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
     ext = "kiln/_kernels_c.cpython-312-darwin.so"

@@ -1,0 +1,224 @@
+"""The kiln command, through subprocesses, on real files; conversions against
+the real safetensors and gguf packages (test dependencies)."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def run(*args, env_impl=None, cwd=None):
+    env = dict(os.environ)
+    if env_impl is not None:
+        env["KILN_PUREPYTHON"] = "1" if env_impl == "python" else "0"
+    r = subprocess.run([sys.executable, "-m", "kiln", *map(str, args)], capture_output=True,
+                       text=True, timeout=300, env=env, cwd=cwd)
+    return r.returncode, r.stdout, r.stderr
+
+
+def one_line_error(err):
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_help_has_examples():
+    code, out, _ = run("--help")
+    assert code == 0 and "examples:" in out and "kiln convert" in out
+
+
+def test_demo(impl):
+    code, out, err = run("demo", env_impl=impl.name)
+    assert code == 0, err
+    assert "round trip bit for bit: ok" in out and "dense.q4" in out and "pickle" in out
+    assert "%s kernels" % impl.name in out
+
+
+def test_cases_ship_with_the_package(tmp_path):
+    code, out, err = run("cases", cwd=tmp_path)     # no spec/ folder here
+    assert code == 0, err
+    assert "kiln/data/kiln-v2-cases.json" in out.replace(os.sep, "/")
+    assert " 0 failed" in out
+
+
+def test_cases_errors_are_one_line(tmp_path):
+    code, _, err = run("cases", tmp_path / "missing.json")
+    assert code == 2 and "cannot read" in one_line_error(err)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run("cases", bad)
+    assert code == 2 and "not a Kiln case file" in one_line_error(err)
+
+
+def test_hash():
+    code, out, _ = run("hash", "struct{id:i64, batch:tensors}")
+    assert code == 0 and out.split() == ["struct{id:i64,batch:tensors,}", "0xe58aadc7552f0d82"]
+    code, _, err = run("hash", "list<")
+    assert code == 2 and one_line_error(err).startswith("kiln hash: TYPE")
+
+
+@pytest.fixture
+def model(tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, {"w": np.ones((2, 3), np.float32), "b": np.zeros(3, np.float16)},
+                      metadata={"name": "m", "step": 3})
+    return p
+
+
+def test_inspect_a_tensor_file(model):
+    code, out, _ = run("inspect", model)
+    assert code == 0 and "tensor directory" in out and "metadata" in out
+    code, out, _ = run("inspect", model, "--json")
+    doc = json.loads(out)
+    assert [t["name"] for t in doc["tensors"]] == ["b", "w"]
+    assert doc["tensors"][1]["shape"] == [2, 3] and doc["metadata"] == {"name": "m", "step": 3}
+    assert doc["header"]["tensor_count"] == 3
+
+
+def test_inspect_and_check_a_record(tmp_path):
+    p = tmp_path / "r.kiln"
+    kiln.save(p, {"id": 1, "values": list(range(100))}, "struct{id:i64,values:list<i32>}")
+    code, out, _ = run("inspect", p)
+    assert code == 0 and "framed record" in out and "--type" in out
+    code, out, _ = run("inspect", p, "--type", "struct{id:i64,values:list<i32>}", "--json")
+    v = json.loads(out)["value"]
+    assert v["id"] == 1 and v["values"]["shape"] == [100] and len(v["values"]["first"]) == 9
+    assert run("check", p, "--type", "struct{id:i64,values:list<i32>}")[0] == 0
+    code, out, _ = run("check", p, "--type", "struct{id:i64,}")
+    assert code == 1 and "SCHEMA at byte 8" in out
+
+
+def test_check(model, tmp_path):
+    assert run("check", model)[0] == 0
+    raw = bytearray(model.read_bytes())
+    raw[64 + 40] ^= 1
+    bad = tmp_path / "bad.kiln"
+    bad.write_bytes(bytes(raw))
+    code, out, _ = run("check", bad)
+    assert code == 1 and out.strip() == "%s: TYPE at byte 104: %s" % (
+        bad, out.split(": ", 2)[2].strip()) and "byte length" in out
+    code, _, err = run("check", tmp_path / "nope.kiln")
+    assert code == 2 and "cannot read" in one_line_error(err)
+
+
+def test_safetensors_round_trip(tmp_path):
+    stnp = pytest.importorskip("safetensors.numpy")
+    arrays = {"f64": np.arange(3.0), "f32": np.ones((2, 2), np.float32),
+              "f16": np.ones(5, np.float16), "bf16": np.ones(4, ml_dtypes.bfloat16),
+              "f8": np.ones(3, ml_dtypes.float8_e4m3fn), "f8b": np.ones(3, ml_dtypes.float8_e5m2),
+              "i64": np.array([-1], np.int64), "u8": np.array([7], np.uint8),
+              "bool": np.array([True, False]), "i16": np.array([3], np.int16)}
+    src = tmp_path / "a.safetensors"
+    stnp.save_file(arrays, str(src), metadata={"format": "np", "note": "é"})
+    code, out, err = run("convert", src, tmp_path / "a.kiln")
+    assert code == 0, err
+    d = kiln.load_tensors(tmp_path / "a.kiln")
+    for k, a in arrays.items():
+        assert bytes(d[k].data) == a.tobytes() and d[k].shape == a.shape, k
+    assert kiln.load_metadata(tmp_path / "a.kiln") == {"format": "np", "note": "é"}
+    assert run("convert", tmp_path / "a.kiln", tmp_path / "b.safetensors")[0] == 0
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "b.safetensors"), framework="np") as f:
+        assert f.metadata() == {"format": "np", "note": "é"}
+        assert sorted(f.keys()) == sorted(arrays)
+        for k in ("f64", "f32", "f16", "i64", "u8", "bool", "i16"):   # numpy's own dtypes
+            assert f.get_tensor(k).tobytes() == arrays[k].tobytes(), k
+    # every tensor, bf16 and float8 included, bit for bit through kiln's reader
+    back = kiln.load_tensors(tmp_path / "c.kiln") if run(
+        "convert", tmp_path / "b.safetensors", tmp_path / "c.kiln")[0] == 0 else None
+    for k, a in arrays.items():
+        assert bytes(back[k].data) == a.tobytes(), k
+
+
+@pytest.mark.parametrize("header", [
+    struct.pack("<Q", 1 << 63),                       # a header length past any file
+    None,                                             # overlapping offsets
+    struct.pack("<Q", 10) + b"not json!!",
+])
+def test_hostile_safetensors_is_a_one_line_error(tmp_path, header):
+    p = tmp_path / "h.safetensors"
+    if header is None:
+        h = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()
+        header = struct.pack("<Q", len(h)) + h + bytes(16)
+    p.write_bytes(header)
+    code, _, err = run("convert", p, tmp_path / "o.kiln")
+    assert code == 1
+    line = one_line_error(err)
+    assert "h.safetensors" in line
+    assert not (tmp_path / "o.kiln").exists()
+
+
+def _gguf_file(path):
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import quantize
+    Q = gguf.GGMLQuantizationType
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("count", 7)
+    w.add_array("list", [1, 2, 3])
+    w.add_string("text", "hé")
+    w.add_float32("lr", 0.5)
+    q4, q8 = quantize(x, Q.Q4_0), quantize(x, Q.Q8_0)
+    w.add_tensor("q4", q4, raw_dtype=Q.Q4_0)
+    w.add_tensor("q8", q8, raw_dtype=Q.Q8_0)
+    w.add_tensor("f32", x)
+    w.add_tensor("f16", x.astype(np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {"q4": (q4, Q.Q4_0), "q8": (q8, Q.Q8_0)}, x
+
+
+def test_gguf_to_kiln(tmp_path):
+    from gguf.quants import dequantize
+    quants, x = _gguf_file(tmp_path / "m.gguf")
+    code, _, err = run("convert", tmp_path / "m.gguf", tmp_path / "m.kiln")
+    assert code == 0, err
+    with kiln.open(tmp_path / "m.kiln") as f:
+        meta = f.metadata["gguf"]
+        assert meta["count"] == 7 and meta["list"] == [1, 2, 3] and meta["text"] == "hé"
+        assert meta["lr"] == 0.5 and meta["general.architecture"] == "llama"
+        assert np.array_equal(f["f32"].numpy(), x) and f["f32"].shape == (4, 64)
+        assert np.array_equal(f["f16"].numpy(), x.astype(np.float16))
+        for name, (raw, qtype) in quants.items():
+            t = f[name]
+            assert t.layout == "ggml." + qtype.name and t.shape == (4, 64)
+            assert bytes(t.data) == raw.tobytes()
+            got = dequantize(np.frombuffer(t.data, np.uint8).reshape(raw.shape), qtype)
+            assert np.array_equal(got, dequantize(raw, qtype))
+
+
+@pytest.mark.parametrize("what", ["tensor count", "string length"])
+def test_hostile_gguf_is_a_one_line_error(tmp_path, what):
+    p = tmp_path / "h.gguf"
+    if what == "tensor count":
+        p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1 << 62, 0) + bytes(64))
+    else:
+        p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 60)
+                      + bytes(64))
+    code, _, err = run("convert", p, tmp_path / "o.kiln")
+    assert code == 1 and "cannot fit" in one_line_error(err)
+    assert not (tmp_path / "o.kiln").exists()
+
+
+def test_npz_round_trip(tmp_path):
+    arrays = {"a": np.arange(6, dtype=np.int16).reshape(2, 3), "b": np.ones(3, np.float64)}
+    np.savez(tmp_path / "a.npz", **arrays)
+    assert run("convert", tmp_path / "a.npz", tmp_path / "a.kiln")[0] == 0
+    assert run("convert", tmp_path / "a.kiln", tmp_path / "b.npz")[0] == 0
+    with np.load(tmp_path / "b.npz") as z:
+        for k, a in arrays.items():
+            assert np.array_equal(z[k], a) and z[k].dtype == a.dtype
+    code, _, err = run("convert", tmp_path / "a.npz", tmp_path / "a.txt")
+    assert code == 1 and "unknown format" in one_line_error(err)
