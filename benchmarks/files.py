@@ -5,7 +5,7 @@
 The same arrays (f32, f16, int8 and bf16 in turn; about 200 MiB) are saved and
 loaded by kiln and by ``safetensors.numpy`` in one run, page cache warm.  Each
 row is the median of ``--repeat`` runs in a fresh child process, so the peak
-resident memory (``ru_maxrss``, minus the child's resident size before the
+resident memory (``VmHWM``, minus the child's resident size before the
 operation) belongs to that operation alone.  Ratios are kiln / safetensors.
 """
 
@@ -67,7 +67,8 @@ base = rss()
 t = time.perf_counter()
 out = run()
 dt = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: ru_maxrss keeps the parent's size across fork and exec
+peak = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] * 1024
 if base > peak:
     peak = base
 print(json.dumps({"seconds": dt, "extra_peak": max(peak - base, 0)}))

@@ -17,6 +17,7 @@ from ._tensor import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, nump
 from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION
+from .schema import SchemaError, schema_from_json, to_json_schema
 from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
                     TensorWriter)
 from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
@@ -34,5 +35,6 @@ __all__ = [
     "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "F32", "F64", "Bool", "I8Array",
     "I16Array", "I32Array", "I64Array", "U8Array", "U16Array", "U32Array", "U64Array",
     "F32Array", "F64Array", "BoolArray", "save_tensors", "load_tensors", "load_metadata",
-    "save", "load", "open", "KilnFile", "TensorWriter",
+    "save", "load", "open", "KilnFile", "TensorWriter", "SchemaError", "schema_from_json",
+    "to_json_schema",
 ]

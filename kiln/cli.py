@@ -21,6 +21,7 @@ EPILOG = """examples:
   kiln convert model.safetensors model.kiln     also .gguf and .npz in, .safetensors
   kiln convert model.kiln model.npz              and .npz out
   kiln cases                             the golden cases that ship with kiln
+  kiln gen schema.json -o records.py     dataclasses from a JSON Schema
   kiln hash 'struct{id:i64,name:str}'    canonical text and schema hash
 
 exit codes: 0 ok, 1 invalid input or a failed case, 2 usage or I/O error"""
@@ -326,6 +327,30 @@ def cmd_demo(args: Any) -> int:
     return 0 if same else 1
 
 
+# --- gen ----------------------------------------------------------------------
+
+def cmd_gen(args: Any) -> int:
+    from .schema import SchemaError, generate
+    import kiln
+    try:
+        with open(args.schema) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.schema, e.strerror))
+    except ValueError as e:
+        raise Fail("%s is not JSON: %s" % (args.schema, e))
+    try:
+        src = generate(doc, args.root)
+    except (SchemaError, kiln.KilnError) as e:
+        raise Fail("%s: %s" % (args.schema, e), 1)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(src)
+    else:
+        sys.stdout.write(src)
+    return 0
+
+
 # --- main ----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file", nargs="?", help="case file (default: the cases shipped with kiln)")
     c.add_argument("-v", "--verbose", action="store_true")
     c.set_defaults(fn=cmd_cases)
+    c = sub.add_parser("gen", help="a module of dataclasses from a JSON Schema")
+    c.add_argument("schema")
+    c.add_argument("-o", "--output", help="module path (default: stdout)")
+    c.add_argument("--root", help="the root class's name (default: the title, or Root)")
+    c.set_defaults(fn=cmd_gen)
     c = sub.add_parser("hash", help="print the canonical text and schema hash of a type")
     c.add_argument("type_text")
     c.set_defaults(fn=cmd_hash)
