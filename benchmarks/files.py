@@ -11,7 +11,6 @@ operation) belongs to that operation alone.  Ratios are kiln / safetensors.
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
