@@ -28,6 +28,19 @@ def progress(items: Iterable[Any], total: int, what: str) -> Iterable[Any]:
     return tqdm(items, total=total, desc=what, unit="tensor", file=sys.stderr)
 
 
+def release_pages(mm: Any, start: int, end: int) -> None:
+    """Drop a source range's pages from this process once it is written: they stay
+    in the page cache, but not in our resident memory (flat whatever the file size)."""
+    advise = getattr(mm, "madvise", None)
+    flag = getattr(__import__("mmap"), "MADV_DONTNEED", None)
+    if advise is None or flag is None:   # pragma: no cover - not on every OS
+        return
+    page = __import__("mmap").PAGESIZE
+    lo = start - start % page
+    if end > lo:
+        advise(flag, lo, end - lo)
+
+
 def kind_of(path: str) -> str:
     """The format of ``path`` by its extension: kiln, safetensors, gguf or npz."""
     ext = os.path.splitext(path)[1].lower()

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 from .. import _wire as W
 from .._tensor import Tensor
 from ..files import TensorWriter
-from . import ConvertError, progress
+from . import ConvertError, progress, release_pages
 
 # ggml type id -> (name, elements per block, bytes per block); from the ggml format
 GGML_TYPES = {
@@ -177,6 +177,7 @@ def gguf_to_kiln(src: str, dst: str) -> int:
                                    block_size=GGML_TYPES[gtype][2])
                     w.write(name, t)
                     del t, data
+                    release_pages(mm, start + offset, start + offset + nbytes)
             finally:
                 view.release()
         return len(infos)

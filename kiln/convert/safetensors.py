@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Tuple
 from .. import _wire as W
 from .._tensor import Tensor
 from ..files import KilnFile, TensorWriter
-from . import ConvertError, progress
+from . import ConvertError, progress, release_pages
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -91,6 +91,7 @@ def safetensors_to_kiln(src: str, dst: str) -> int:
             try:
                 for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
                     w.write(name, Tensor(view[start + b:start + e], dtype=kd, shape=shape))
+                    release_pages(mm, start + b, start + e)
             finally:
                 view.release()
         return len(table)
