@@ -28,6 +28,15 @@ def progress(items: Iterable[Any], total: int, what: str) -> Iterable[Any]:
     return tqdm(items, total=total, desc=what, unit="tensor", file=sys.stderr)
 
 
+def map_source(path: str) -> Any:
+    """A read-only mapping of a source file (ConvertError for an empty one)."""
+    import mmap
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise ConvertError("%s is empty" % path)
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 def release_pages(mm: Any, start: int, end: int) -> None:
     """Drop a source range's pages from this process once it is written: they stay
     in the page cache, but not in our resident memory (flat whatever the file size)."""

@@ -13,15 +13,13 @@ size as the block size.  Dimensions are reversed into numpy order; every
 metadata key and value is kept (arrays included).
 """
 
-import mmap
-import os
 import struct
 from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
 from .._tensor import Tensor
 from ..files import TensorWriter
-from . import ConvertError, progress, release_pages
+from . import ConvertError, map_source, progress, release_pages
 
 # ggml type id -> (name, elements per block, bytes per block); from the ggml format
 GGML_TYPES = {
@@ -149,10 +147,7 @@ def read_gguf(path: str, mm: Any) -> Tuple[Dict[str, Any], List[Tuple], int]:
 
 
 def gguf_to_kiln(src: str, dst: str) -> int:
-    with open(src, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise ConvertError("%s is empty" % src)
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mm = map_source(src)
     try:
         meta, infos, start = read_gguf(src, mm)
         names = [i[0] for i in infos]

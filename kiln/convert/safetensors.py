@@ -8,14 +8,12 @@ inside the data and not overlapping, every length equal to the shape's.
 """
 
 import json
-import mmap
-import os
 from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
 from .._tensor import Tensor
 from ..files import KilnFile, TensorWriter
-from . import ConvertError, progress, release_pages
+from . import ConvertError, map_source, progress, release_pages
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -78,10 +76,7 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
 
 def safetensors_to_kiln(src: str, dst: str) -> int:
     """Convert tensor by tensor; metadata (strings) is kept."""
-    with open(src, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise ConvertError("%s is empty" % src)
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mm = map_source(src)
     try:
         start, table, meta = read_header(src, mm)
         with TensorWriter(dst, metadata=dict(meta) if meta else None) as w:
