@@ -1,0 +1,108 @@
+"""Kiln on Dask: tensors travel as frames, files become lazy dask arrays.
+
+``import kiln.dask`` registers serializers with ``distributed.protocol``: a
+:class:`kiln.Tensor` or :class:`kiln.TensorDirectory` goes over the wire as a
+small header (dtypes, shapes, names, links) and one frame per payload, the
+payload's own memory with no copy; on arrival the tensors view the received
+frames (read-only or not, as they come).  Everything else that holds tensors
+(records, lists) travels through pickle protocol 5, whose out-of-band buffers
+are the same payload frames.
+
+``from_kiln(path, name, chunks=...)`` is a dask array over one tensor of a
+Kiln file: each chunk is read by the worker that computes it, through its own
+mapping of the file (so the file must be reachable by that path from every
+worker), touching only that chunk's pages.
+
+Needs the ``dask`` extra: ``pip install "kiln-wire[dask]"``.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+try:
+    import dask.array as _da
+    from distributed.protocol import dask_deserialize, dask_serialize
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("kiln.dask needs dask and distributed: pip install "
+                      "\"kiln-wire[dask]\"") from e
+
+import numpy as np
+
+from ._tensor import Tensor, TensorDirectory
+
+__all__ = ["from_kiln"]
+
+
+def _header(t: Tensor) -> Dict[str, Any]:
+    return {"code": t.code, "shape": list(t.shape), "name": t.name, "layout": t.layout,
+            "block_size": t.block_size, "quant_scheme": t.quant_scheme,
+            "quant_axis": t.quant_axis, "group_size": t.group_size,
+            "scale_index": t.scale_index, "outer_index": t.outer_index}
+
+
+def _tensor(h: Dict[str, Any], frame: Any) -> Tensor:
+    return Tensor(frame, dtype=h["code"], shape=h["shape"], name=h["name"], layout=h["layout"],
+                  block_size=h["block_size"], quant_scheme=h["quant_scheme"],
+                  quant_axis=h["quant_axis"], group_size=h["group_size"],
+                  scale_index=h["scale_index"], outer_index=h["outer_index"])
+
+
+@dask_serialize.register(Tensor)
+def _serialize_tensor(t: Tensor) -> Tuple[Dict[str, Any], List[Any]]:
+    return {"kiln-tensor": _header(t)}, [t.data]
+
+
+@dask_deserialize.register(Tensor)
+def _deserialize_tensor(header: Dict[str, Any], frames: List[Any]) -> Tensor:
+    return _tensor(header["kiln-tensor"], _one(frames))
+
+
+@dask_serialize.register(TensorDirectory)
+def _serialize_directory(d: TensorDirectory) -> Tuple[Dict[str, Any], List[Any]]:
+    ts = d.values()
+    return {"kiln-tensors": [_header(t) for t in ts]}, [t.data for t in ts]
+
+
+@dask_deserialize.register(TensorDirectory)
+def _deserialize_directory(header: Dict[str, Any], frames: List[Any]) -> TensorDirectory:
+    hs = header["kiln-tensors"]
+    if len(frames) != len(hs):
+        raise ValueError("kiln.dask: %d frames for %d tensors" % (len(frames), len(hs)))
+    return TensorDirectory(_tensor(h, f) for h, f in zip(hs, frames))
+
+
+def _one(frames: List[Any]) -> Any:
+    # distributed merges a frame it split before calling a deserializer; a list
+    # of pieces is joined all the same rather than misread
+    return frames[0] if len(frames) == 1 else b"".join(bytes(f) for f in frames)
+
+
+class _LazyTensor:
+    """What dask.array.from_array slices: one tensor of a file, read per chunk."""
+
+    def __init__(self, path: str, name: Any, shape: Tuple[int, ...], dtype: Any) -> None:
+        self.path, self.name, self.shape, self.dtype = path, name, shape, np.dtype(dtype)
+        self.ndim = len(shape)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        from . import files
+        with files.open(self.path) as f:
+            return np.array(f[self.name].numpy()[index])   # a copy: the mapping closes
+
+
+def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
+              name_prefix: Optional[str] = None) -> Any:
+    """A dask array over tensor ``name`` of the Kiln file at ``path``, read lazily."""
+    from . import files
+    import os
+    path = os.path.abspath(os.fspath(path))
+    with files.open(path) as f:
+        t = f[name]
+        arr = t.numpy()
+        if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
+            raise TypeError("from_kiln: tensor %r is %s, which has no numpy array form"
+                            % (name, t.dtype))
+        shape, dtype = tuple(arr.shape), arr.dtype
+        del arr, t
+    token = "kiln-%s-%s-%d" % (os.path.basename(path), name, os.stat(path).st_mtime_ns)
+    return _da.from_array(_LazyTensor(path, name, shape, dtype), chunks=chunks,
+                          name=name_prefix or token, asarray=False, fancy=False)
