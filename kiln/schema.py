@@ -287,6 +287,11 @@ class _Gen:
             return self.done[t]
         name = self.unique(_class_name(hint))
         self.done[t] = name
+        for fname, _ in t.fields:
+            if keyword.iskeyword(fname):
+                raise SchemaError("#", "property %r is a Python keyword: a dataclass cannot "
+                                  "have that field (kiln.struct(...) from type text can)"
+                                  % fname)
         fields = [(fname, self.ann(ft, hint + "_" + fname)) for fname, ft in t.fields]
         self.classes.append((name, fields))
         return name

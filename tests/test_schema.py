@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import keyword
 import os
 import subprocess
 import sys
@@ -146,6 +147,13 @@ def test_kiln_gen_writes_dataclasses_with_the_same_types(api, tmp_path):
     assert r.returncode == 0, r.stdout
 
 
+def test_keywords_cannot_be_dataclass_fields():
+    doc = {"type": "object", "properties": {"if": {"type": "boolean"}}}
+    assert kiln.schema_from_json(doc).text == "struct{if:bool,}"   # a Kiln field may be
+    with pytest.raises(kiln.SchemaError, match="'if' is a Python keyword"):
+        generate(doc)
+
+
 def test_kiln_gen_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"type": "object", "properties": {"a": {"type": "null"}}}))
@@ -162,7 +170,8 @@ _leaf = st.sampled_from([{"type": "boolean"}, {"type": "integer"}, {"type": "str
                          {"type": "string", "format": "binary"}]
                         + [{"type": "integer", "format": f} for f in
                            ("int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64")])
-_names = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True)
+_names = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).filter(
+    lambda n: not keyword.iskeyword(n))   # keywords: test_keywords_cannot_be_fields
 
 
 def _objects(children):
