@@ -477,8 +477,17 @@ class TensorDirectory(Mapping):
         if isinstance(key, str):
             idx = self._index
             if idx is None:
-                idx = self._index = {n: i for i, n in enumerate(self.names) if n is not None}
-            return self._tensor(idx[key])
+                idx = self._index = self._name_index()
+            if self._rows is None:
+                return self._tensor(idx[key])
+            try:   # a decoded directory is indexed by the raw name bytes: nothing decoded
+                raw = key.encode("utf-8", self._errors)
+            except UnicodeEncodeError:
+                raise KeyError(key) from None
+            i = idx.get(raw)
+            if i is None:
+                raise KeyError(key)
+            return self._tensor(i)
         if isinstance(key, slice):
             return [self._tensor(i) for i in range(*key.indices(len(self)))]
         n = len(self._tensors)
@@ -487,9 +496,16 @@ class TensorDirectory(Mapping):
             raise IndexError("tensor index %d out of range for %d tensors" % (i, n))
         return self._tensor(i % n if n else i)
 
-    def __contains__(self, key):
-        if isinstance(key, str):
-            return key in self.names
+    def _name_index(self) -> Dict[Any, int]:
+        if self._rows is None:
+            return {n: i for i, n in enumerate(self.names) if n is not None}
+        out: Dict[Any, int] = {}
+        for i, r in enumerate(self._rows):
+            if r[2] is not None:
+                out.setdefault(r[2], i)
+        return out
+
+    def __contains__(self, key: object) -> bool:
         try:
             self[key]
         except (KeyError, IndexError, TypeError, AttributeError):
