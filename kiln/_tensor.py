@@ -219,8 +219,11 @@ class Tensor:
         row = self._row
         dt = _SHAPED.get(row[0])
         if dt is not None and row[11]:
-            # whole-element dtypes: one array over the payload, then shaped
-            return _view(self._buf, dt, row[11] // dt.itemsize, self._off, row[1])
+            # whole-element dtypes: one array over the payload (holding a buffer
+            # export, see _view), then shaped
+            arr = _frombuffer(self._buf, dt, row[11] // dt.itemsize, self._off)
+            shape = row[1]
+            return arr if len(shape) == 1 else arr.reshape(shape)
         return self._numpy_slow(row)
 
     def _numpy_slow(self, row):
