@@ -87,37 +87,25 @@ def _deleter(addr):
     _release(addr)
 
 
-# the destructor gets the capsule while it is being deallocated: a raw pointer,
-# never a py_object (taking a reference to a dying object would revive it)
-_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = ctypes.c_int
-_PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 
-@_CAPSULE_DESTRUCTOR
-def _destroy_versioned(capsule):
-    # a consumer renames the capsule ("used_dltensor_versioned") when it takes it;
-    # still under our name, nobody took it: release it here
-    if _PyCapsule_IsValid(capsule, _NAME_VERSIONED):
-        _release(_PyCapsule_GetPointer(capsule, _NAME_VERSIONED))
+def _destructors():
+    """The capsule destructor: the compiled module's C one when it is there (it
+    keeps an exception pending while the capsule dies across the release); in
+    the pure-Python build none, and a capsule that no consumer ever takes keeps
+    its payload alive until the process ends."""
+    try:
+        from . import _kernels_c
+        address = _kernels_c._dlpack_destructor()
+    except (ImportError, AttributeError):
+        return {_NAME_VERSIONED: None, _NAME_LEGACY: None}
+    return {_NAME_VERSIONED: address, _NAME_LEGACY: address}
 
 
-@_CAPSULE_DESTRUCTOR
-def _destroy_legacy(capsule):
-    if _PyCapsule_IsValid(capsule, _NAME_LEGACY):
-        _release(_PyCapsule_GetPointer(capsule, _NAME_LEGACY))
-
-
-_DESTROY = {_NAME_VERSIONED: ctypes.cast(_destroy_versioned, ctypes.c_void_p).value,
-            _NAME_LEGACY: ctypes.cast(_destroy_legacy, ctypes.c_void_p).value}
+_DESTROY = _destructors()
 
 
 def dlpack_code(code):

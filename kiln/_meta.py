@@ -10,6 +10,8 @@ list or a dict, dict children carry distinct keys, list children carry none.
 
 import math
 
+import numpy as np
+
 from ._errors import EncodeError, KilnError
 from ._types import parse_type
 from ._wire import U32_MAX
@@ -18,7 +20,9 @@ META_NAME = "__metadata__"
 META_TYPE = parse_type("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,"
                        "text:str,raw:list<u8>,}>")
 
-NULL, BOOL, INT, FLOAT, STR, BYTES, LIST, DICT = range(8)
+NULL, BOOL, INT, FLOAT, STR, BYTES, LIST, DICT, INTS, FLOATS = range(10)
+# INTS and FLOATS: a whole list of integers (i64) or floats (f64) in one node,
+# its items little-endian in ``raw``: a long numeric array costs 8 bytes an item
 _ROOT = U32_MAX
 _I64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -28,9 +32,13 @@ def to_nodes(meta):
     if not isinstance(meta, dict):
         raise EncodeError("TYPE", 0, "metadata must be a dict, not %s" % type(meta).__name__)
     nodes = []
-    stack = [(meta, _ROOT, None, "")]
+    stack = [(meta, _ROOT, None, "", ())]
     while stack:
-        value, parent, key, path = stack.pop()
+        value, parent, key, path, above = stack.pop()
+        if isinstance(value, (list, tuple, dict)):
+            if id(value) in above:
+                raise EncodeError("TYPE", 0, "metadata contains itself", path)
+            above = above + (id(value),)
         index = len(nodes)
         node = {"parent": parent, "key": key, "kind": NULL, "int": 0, "float": 0.0,
                 "text": "", "raw": b""}
@@ -49,22 +57,34 @@ def to_nodes(meta):
             node["kind"], node["text"] = STR, value
         elif isinstance(value, (bytes, bytearray, memoryview)):
             node["kind"], node["raw"] = BYTES, bytes(value)
+        elif isinstance(value, (list, tuple)) and len(value) > 1 and _numbers(value, int):
+            node["kind"], node["raw"] = INTS, np.array(value, "<i8").tobytes()
+        elif isinstance(value, (list, tuple)) and len(value) > 1 and _numbers(value, float):
+            node["kind"], node["raw"] = FLOATS, np.array(value, "<f8").tobytes()
         elif isinstance(value, (list, tuple)):
             node["kind"] = LIST
-            children = [(v, index, None, "%s[%d]" % (path, i)) for i, v in enumerate(value)]
+            children = [(v, index, None, "%s[%d]" % (path, i), above)
+                        for i, v in enumerate(value)]
         elif isinstance(value, dict):
             node["kind"] = DICT
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise EncodeError("TYPE", 0, "metadata keys must be str, got %s"
                                       % type(k).__name__, path)
-                children.append((v, index, k, "%s[%r]" % (path, k)))
+                children.append((v, index, k, "%s[%r]" % (path, k), above))
         else:
             raise EncodeError("TYPE", 0, "metadata values are None, bool, int, float, str, "
                               "bytes, lists and dicts; got %s" % type(value).__name__, path)
         nodes.append(node)
         stack.extend(reversed(children))
     return nodes
+
+
+def _numbers(values, kind):
+    """Are all items ints that fit i64 (bools excluded), or all floats?"""
+    if kind is int:
+        return all(type(v) is int and _I64[0] <= v <= _I64[1] for v in values)
+    return all(type(v) is float for v in values)
 
 
 def from_nodes(nodes, at):
@@ -88,6 +108,11 @@ def from_nodes(nodes, at):
             v = n["text"]
         elif kind == BYTES:
             v = n["raw"]
+        elif kind in (INTS, FLOATS):
+            if len(n["raw"]) % 8:
+                raise KilnError("TYPE", at, "metadata node %d: %d bytes are not whole "
+                                "numbers" % (i, len(n["raw"])))
+            v = np.frombuffer(n["raw"], "<i8" if kind == INTS else "<f8").tolist()
         elif kind == LIST:
             v = []
         elif kind == DICT:

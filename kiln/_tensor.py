@@ -271,7 +271,7 @@ class Tensor:
         if _dlpack.dlpack_code(code) is None:
             raise BufferError("DLPack 1.0 has no type for kiln dtype %s: use .numpy() or .data"
                               % self.dtype)
-        arr = np.ascontiguousarray(self.numpy())
+        arr = self.numpy()   # C-contiguous (a 0-d view stays 0-d)
         read_only = not arr.flags.writeable
         if copy:
             arr = arr.copy()
@@ -494,7 +494,10 @@ class TensorDirectory(Mapping):
         if isinstance(key, slice):
             return [self._tensor(i) for i in range(*key.indices(len(self)))]
         n = len(self._tensors)
-        i = key.__index__()
+        index = getattr(key, "__index__", None)
+        if index is None or isinstance(key, bool):
+            raise KeyError(key)   # neither a name nor a position
+        i = index()
         if not -n <= i < n:
             raise IndexError("tensor index %d out of range for %d tensors" % (i, n))
         return self._tensor(i % n if n else i)
@@ -509,11 +512,11 @@ class TensorDirectory(Mapping):
         return out
 
     def __contains__(self, key: object) -> bool:
-        try:
-            self[key]
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return False
-        return True
+        """Is ``key`` one of the keys: a name, or a position when the tensors are unnamed."""
+        names = self.names
+        if names and names[0] is not None:
+            return isinstance(key, str) and key in names
+        return isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(names)
 
     def __reduce_ex__(self, protocol):
         # the tensors pickle themselves (out of band with protocol 5)

@@ -17,6 +17,9 @@ from . import _plan as P
 from . import _wire as W
 from ._wire import MAX_DEPTH, fnv1a_tokens  # noqa: F401  (re-exported)
 
+# the longest type text, in tokens: far past any real schema, far below memory
+MAX_TOKENS = 1_000_000
+
 # what the constructors take as a type: a Type, type text or an annotation
 TypeArg = Any
 
@@ -41,6 +44,10 @@ class Type:
             raise KilnError("DEPTH", 0, "type nests %d containers; at most %d allowed"
                             % (depth, MAX_DEPTH))
         self.tokens = tuple(tokens)
+        if len(self.tokens) > MAX_TOKENS:
+            # a type built by reuse (a JSON Schema's $defs) can double at each level
+            raise KilnError("LIMIT", 0, "type text of %d tokens is above %d"
+                            % (len(self.tokens), MAX_TOKENS))
         self.text = "".join(self.tokens)
         self.min_size = min_size
         self.depth = depth

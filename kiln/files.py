@@ -206,13 +206,13 @@ class TensorWriter:
     """
 
     def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None) -> None:
-        self._out: Optional[_AtomicFile] = _AtomicFile(path)
+        self._meta = _meta_record(metadata)   # before the file: a bad value leaves nothing
         self._decl: List[tuple] = []
         self._index: Dict[str, int] = {}
         self._written: List[bool] = []
         self._places: Optional[List[int]] = None
         self._base = 0
-        self._meta = _meta_record(metadata)
+        self._out: Optional[_AtomicFile] = _AtomicFile(path)
 
     def add(self, name: str, dtype: Union[str, int], shape: Sequence[int], *,
             layout: Optional[str] = None, nbytes: Optional[int] = None,
@@ -283,14 +283,17 @@ class TensorWriter:
         """Check every tensor was written, then replace the target atomically."""
         if self._out is None:
             return
-        if self._places is None:
-            self._start()
-        missing = [n for n, i in self._index.items() if not self._written[i]]
-        if missing:
-            self.discard()
-            raise ValueError("tensors declared but not written: %s" % ", ".join(missing))
-        out, self._out = self._out, None
-        out.commit()
+        try:
+            if self._places is None:
+                self._start()
+            missing = [n for n, i in self._index.items() if not self._written[i]]
+            if missing:
+                raise ValueError("tensors declared but not written: %s" % ", ".join(missing))
+            self._out.commit()
+            self._out = None
+        except BaseException:
+            self.discard()   # the target is left as it was, and no temporary file
+            raise
 
     def discard(self) -> None:
         """Drop the temporary file; the target is left as it was."""

@@ -146,6 +146,20 @@ cdef extern from "kiln_ft.h":
     bint KILN_FREE_THREADED
     object PyDict_Copy(object d)
 
+cdef extern from *:
+    """
+    #define KILN_DLTENSOR_SIZE (sizeof(void *) + 8 + 4 + 4 + 2 * sizeof(void *) + 8)
+    """
+cdef extern from "kiln_dlpack.h":
+    void kiln_dl_destroy(object capsule)
+
+
+def _dlpack_destructor():
+    """The address of a C capsule destructor for kiln._dlpack (not part of the
+    kernel interface): it keeps a pending exception across the deleter call."""
+    return <size_t><void *>kiln_dl_destroy
+
+
 include "kernels/wire.pxi"
 
 cdef enum:

@@ -222,3 +222,44 @@ def test_npz_round_trip(tmp_path):
             assert np.array_equal(z[k], a) and z[k].dtype == a.dtype
     code, _, err = run("convert", tmp_path / "a.npz", tmp_path / "a.txt")
     assert code == 1 and "unknown format" in one_line_error(err)
+
+
+def _st(entries, data=b""):
+    h = json.dumps(entries).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+@pytest.mark.parametrize("raw", [
+    struct.pack("<Q", 100000) + b"[" * 100000,                           # deep JSON
+    _st({"a": {"dtype": ["U8"], "shape": [1], "data_offsets": [0, 1]}}, b"\0"),
+    _st({"": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, b"\0"),
+    _st({"a": {"dtype": "U8", "shape": [True], "data_offsets": [0, 1]}}, b"\0"),
+    _st({"a": {"dtype": "U8", "shape": [100], "data_offsets": [0, 100]},   # hidden overlap
+         "z": {"dtype": "U8", "shape": [0], "data_offsets": [50, 50]},
+         "c": {"dtype": "U8", "shape": [10], "data_offsets": [60, 70]}}, bytes(100)),
+    _st({"__metadata__": 0, "a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}},
+        b"\0"),
+])
+def test_more_hostile_safetensors(tmp_path, raw):
+    p = tmp_path / "h.safetensors"
+    p.write_bytes(raw)
+    code, _, err = run("convert", p, tmp_path / "o.kiln")
+    assert code == 1 and "h.safetensors" in one_line_error(err)
+    assert sorted(os.listdir(tmp_path)) == ["h.safetensors"]
+
+
+def test_hostile_npz(tmp_path):
+    np.save(tmp_path / "one.npy", np.arange(3))
+    os.rename(tmp_path / "one.npy", tmp_path / "one.npz")
+    code, _, err = run("convert", tmp_path / "one.npz", tmp_path / "o.kiln")
+    assert code == 1 and "not an .npz archive" in one_line_error(err)
+    import io
+    import zipfile
+    member = io.BytesIO()
+    np.lib.format.write_array_header_1_0(member, {"descr": "<f8", "fortran_order": False,
+                                                   "shape": (10 ** 12,)})
+    member.write(b"\0")
+    with zipfile.ZipFile(tmp_path / "lie.npz", "w") as zf:
+        zf.writestr("x.npy", member.getvalue())
+    code, _, err = run("convert", tmp_path / "lie.npz", tmp_path / "o.kiln")
+    assert code == 1 and "holds" in one_line_error(err)

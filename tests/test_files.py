@@ -79,6 +79,8 @@ def test_payloads_are_aligned_in_the_file_and_in_memory(api, tmp_path):
 
 
 METADATA = {"model": "tiny-llm", "step": 1200, "lr": 3e-4, "neg": -(2 ** 63),
+            "scores": [0.5, -1.5, 2.0] * 100, "ids": list(range(-5, 1000)), "one": [7],
+            "mixed": [1, 2.5, True],
             "flags": [True, False, None], "nested": {"a": {"b": [1, [2, [3]]], "c": ""}},
             "raw": b"\x00\xff", "unicode": "é✓", "nan": float("nan"), "empty": {}, "list": []}
 
@@ -94,8 +96,13 @@ def test_metadata_of_every_type_round_trips(api, tmp_path):
     assert "__metadata__" not in kiln.load_tensors(p)
 
 
+_cycle = []
+_cycle.append(_cycle)
+
+
 @pytest.mark.parametrize("bad,words", [
     ({"s": {1, 2}}, "got set"), ({"big": 2 ** 63}, "does not fit i64"),
+    ({"loop": _cycle}, "contains itself"),
     ({1: "x"}, "keys must be str"), (["not", "a", "dict"], "must be a dict"),
 ])
 def test_metadata_that_cannot_be_stored_is_refused(api, tmp_path, bad, words):
@@ -241,6 +248,32 @@ def test_the_streaming_writer(api, tmp_path):
 def _meta_tensor(meta):
     blob = kiln.encode(_meta.to_nodes(meta), _meta.META_TYPE, frame=True)
     return kiln.Tensor(blob, dtype="u8", shape=(len(blob),), name="__metadata__")
+
+
+def test_numeric_metadata_arrays_are_compact(api, tmp_path):
+    p = tmp_path / "a.kiln"
+    kiln.save_tensors(p, {"w": np.zeros(1, np.float32)},
+                      metadata={"scores": [0.25] * 100000, "ids": list(range(100000))})
+    assert os.path.getsize(p) < 2 * 8 * 100000 + 4096    # 8 bytes an item, not a node each
+    back = kiln.load_metadata(p)
+    assert back["ids"][99999] == 99999 and back["scores"][5] == 0.25
+
+
+def test_a_failing_writer_leaves_no_temporary_file(api, tmp_path):
+    p = tmp_path / "w.kiln"
+    with pytest.raises(kiln.EncodeError):
+        kiln.TensorWriter(p, metadata={"bad": {1}})
+    with pytest.raises(kiln.EncodeError):
+        with kiln.TensorWriter(p) as w:
+            w.add("x" * 70000, "u8", (1,))
+    d = tmp_path / "adir.kiln"
+    d.mkdir()
+    w = kiln.TensorWriter(d)
+    w.add("a", "u8", (1,))
+    w.write("a", np.zeros(1, np.uint8))
+    with pytest.raises(OSError):
+        w.close()                       # the target is a directory: the replace fails
+    assert sorted(os.listdir(tmp_path)) == ["adir.kiln"]
 
 
 def test_writer_mistakes(api, tmp_path):

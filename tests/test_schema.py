@@ -215,3 +215,30 @@ def _sample(t):
     if isinstance(t, T.Opt):
         return None
     return {name: _sample(ft) for name, ft in t.fields}
+
+
+def test_reused_definitions_cannot_explode():
+    defs = {"d%d" % i: {"type": "object", "properties": {
+        "a": {"$ref": "#/$defs/d%d" % (i + 1)}, "b": {"$ref": "#/$defs/d%d" % (i + 1)}}}
+        for i in range(28)}
+    defs["d28"] = {"type": "boolean"}
+    with pytest.raises(kiln.KilnError) as ei:   # 2**28 fields: refused, not built
+        kiln.schema_from_json({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert ei.value.code == "LIMIT"
+
+
+def test_long_ref_chains_and_odd_values():
+    defs = {"d%d" % i: {"$ref": "#/$defs/d%d" % (i + 1)} for i in range(2000)}
+    defs["d2000"] = {"type": "boolean"}
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.schema_from_json({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert ei.value.code == "DEPTH"
+    with pytest.raises(kiln.SchemaError, match="format must be a string"):
+        kiln.schema_from_json({"type": "integer", "format": []})
+    src = generate({"title": 5, "type": "object", "$defs": {
+        "Optional": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        "properties": {"o": {"$ref": "#/$defs/Optional"}, "n": {"type": "string"}},
+        "required": ["o"]})
+    ns = {}
+    exec(compile(src, "generated", "exec"), ns)
+    assert kiln.struct(ns["ROOT"]).text == "struct{o:struct{x:i64,},n:opt<str>,}"

@@ -62,6 +62,22 @@ def kind_of(path: str) -> str:
 
 def convert(src: str, dst: str) -> int:
     """Convert ``src`` to ``dst`` by their extensions; returns the tensor count."""
+    try:
+        return _convert(src, dst)
+    except (ConvertError, OSError):
+        raise
+    except (TypeError, RecursionError, MemoryError, UnicodeError, OverflowError, KeyError,
+            BufferError) as e:
+        raise ConvertError("%s: cannot be converted (%s: %s)" % (src, type(e).__name__, e)) \
+            from None
+    except ValueError as e:
+        from .._errors import KilnError
+        if isinstance(e, KilnError):
+            raise
+        raise ConvertError("%s: %s" % (src, e)) from None
+
+
+def _convert(src: str, dst: str) -> int:
     a, b = kind_of(src), kind_of(dst)
     if a == "safetensors" and b == "kiln":
         from .safetensors import safetensors_to_kiln

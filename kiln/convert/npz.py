@@ -14,6 +14,8 @@ def npz_to_kiln(src: str, dst: str) -> int:
         z = np.load(src, allow_pickle=False)
     except (zipfile.BadZipFile, ValueError, OSError) as e:
         raise ConvertError("%s: not a readable npz file (%s)" % (src, e)) from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ConvertError("%s: a single .npy array, not an .npz archive" % src)
     with z:
         names = list(z.files)
         with TensorWriter(dst) as w:
@@ -35,8 +37,16 @@ def _npy_header(z: Any, name: str, src: str) -> Any:
             version = fmt.read_magic(fh)
             read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
             shape, fortran, dtype = read(fh)
+            header_end = fh.tell()
+        size = z.zip.getinfo(name + ".npy").file_size
     except (KeyError, ValueError, OSError) as e:
         raise ConvertError("%s: member %r is not a .npy array (%s)" % (src, name, e)) from None
+    count = 1
+    for d in shape:
+        count *= d
+    if count * np.dtype(dtype).itemsize > size - header_end:   # before reading it
+        raise ConvertError("%s: member %r claims %s %s but holds %d bytes"
+                           % (src, name, dtype, shape, size - header_end))
     return shape, dtype
 
 
@@ -54,6 +64,8 @@ def kiln_to_npz(src: str, dst: str) -> int:
         names = f.keys()
         for name in names:
             t = f[name]
+            if not isinstance(name, str):
+                raise ConvertError("%s: the tensors are unnamed; npz members need names" % src)
             if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
                 raise ConvertError("%s: tensor %r is %s, which numpy has no dtype for"
                                    % (src, name, t.dtype))

@@ -41,7 +41,7 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
     if not isinstance(header, dict):
         raise ConvertError("%s: the header is not a JSON object" % path)
     start = 8 + n
-    meta = header.pop("__metadata__", None) or {}
+    meta = header.pop("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                              for k, v in meta.items()):
         raise ConvertError("%s: __metadata__ must map strings to strings" % path)
@@ -55,7 +55,9 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
         if st_dtype not in ST_TO_KILN:
             raise ConvertError("%s: tensor %r has dtype %s, which Kiln has no twin for"
                                % (path, name, st_dtype))
-        if not all(isinstance(d, int) and 0 <= d <= W.U64_MAX for d in shape) or \
+        if not isinstance(st_dtype, str) or not isinstance(name, str) or not name:
+            raise ConvertError("%s: tensor %r has a bad name or dtype" % (path, name))
+        if not all(type(d) is int and 0 <= d <= W.U64_MAX for d in shape) or \
                 len(shape) > W.MAX_RANK or not all(isinstance(x, int) for x in (b, e)):
             raise ConvertError("%s: tensor %r has a bad shape or offsets" % (path, name))
         kd = ST_TO_KILN[st_dtype]
@@ -68,9 +70,13 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
                                "inside the file" % (path, name, b, e, need))
         out.append((name, kd, shape, b, e))
     ordered = sorted(out, key=lambda t: (t[3], t[4]))
-    for prev, cur in zip(ordered, ordered[1:]):
-        if cur[3] < prev[4] and cur[4] > cur[3]:
-            raise ConvertError("%s: tensors %r and %r overlap" % (path, prev[0], cur[0]))
+    top, owner = 0, None
+    for cur in ordered:   # against the furthest end so far, not only the neighbour
+        if cur[4] > cur[3]:
+            if cur[3] < top:
+                raise ConvertError("%s: tensors %r and %r overlap" % (path, owner, cur[0]))
+            if cur[4] > top:
+                top, owner = cur[4], cur[0]
     return start, ordered, meta
 
 
@@ -82,16 +88,21 @@ def safetensors_to_kiln(src: str, dst: str) -> int:
         with TensorWriter(dst, metadata=dict(meta) if meta else None) as w:
             for name, kd, shape, _, _ in table:
                 w.add(name, kd, shape)
-            view = memoryview(mm)
-            try:
-                for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
-                    w.write(name, Tensor(view[start + b:start + e], dtype=kd, shape=shape))
-                    release_pages(mm, start + b, start + e)
-            finally:
-                view.release()
+            for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
+                _write_range(w, mm, name, kd, shape, start + b, start + e)
         return len(table)
     finally:
-        mm.close()
+        try:
+            mm.close()
+        except BufferError:  # pragma: no cover - a failing write's traceback holds a view
+            pass
+
+
+def _write_range(w: Any, mm: Any, name: str, kd: str, shape: Any, b: int, e: int) -> None:
+    """One tensor from the mapping: its view lives only inside this call."""
+    with memoryview(mm) as view:
+        w.write(name, Tensor(view[b:e], dtype=kd, shape=shape))
+    release_pages(mm, b, e)
 
 
 def kiln_to_safetensors(src: str, dst: str) -> int:
@@ -101,8 +112,9 @@ def kiln_to_safetensors(src: str, dst: str) -> int:
         names = f.keys()
         header: Dict[str, Any] = {}
         if f.metadata:
-            header["__metadata__"] = {k: v if isinstance(v, str) else json.dumps(v)
-                                      for k, v in f.metadata.items()}
+            header["__metadata__"] = {k: v if isinstance(v, str) else json.dumps(
+                v, default=lambda x: x.hex() if isinstance(x, bytes) else str(x))
+                for k, v in f.metadata.items()}
         off = 0
         for name in names:
             t = f[name]
