@@ -25,7 +25,13 @@ VENV="${KILN_FT_VENV:-/tmp/kiln-ft-venv}"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-(cd "$ROOT" && "$VENV/bin/python" -m pip install -q --prefer-binary --only-binary=hypothesis -e '.[test]')
+# mypy 2 needs ast-serialize, which has no free-threaded wheel (and building it
+# needs crates.io): keep mypy below 2 here
+FT_CONSTRAINTS="$(mktemp)"
+{ [ -n "${PIP_CONSTRAINT:-}" ] && cat "$PIP_CONSTRAINT"; echo "mypy<2"; } > "$FT_CONSTRAINTS"
+(cd "$ROOT" && PIP_CONSTRAINT="$FT_CONSTRAINTS" "$VENV/bin/python" -m pip install -q \
+    --prefer-binary --only-binary=hypothesis -e '.[test]')
+rm -f "$FT_CONSTRAINTS"
 cd "$ROOT"
 export PYTHON_GIL=0
 "$VENV/bin/python" - <<'EOF'
