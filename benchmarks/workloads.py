@@ -204,7 +204,7 @@ def floats(n, impls):
 def payload_offsets(buf, tensor_directory):
     """Byte offsets of each decoded (view) tensor's payload inside ``buf``."""
     base = np.frombuffer(buf, np.uint8).ctypes.data
-    return [t.numpy().ctypes.data - base for t in tensor_directory]
+    return [t.numpy().ctypes.data - base for t in tensor_directory.values()]
 
 
 @workload("many-tensors", quick=(1_000,), full=(10_000,))
@@ -224,7 +224,7 @@ def many_tensors(n, impls):
         return peer("safetensors.numpy.load", lambda: stnp.load(sbuf))
 
     def touch(directory):
-        return [t.numpy() for t in directory]
+        return [t.numpy() for t in directory.values()]
 
     return Workload("many-tensors", "%s x f32[16]" % f"{n:,}", [
         Op("encode", [
