@@ -341,6 +341,26 @@ def _map_fd(fd: int, name: str) -> "mmap.mmap":
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
+def _read_owned(p: str) -> np.ndarray:
+    """The whole file in a read-only array this process owns."""
+    with builtins.open(p, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % p)
+        out = np.empty(size, np.uint8)
+        view = memoryview(out)
+        got = 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                raise KilnError("EOF", got, "%s: the file ended at byte %d while being read"
+                                % (p, got))
+            got += n
+        view.release()
+    out.flags.writeable = False
+    return out
+
+
 def _unmap(mm: Any) -> None:
     """Close the mapping now if nothing views it, else when the last view goes."""
     if isinstance(mm, mmap.mmap):
@@ -452,7 +472,16 @@ def open(path: PathLike, **options: Any) -> KilnFile:  # noqa: A001  (kiln.open)
 
 
 def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> TensorDirectory:
-    """The tensors of a file: views of its mapping, or (``copy=True``) owned copies."""
+    """The tensors of a file: views of its mapping, or (``copy=True``) owned copies.
+
+    A copy is read straight into one block the directory owns (one copy, no
+    mapping); ``max_copy_bytes`` and the other options are as for
+    :func:`kiln.decode_tensors`."""
+    if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
+        owned = _read_owned(os.fspath(path))
+        d = _api.decode_tensors(owned, **options)
+        d, _ = _split_metadata(d, owned, _name(path))
+        return d
     mm = _map(path)
     try:
         d = _api.decode_tensors(mm, copy=copy, **options)
