@@ -590,11 +590,35 @@ def directory_quant():
          directory([T(E8M0, [1], b"\x7f"), dict(base, scale=0)]))
 
 
+META_TOKENS = ["list<", "struct{", "parent", ":", "u32", ",", "key", ":", "opt<", "str", ">",
+               ",", "kind", ":", "u8", ",", "int", ":", "i64", ",", "float", ":", "f64", ",",
+               "text", ":", "str", ",", "raw", ":", "list<", "u8", ">", ",", "}", ">"]
+
+
+def meta_node(parent, key, kind, int_=0, float_=0.0, text="", raw=b""):
+    """One metadata node (spec section 12), written field by field."""
+    k = b"\x00" if key is None else b"\x01" + s(key)
+    return (u32(parent) + k + p("Bqd", kind, int_, float_) + s(text) + u32(len(raw))
+            + raw)
+
+
+def tensor_files():
+    # a tensor file with metadata {"model": "m", "step": 3, "ids": [5, 6]} (spec section 12):
+    # an ordinary directory whose last tensor is __metadata__
+    nodes = [meta_node(NO32, None, 7), meta_node(0, "model", 4, text="m"),
+             meta_node(0, "step", 2, int_=3),
+             meta_node(0, "ids", 8, raw=p("2q", 5, 6))]
+    blob = frame(META_TOKENS, u32(len(nodes)) + b"".join(nodes))
+    case("kpy-file-metadata", "tensors", directory([
+        T(2, [2], f32b(1.0, 2.0), name=b"w"),
+        T(9, [len(blob)], blob, name=b"__metadata__")]))
+
+
 def build_cases():
     del CASES[:]
     for section in (golden, scalars, strings, lists, optionals_and_dicts, depth, frames,
                     nested_tensors, directory_header, directory_names,
-                    directory_descriptors, directory_elements, directory_quant):
+                    directory_descriptors, directory_elements, directory_quant, tensor_files):
         section()
     return CASES
 
