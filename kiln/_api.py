@@ -136,23 +136,10 @@ class Decoder(Generic[T]):
                                        self.type.schema_hash if self.frame else None,
                                        self.trusted, max_count, max_bytes, self.copy,
                                        max_copy_bytes)
-        self.decode = self._prog.decode if self.frame else _hinting(self._prog.decode)
+        self.decode = self._prog.decode
 
     def __repr__(self) -> str:
         return "kiln.Decoder(%r, frame=%r)" % (self.type.text, self.frame)
-
-
-def _hinting(decode: Callable[[Buffer], Any]) -> Callable[[Buffer], Any]:
-    """``decode``, with a hint added to an error on a buffer that starts with a frame."""
-    def decode_bare(buf: Buffer) -> Any:
-        try:
-            return decode(buf)
-        except KilnError as e:
-            if e.code != "SCHEMA" and bytes(memoryview(buf)[:4]) == b"KLN0":
-                e.reason += (" (the buffer starts with a Kiln frame: decode it with "
-                             "frame=True)")
-            raise
-    return decode_bare
 
 
 _lock = threading.Lock()

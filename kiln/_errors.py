@@ -57,6 +57,13 @@ class EncodeError(KilnError):
         return (type(self), (self.code, self.offset, self.reason, self.path))
 
 
+def frame_hint(e):
+    """Say so when a buffer decoded without ``frame=True`` starts with a frame."""
+    if e.code != "SCHEMA":
+        e.reason += " (the buffer starts with a Kiln frame: decode it with frame=True)"
+    return e
+
+
 # tracebacks and reprs name the public module, where users import them from
 KilnError.__module__ = "kiln"
 EncodeError.__module__ = "kiln"

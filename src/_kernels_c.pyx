@@ -43,7 +43,7 @@ from libc.math cimport isinf
 import numpy as _np
 from sys import intern as _intern
 
-from ._errors import KilnError, EncodeError
+from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
 from . import _wire as _W
 from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, count_lied
@@ -68,7 +68,8 @@ cdef extern from "kiln_endian.h":
     void kiln_swap_copy(void *dst, const void *src, size_t n, int w) noexcept nogil
     int kiln_mul_u64(uint64_t a, uint64_t b, uint64_t *r) noexcept nogil
     int kiln_add_u64(uint64_t a, uint64_t b, uint64_t *r) noexcept nogil
-    int64_t kiln_first_bad_bool(const unsigned char *p, size_t n) noexcept nogil
+    int64_t kiln_first_bad_bool(const unsigned char *p, size_t n,
+                                unsigned char *value) noexcept nogil
     int64_t kiln_utf8_first_error(const unsigned char *p, size_t n) noexcept nogil
     bint KILN_UNLIKELY(bint x) noexcept nogil
 

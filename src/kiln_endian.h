@@ -136,15 +136,26 @@ static inline int kiln_add_u64(uint64_t a, uint64_t b, uint64_t *r) {
 #endif
 }
 
-/* index of the first byte above 1 in p[0:n], or -1 */
-static inline int64_t kiln_first_bad_bool(const unsigned char *p, size_t n) {
-    size_t i = 0;
+/* index of the first byte above 1 in p[0:n], or -1; *value gets that byte.
+   Every byte is read once (a word, then its local copy), so a buffer another
+   thread or process changes cannot make the reported byte differ from the
+   one that failed. */
+static inline int64_t kiln_first_bad_bool(const unsigned char *p, size_t n,
+                                          unsigned char *value) {
+    size_t i = 0, k;
     for (; i + 8 <= n; i += 8) {
-        uint64_t v; memcpy(&v, p + i, 8);
-        if (v & UINT64_C(0xFEFEFEFEFEFEFEFE)) break;
+        uint64_t v; unsigned char b[8];
+        memcpy(&v, p + i, 8);
+        if (v & UINT64_C(0xFEFEFEFEFEFEFEFE)) {
+            memcpy(b, &v, 8);
+            for (k = 0; k < 8; k++) {
+                if (b[k] > 1) { *value = b[k]; return (int64_t)(i + k); }
+            }
+        }
     }
     for (; i < n; i++) {
-        if (p[i] > 1) return (int64_t)i;
+        unsigned char c = p[i];
+        if (c > 1) { *value = c; return (int64_t)i; }
     }
     return -1;
 }

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _wire as W
 from .._convert import as_bytes_view
+from .._errors import KilnError, frame_hint
 from .._plan import FORM_ARRAY, FORM_LIST, Some
 from .reader import (budget, check_count, check_frame, eof, err, has_zero_lists,
                      read_length, zero_budget_error)
@@ -302,6 +303,14 @@ class DecodeProgram:
 
     def decode(self, buf):
         mv = as_bytes_view(buf)
+        try:
+            return self._decode(buf, mv)
+        except KilnError as e:
+            if self.frame_hash is None and bytes(mv[:4]) == W.FRAME_MAGIC:
+                frame_hint(e)
+            raise
+
+    def _decode(self, buf, mv):
         d = buf if type(buf) is bytes else mv
         n = len(mv)
         p = 0

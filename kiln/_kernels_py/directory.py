@@ -305,8 +305,9 @@ def step11a_payload_bytes(st):
 
 
 def _first_bad_bool(buf, a, n):
-    # a helper frame, so no array exporting ``buf`` outlives the call
-    raw = np.frombuffer(buf, np.uint8, n, a)
+    # one copy of the bytes (read once, as the compiled kernel does), so no
+    # array exporting ``buf`` outlives the call either
+    raw = np.frombuffer(bytes(buf[a:a + n]), np.uint8)
     bad = raw > 1
     if bad.any():
         k = int(np.argmax(bad))

@@ -126,6 +126,7 @@ cdef object dec_pod(Node nd, DCtx *c):
     cdef Py_ssize_t q
     cdef int w = nd.width
     cdef int64_t bad
+    cdef uint8_t bad_byte = 0
     cdef int st = count_rule(c.d, c.n, p, c.max_count, w, &cnt)
     cdef const uint8_t *src
     cdef char *dst
@@ -150,9 +151,9 @@ cdef object dec_pod(Node nd, DCtx *c):
             memcpy(dst, src, nbytes)
         if nd.elem_op == OP_BOOL:
             # checked in the copy, so the bytes checked are the bytes returned
-            bad = kiln_first_bad_bool(<const uint8_t *>dst, cnt)
+            bad = kiln_first_bad_bool(<const uint8_t *>dst, cnt, &bad_byte)
             if bad >= 0:
-                kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % (<uint8_t *>dst)[bad])
+                kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % bad_byte)
     c.pos = q + <Py_ssize_t>nbytes
     if nd.form == FORM_LIST:
         return arr.tolist()   # Python ints, floats or bools
@@ -407,6 +408,10 @@ cdef class DecodeProgram:
             if c.pos != c.n:
                 kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
             return v
+        except KilnError as e:
+            if not self.framed and c.n >= 4 and memcmp(c.d, b"KLN0", 4) == 0:
+                frame_hint(e)
+            raise
         finally:
             Py_XDECREF(c.mv)
             PyBuffer_Release(&view)

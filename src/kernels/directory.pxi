@@ -411,9 +411,8 @@ cdef int step11a_payload_bytes(Dir *st) except -1:
         a = st.pb + <Py_ssize_t>kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
         blen = kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
         if code == DTYPE_BOOL and blen:
-            bad = kiln_first_bad_bool(st.b + a, blen)
+            bad = kiln_first_bad_bool(st.b + a, blen, &v)
             if bad >= 0:
-                v = st.b[a + bad]
                 kfail("TYPE", a + bad, "bool byte is %d, not 0 or 1" % v)
         elif code <= DTYPE_MAX and DW[code] == 0 and st.counts[i] & 1:
             if st.b[a + blen - 1] & 0xF0:
