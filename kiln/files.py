@@ -20,9 +20,11 @@ unmaps under them; the mapping goes when the last view goes.
 """
 
 import builtins
+import errno
 import mmap
 import os
 import re
+import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -52,6 +54,44 @@ class _AtomicFile:
         _counter[0] += 1
         self.tmp = os.path.join(folder, ".%s.%d.%d.kiln-tmp" % (base, os.getpid(), _counter[0]))
         self.f = builtins.open(self.tmp, "xb")
+        self._unsynced = 0
+
+    def wrote(self, n: int) -> None:
+        """Count bytes written; every few MiB, start their write-back without waiting,
+        so the fsync of ``commit`` overlaps the writing instead of following it."""
+        self._unsynced += n
+        if self._unsynced >= _WRITEBACK_STEP:
+            self._unsynced = 0
+            self.f.flush()
+            _start_writeback(self.f.fileno())
+
+    def copy_in(self, src: int, src_offset: int, n: int, dst_offset: int, what: str) -> None:
+        """``n`` bytes of the file ``src`` (a descriptor) from ``src_offset`` to our
+        ``dst_offset``, inside the kernel where it can (``copy_file_range``), else
+        through a bounded buffer."""
+        self.f.flush()
+        fd = self.f.fileno()
+        copy = _copy_file_range
+        while n > 0:
+            step = min(n, _COPY_STEP)
+            k = -1
+            if copy is not None:
+                try:
+                    k = copy(src, fd, step, src_offset, dst_offset)
+                except OSError as e:
+                    if e.errno not in _NO_COPY:
+                        raise
+                    copy = None   # another file system or a pipe: copy through memory
+            if k < 0:
+                chunk = os.pread(src, min(step, 8 << 20), src_offset)
+                k = len(chunk)
+                _pwrite_all(fd, chunk, dst_offset)
+            if k == 0:
+                raise ValueError("%s: the source ended %d bytes short" % (what, n))
+            n -= k
+            src_offset += k
+            dst_offset += k
+            self.wrote(k)
 
     def commit(self) -> None:
         self.f.flush()
@@ -99,6 +139,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_WRITEBACK_STEP = 8 << 20
+_COPY_STEP = 1 << 30
+_copy_file_range = getattr(os, "copy_file_range", None)
+_NO_COPY = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "EBADF",
+                                        "ENOTSUP", "ESPIPE") if hasattr(errno, n)}
+_writeback: List[Any] = []
+
+
+def _start_writeback(fd: int) -> None:
+    """Linux ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)``: start writing the
+    file's dirty pages to disk and return at once.  Elsewhere nothing."""
+    if not _writeback:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):  # pragma: no cover - a libc without it
+                fn = None
+        _writeback.append(fn)
+    fn = _writeback[0]
+    if fn is not None:
+        fn(fd, 0, 0, 2)   # a failure only means the fsync does all the work
+
+
 def _fsync_dir(folder: str) -> None:
     if os.name != "posix":  # pragma: no cover - Windows has no directory fsync
         return
@@ -109,9 +176,10 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _write_block(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
     """Head, then each payload straight from its buffer (None: left as zeros)."""
     head, places, total = block_head(metas, 0)
+    f = out.f
     f.write(head)
     base = len(head)
     pos = 0
@@ -121,6 +189,7 @@ def _write_block(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> Non
         if place > pos:
             f.seek(base + place)
         f.write(payload)
+        out.wrote(meta[10])
         pos = place + meta[10]
     f.truncate(base + total)   # a trailing hole or gap reads as zeros
 
@@ -172,7 +241,7 @@ def save_tensors(path: PathLike, tensors: Any, *,
         return
     out = _AtomicFile(path)
     try:
-        _write_block(out.f, [r[:10] + (len(r[10]),) for r in records], [r[10] for r in records])
+        _write_block(out, metas, [r[10] for r in records])
         out.commit()
     except BaseException:
         out.discard()
@@ -188,7 +257,10 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
         return
     out = _AtomicFile(path)
     try:
-        out.f.write(data)
+        with memoryview(data) as view:
+            for at in range(0, len(view), _WRITEBACK_STEP):
+                out.f.write(view[at:at + _WRITEBACK_STEP])
+                out.wrote(min(_WRITEBACK_STEP, len(view) - at))
         out.commit()
     except BaseException:
         out.discard()
@@ -277,6 +349,46 @@ class TensorWriter:
             assert self._places is not None
             f.seek(self._base + self._places[i])
             f.write(rec[10])
+            assert self._out is not None
+            self._out.wrote(decl[10])
+        self._written[i] = True
+
+    def write_from(self, name: str, source: Any, offset: int) -> None:
+        """Write the payload of a declared tensor by copying its bytes from
+        ``source`` (a path or a binary file object with a descriptor), starting
+        at byte ``offset`` of it.
+
+        The bytes go file to file inside the kernel where the OS allows it
+        (``copy_file_range``), else through a bounded buffer: nothing the size
+        of the tensor is held in memory.  Bool and 4-bit payloads are checked
+        on the way (each bool byte 0 or 1; an odd 4-bit tail's high nibble 0)
+        and raise ``ValueError`` otherwise; so does a source that ends early.
+        """
+        if self._places is None:
+            self._start()
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError("tensor %r was not declared" % (name,))
+        if self._written[i]:
+            raise ValueError("tensor %r was written already" % (name,))
+        if type(offset) is not int or offset < 0:
+            raise ValueError("offset must be an int >= 0, not %r" % (offset,))
+        decl = self._decl[i]
+        self._file()
+        assert self._out is not None and self._places is not None
+        owned = not hasattr(source, "fileno")
+        fd = os.open(os.fspath(source), os.O_RDONLY) if owned else source.fileno()
+        try:
+            dst = self._base + self._places[i]
+            what = "tensor %r from %s" % (name, _name(source))
+            code = decl[0]
+            if code == W.DTYPE_BOOL or (code < W.OPAQUE_MIN and W.DTYPES[code][1] == 0):
+                _copy_checked(self._out, fd, offset, decl, dst, what)
+            else:
+                self._out.copy_in(fd, offset, decl[10], dst, what)
+        finally:
+            if owned:
+                os.close(fd)
         self._written[i] = True
 
     def close(self) -> None:
@@ -309,6 +421,36 @@ class TensorWriter:
             self.close()
         else:
             self.discard()
+
+
+def _pwrite_all(fd: int, data: bytes, at: int) -> None:
+    view = memoryview(data)
+    while view:
+        k = os.pwrite(fd, view, at)
+        view, at = view[k:], at + k
+
+
+def _copy_checked(out: _AtomicFile, fd: int, offset: int, decl: tuple, dst: int,
+                  what: str) -> None:
+    """Bool and 4-bit payloads through memory, 8 MiB at a time, checked as the
+    directory check would check them."""
+    n, done, code = decl[10], 0, decl[0]
+    while done < n:
+        chunk = os.pread(fd, min(n - done, 8 << 20), offset + done)
+        if not chunk:
+            raise ValueError("%s: the source ended %d bytes short" % (what, n - done))
+        arr = np.frombuffer(chunk, np.uint8)
+        if code == W.DTYPE_BOOL and arr.size and int(arr.max()) > 1:
+            at = int(np.argmax(arr > 1))
+            raise ValueError("%s: bool byte %d at payload byte %d is not 0 or 1"
+                             % (what, arr[at], done + at))
+        done += len(chunk)
+        if code != W.DTYPE_BOOL and done == n and element_count(decl[1]) % 2 and chunk[-1] & 0xF0:
+            raise ValueError("%s: the high nibble of the odd 4-bit tail is not 0" % what)
+        out.f.flush()
+        _pwrite_all(out.f.fileno(), chunk, dst)
+        dst += len(chunk)
+        out.wrote(len(chunk))
 
 
 # --- reading ------------------------------------------------------------------

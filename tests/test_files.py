@@ -245,6 +245,52 @@ def test_the_streaming_writer(api, tmp_path):
                _meta_tensor({"layers": 5})])
 
 
+@pytest.mark.parametrize("in_kernel", [True, False], ids=["copy_file_range", "through-memory"])
+def test_the_writer_copies_payloads_file_to_file(api, tmp_path, monkeypatch, in_kernel):
+    from kiln import files
+    if not in_kernel:
+        monkeypatch.setattr(files, "_copy_file_range", None)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((300, 7)).astype(np.float32)
+    b = np.array([True, False, True, True])
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"HEAD" + a.tobytes() + bytes([1, 0, 1, 1]) + kiln.pack_nibbles([1, 2, 3]))
+    p = tmp_path / "c.kiln"
+    with kiln.TensorWriter(p) as w, open(src, "rb") as fh:
+        w.add("a", "f32", a.shape)
+        w.add("b", "bool", b.shape)
+        w.add("n", "u4", (3,))
+        w.write_from("a", src, 4)                    # a path
+        w.write_from("b", fh, 4 + a.nbytes)          # an open file
+        w.write_from("n", fh, 4 + a.nbytes + 4)
+    d = kiln.load_tensors(p)
+    assert d["a"].numpy().tobytes() == a.tobytes()
+    assert d["b"].numpy().tolist() == b.tolist()
+    assert kiln.unpack_nibbles(d["n"].data, 3, signed=False).tolist() == [1, 2, 3]
+    with open(p, "rb") as fh:                        # the same bytes as the one-shot writer
+        assert fh.read() == kiln.encode_tensors({"a": a, "b": b, "n": kiln.Tensor(
+            kiln.pack_nibbles([1, 2, 3]), dtype="u4", shape=(3,))})
+    # what the directory check would refuse is refused on the way, and nothing is left
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(bytes([0, 1, 2, 0]) + bytes([0x31]))
+    for name, dtype, shape, at, words in (("b", "bool", (4,), 0, "bool byte 2 at payload byte 2"),
+                                          ("n", "u4", (1,), 4, "high nibble"),
+                                          ("f", "f32", (4,), 0, "ended 11 bytes short")):
+        with pytest.raises(ValueError, match=words):
+            with kiln.TensorWriter(p) as w:
+                w.add(name, dtype, shape)
+                w.write_from(name, bad, at)
+        assert sorted(os.listdir(tmp_path)) == ["bad.bin", "c.kiln", "src.bin"]
+    assert kiln.load_tensors(p)["a"].shape == a.shape   # the old file is intact
+    w = kiln.TensorWriter(tmp_path / "x.kiln")
+    w.add("f", "f32", (1,))
+    with pytest.raises(ValueError, match="offset"):
+        w.write_from("f", bad, -1)
+    with pytest.raises(KeyError):
+        w.write_from("nope", bad, 0)
+    w.discard()
+
+
 def _meta_tensor(meta):
     blob = kiln.encode(_meta.to_nodes(meta), _meta.META_TYPE, frame=True)
     return kiln.Tensor(blob, dtype="u8", shape=(len(blob),), name="__metadata__")

@@ -28,26 +28,17 @@ def progress(items: Iterable[Any], total: int, what: str) -> Iterable[Any]:
     return tqdm(items, total=total, desc=what, unit="tensor", file=sys.stderr)
 
 
-def map_source(path: str) -> Any:
-    """A read-only mapping of a source file (ConvertError for an empty one)."""
+def map_source(path: str, f: Any = None) -> Any:
+    """A read-only mapping of a source file (ConvertError for an empty one); of
+    the open file ``f`` when given, so the table and the payloads come from the
+    same file even if the path is replaced meanwhile."""
     import mmap
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise ConvertError("%s is empty" % path)
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def release_pages(mm: Any, start: int, end: int) -> None:
-    """Drop a source range's pages from this process once it is written: they stay
-    in the page cache, but not in our resident memory (flat whatever the file size)."""
-    advise = getattr(mm, "madvise", None)
-    flag = getattr(__import__("mmap"), "MADV_DONTNEED", None)
-    if advise is None or flag is None:   # pragma: no cover - not on every OS
-        return
-    page = __import__("mmap").PAGESIZE
-    lo = start - start % page
-    if end > lo:
-        advise(flag, lo, end - lo)
+    if f is None:
+        with open(path, "rb") as f:
+            return map_source(path, f)
+    if os.fstat(f.fileno()).st_size == 0:
+        raise ConvertError("%s is empty" % path)
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def kind_of(path: str) -> str:

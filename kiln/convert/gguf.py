@@ -17,9 +17,8 @@ import struct
 from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
-from .._tensor import Tensor
 from ..files import TensorWriter
-from . import ConvertError, map_source, progress, release_pages
+from . import ConvertError, map_source, progress
 
 # ggml type id -> (name, elements per block, bytes per block); from the ggml format
 GGML_TYPES = {
@@ -147,7 +146,11 @@ def read_gguf(path: str, mm: Any) -> Tuple[Dict[str, Any], List[Tuple], int]:
 
 
 def gguf_to_kiln(src: str, dst: str) -> int:
-    mm = map_source(src)
+    with open(src, "rb") as source:
+        return _convert(src, dst, source, map_source(src, source))
+
+
+def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
     try:
         meta, infos, start = read_gguf(src, mm)
         names = [i[0] for i in infos]
@@ -160,21 +163,8 @@ def gguf_to_kiln(src: str, dst: str) -> int:
                 else:
                     w.add(name, W.OPAQUE_MIN + gtype, shape, layout="ggml." + GGML_TYPES[gtype][0],
                           nbytes=nbytes, block_size=GGML_TYPES[gtype][2])
-            view = memoryview(mm)
-            try:
-                for name, shape, gtype, offset, nbytes in progress(infos, len(infos), "gguf"):
-                    data = view[start + offset:start + offset + nbytes]
-                    if gtype in TYPED:
-                        t = Tensor(data, dtype=TYPED[gtype], shape=shape)
-                    else:
-                        t = Tensor(data, dtype=W.OPAQUE_MIN + gtype, shape=shape,
-                                   layout="ggml." + GGML_TYPES[gtype][0],
-                                   block_size=GGML_TYPES[gtype][2])
-                    w.write(name, t)
-                    del t, data
-                    release_pages(mm, start + offset, start + offset + nbytes)
-            finally:
-                view.release()
+            for name, _, _, offset, _ in progress(infos, len(infos), "gguf"):
+                w.write_from(name, source, start + offset)   # file to file
         return len(infos)
     finally:
         try:

@@ -11,9 +11,8 @@ import json
 from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
-from .._tensor import Tensor
 from ..files import KilnFile, TensorWriter
-from . import ConvertError, map_source, progress, release_pages
+from . import ConvertError, map_source, progress
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -82,27 +81,24 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
 
 def safetensors_to_kiln(src: str, dst: str) -> int:
     """Convert tensor by tensor; metadata (strings) is kept."""
-    mm = map_source(src)
+    with open(src, "rb") as source:
+        return _convert(src, dst, source, map_source(src, source))
+
+
+def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
     try:
         start, table, meta = read_header(src, mm)
         with TensorWriter(dst, metadata=dict(meta) if meta else None) as w:
             for name, kd, shape, _, _ in table:
                 w.add(name, kd, shape)
             for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
-                _write_range(w, mm, name, kd, shape, start + b, start + e)
+                w.write_from(name, source, start + b)   # file to file, not through memory
         return len(table)
     finally:
         try:
             mm.close()
         except BufferError:  # pragma: no cover - a failing write's traceback holds a view
             pass
-
-
-def _write_range(w: Any, mm: Any, name: str, kd: str, shape: Any, b: int, e: int) -> None:
-    """One tensor from the mapping: its view lives only inside this call."""
-    with memoryview(mm) as view:
-        w.write(name, Tensor(view[b:e], dtype=kd, shape=shape))
-    release_pages(mm, b, e)
 
 
 def kiln_to_safetensors(src: str, dst: str) -> int:
@@ -131,7 +127,9 @@ def kiln_to_safetensors(src: str, dst: str) -> int:
             out.f.write(len(blob).to_bytes(8, "little"))
             out.f.write(blob)
             for name in progress(names, len(names), "safetensors"):
-                out.f.write(f[name].data)
+                t = f[name]
+                out.f.write(t.data)
+                out.wrote(t.nbytes)
             out.commit()
         except BaseException:
             out.discard()
