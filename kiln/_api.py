@@ -44,12 +44,37 @@ def _check_caps(max_count: object, max_bytes: object) -> None:
 class Encoder(Generic[T]):
     """Encode values of one type; the plan is compiled once.
 
-    ``round_floats``: see :func:`encode`.
+    An encoder holds no per-call state: one object may be shared by threads.
 
-    ``encode(value) -> bytes``; ``encode_into(value, buffer, offset=0) -> end``
-    writes into a bytearray starting at ``offset`` and resizes it to end where
-    the encoding ends (the bytes before ``offset`` are kept; ``offset=-1``
-    appends).  On error the bytes after ``offset`` are unspecified.
+    Args:
+        type: a :class:`kiln.Type`, type text (``"list<i32>"``) or a dataclass /
+            NamedTuple bound to a struct.
+        frame: prefix every encoding with the 16-byte frame that carries the
+            type's schema hash.
+        round_floats: let a float array of a wider dtype round to the element
+            type (see :func:`kiln.encode`).
+
+    The compiled program has two methods:
+
+    * ``encode(value) -> bytes``.
+    * ``encode_into(value, buffer, offset=0) -> int`` writes into a
+      ``bytearray`` from ``offset``, resizes it to end where the encoding
+      ends and returns that end (the bytes before ``offset`` are kept;
+      ``offset=-1`` appends).  On error the bytes after ``offset`` are
+      unspecified.
+
+    Raises:
+        KilnError: ``TYPE`` for malformed type text or an annotation with no
+            Kiln type, ``DEPTH`` for a type nesting more than 64 containers.
+        EncodeError: from ``encode``/``encode_into``, as :func:`kiln.encode`.
+
+    Example:
+        >>> enc = kiln.Encoder("list<i32>")
+        >>> enc.encode([1, 2])
+        b'\\x02\\x00\\x00\\x00\\x01\\x00\\x00\\x00\\x02\\x00\\x00\\x00'
+        >>> out = bytearray()
+        >>> enc.encode_into([7], out), enc.encode_into([8, 9], out, -1)
+        (8, 20)
     """
 
     __slots__ = ("type", "frame", "round_floats", "_prog", "encode", "encode_into")
@@ -86,12 +111,39 @@ class Encoder(Generic[T]):
 class Decoder(Generic[T]):
     """Decode buffers of one type with fixed options; the plan is compiled once.
 
-    Options: ``frame`` (a 16-byte frame must precede the value), ``trusted``
-    (skip UTF-8 and quantization-shape checks; every length is still checked),
-    ``max_count``/``max_bytes`` (the caps), ``copy`` (tensor payloads are
-    copied into storage the result owns instead of viewing ``buf``; the copy
-    is not capped, it lies inside ``buf`` already), ``max_copy_bytes`` (a cap
-    on one copied payload when you want one).
+    ``Decoder(t, ...).decode(buf)`` gives the same value or error as
+    ``kiln.decode(buf, t, ...)``.  A decoder holds no per-call state: one
+    object may be shared by threads.
+
+    Args:
+        type: a :class:`kiln.Type`, type text, or a dataclass / NamedTuple
+            (then ``decode`` returns instances of it).
+        frame: a 16-byte frame carrying the schema hash must precede the value.
+        trusted: skip the UTF-8 checks of strings, keys and tensor names and
+            the quantization-shape checks of tensors; every count, length and
+            offset is still checked against the buffer (see :doc:`security`).
+        max_count: the cap on every list, dict and directory count, and the
+            budget of zero-size elements of one value (default 16,777,216).
+        max_bytes: the cap on one string, one ``list<u8>`` run and one name
+            heap (default 16,777,216).
+        copy: tensor payloads are copied into storage the result owns instead
+            of viewing the buffer (the copy is not capped: it lies inside the
+            buffer already).
+        max_copy_bytes: a cap on one copied payload, when you want one.
+
+    The compiled program's method is ``decode(buf)``: ``buf`` is any
+    C-contiguous object with the buffer protocol (``bytes``, ``bytearray``,
+    ``memoryview``, ``mmap``, a numpy array); the value must fill all of it.
+
+    Raises:
+        ValueError: a negative or non-int cap (when the decoder is built).
+        KilnError: from ``decode``, with the codes listed at
+            :func:`kiln.decode`; ``TYPE``/``DEPTH`` for a bad type when built.
+
+    Example:
+        >>> dec = kiln.Decoder("struct{id:i64,name:str,}", max_count=1000)
+        >>> dec.decode(kiln.encode({"id": 1, "name": "a"}, dec.type))
+        {'id': 1, 'name': 'a'}
     """
 
     __slots__ = ("type", "frame", "trusted", "max_count", "max_bytes", "copy", "max_copy_bytes",
@@ -166,11 +218,38 @@ def _key_type(type: Any) -> Any:
 
 def encode(value: Any, type: TypeLike, *, frame: bool = False,
            round_floats: bool = False) -> bytes:
-    """Encode ``value`` as ``type`` (a Type, type text, or a bound class).
+    """Encode ``value`` as ``type``.
 
-    ``round_floats=True`` lets a float array of a wider dtype (float64 for a
-    ``list<f32>``) round to the element; by default a value that would change
-    is an EncodeError.
+    The encoder for each type and option set is compiled once and cached.
+
+    Args:
+        value: the Python value (see :doc:`records` for what each type takes).
+        type: a :class:`kiln.Type`, type text, or a dataclass / NamedTuple
+            bound to a struct.
+        frame: prefix the 16-byte frame carrying the type's schema hash.
+        round_floats: let a float array of a wider dtype (float64 for a
+            ``list<f32>``) round to the element type; by default a value that
+            would change is an :class:`~kiln.EncodeError`.
+
+    Returns:
+        bytes: the encoding; ``kiln.decode`` of it gives the value back.
+
+    Raises:
+        EncodeError: ``TYPE`` for a value of the wrong kind or out of range, a
+            missing or unknown struct field, or a container whose length
+            changes while it is encoded; ``UTF8`` for a string or key with no
+            UTF-8 form; ``LIMIT`` for a count or length above the wire's u32
+            (or a tensor name heap above u16 offsets). ``.path`` names the
+            place in the value.
+        KilnError: ``TYPE`` for malformed type text, ``DEPTH`` for a type
+            nesting more than 64 containers.
+
+    Example:
+        >>> kiln.encode(7, "i32")
+        b'\\x07\\x00\\x00\\x00'
+        >>> kiln.encode(300, "u8")
+        Traceback (most recent call last):
+        kiln.EncodeError: TYPE at byte 0 ($): 300 does not fit u8 (0..255)
     """
     key = (_key_type(type), bool(frame), bool(round_floats), _compat.IMPLEMENTATION)
     enc = _cached(_enc_cache, key, lambda: Encoder(type, frame, round_floats=round_floats))
@@ -194,8 +273,42 @@ def decode(buf: Buffer, type: TypeLike, *, frame: bool = False, trusted: bool = 
            copy: bool = False, max_copy_bytes: Optional[int] = None) -> Any:
     """Decode one value of ``type`` that fills the whole of ``buf``.
 
-    With a dataclass or NamedTuple as ``type`` the result is an instance of it
-    (and type checkers know it)."""
+    Every count and length is checked against the bytes that remain before
+    anything is allocated.  The decoder for each type and option set is
+    compiled once and cached.
+
+    Args:
+        buf: any C-contiguous object with the buffer protocol (``bytes``,
+            ``bytearray``, ``memoryview``, ``mmap``, a numpy array).
+        type: a :class:`kiln.Type`, type text, or a dataclass / NamedTuple;
+            with a class the result is an instance of it (and type checkers
+            know it).
+        frame, trusted, max_count, max_bytes, copy, max_copy_bytes: as for
+            :class:`kiln.Decoder`.
+
+    Returns:
+        The value: ``int``, ``float``, ``bool``, ``str``, ``bytes``, numpy
+        arrays, lists, dicts, instances of the bound class,
+        :class:`kiln.TensorDirectory` (the table at :doc:`records`).
+
+    Raises:
+        KilnError: ``EOF`` (a count or length past the end of ``buf``),
+            ``LIMIT`` (a count above ``max_count``/``max_bytes``/
+            ``max_copy_bytes``, or one that overflows), ``TYPE`` (a bad bool
+            or opt byte, unsorted dict keys, a bad directory entry), ``UTF8``,
+            ``TRAILING`` (bytes after the value), ``FRAME`` and ``SCHEMA``
+            (with ``frame=True``: a bad frame, a hash of another type),
+            ``DEPTH``; ``.offset`` is where the fault was found.
+        ValueError: a negative or non-int cap.
+
+    Example:
+        >>> t = kiln.parse_type("struct{id:i64,tags:list<str>,}")
+        >>> kiln.decode(kiln.encode({"id": 3, "tags": ["a"]}, t), t)
+        {'id': 3, 'tags': ['a']}
+        >>> kiln.decode(b"\\x01\\x00", "i32")
+        Traceback (most recent call last):
+        kiln.KilnError: EOF at byte 0: 4-byte value needs more bytes, 2 remain
+    """
     if max_count.__class__ is not int or max_bytes.__class__ is not int:
         # 5.0 and True hash like 5 and 1: check before the cache can match them
         _check_caps(max_count, max_bytes)
@@ -210,10 +323,29 @@ def decode(buf: Buffer, type: TypeLike, *, frame: bool = False, trusted: bool = 
 
 
 def encode_tensors(tensors: TensorsLike) -> bytes:
-    """Encode a standalone tensor directory.
+    """Encode a standalone tensor directory (the ``tensors`` type).
 
-    ``tensors`` is a TensorDirectory, a sequence of Tensor or arrays (order
-    kept), or a mapping of name to Tensor or array (sorted by key bytes).
+    Args:
+        tensors: a :class:`kiln.TensorDirectory`; a sequence of
+            :class:`kiln.Tensor` or arrays (order kept, unnamed unless the
+            tensors carry names); or a mapping of name to tensor or array
+            (sorted by the names' UTF-8 bytes).  Arrays are numpy arrays, or
+            objects with ``__dlpack__`` or the buffer protocol.
+
+    Returns:
+        bytes: the directory block; every payload 64-byte aligned.
+
+    Raises:
+        EncodeError: ``TYPE`` for a value that is not tensors, a dtype with no
+            Kiln twin (complex, object), an empty or non-str name, a mix of
+            named and unnamed tensors, a bad quantization link; ``UTF8`` for a
+            name with no UTF-8 form; ``LIMIT`` for names longer than the u16
+            heap allows.
+
+    Example:
+        >>> buf = kiln.encode_tensors({"w": np.zeros((2, 3), np.float32)})
+        >>> kiln.decode_tensors(buf)["w"].shape
+        (2, 3)
     """
     return encode(tensors, _tensors_type)
 
@@ -221,7 +353,31 @@ def encode_tensors(tensors: TensorsLike) -> bytes:
 def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
                    max_count: int = DEFAULT_MAX_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
                    max_copy_bytes: Optional[int] = None) -> "TensorDirectory":
-    """Decode a standalone tensor directory into a :class:`kiln.TensorDirectory`."""
+    """Decode a standalone tensor directory into a :class:`kiln.TensorDirectory`.
+
+    Args:
+        buf: the directory block (any object with the buffer protocol).
+        copy: copy the payloads once into storage the directory owns; by
+            default the tensors are read-only views of ``buf``.
+        trusted, max_count, max_bytes, max_copy_bytes: as for
+            :class:`kiln.Decoder`.
+
+    Returns:
+        TensorDirectory: a mapping of name (or position) to
+        :class:`kiln.Tensor`.
+
+    Raises:
+        KilnError: ``FRAME`` (bad magic, version, flags or reserved bytes),
+            ``EOF`` (a table or payload past the end), ``LIMIT`` (a count or
+            name heap above the caps), ``TYPE`` (a dtype, shape, range, name,
+            quantization or placement fault), ``UTF8`` (a name),
+            ``TRAILING``.
+
+    Example:
+        >>> d = kiln.decode_tensors(kiln.encode_tensors([np.arange(3, dtype=np.int16)]))
+        >>> d[0].numpy().tolist(), d[0].dtype
+        ([0, 1, 2], 'i16')
+    """
     d: "TensorDirectory" = decode(buf, _tensors_type, copy=copy, trusted=trusted,
                                   max_count=max_count, max_bytes=max_bytes,
                                   max_copy_bytes=max_copy_bytes)

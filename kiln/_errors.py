@@ -12,10 +12,20 @@ CODES = ("FRAME", "LIMIT", "EOF", "TYPE", "UTF8", "TRAILING", "SCHEMA", "DEPTH")
 class KilnError(ValueError):
     """A buffer (or a value being encoded) broke a Kiln rule.
 
+    A subclass of ``ValueError``; it pickles with its fields.  ``str(e)`` is
+    ``"CODE at byte N: reason"``.
+
     Attributes:
         code: one of ``FRAME LIMIT EOF TYPE UTF8 TRAILING SCHEMA DEPTH``.
         offset: the byte offset at which the fault was found.
         reason: a human readable explanation.
+
+    Example:
+        >>> try:
+        ...     kiln.decode(b"\\x02", "bool")
+        ... except kiln.KilnError as e:
+        ...     print(e.code, e.offset, e.reason)
+        TYPE 0 bool byte is 2, not 0 or 1
     """
 
     def __init__(self, code, offset, reason=""):
@@ -38,8 +48,20 @@ class KilnError(ValueError):
 class EncodeError(KilnError):
     """A Python value cannot be encoded as the requested Kiln type.
 
-    ``path`` names the place in the value (``$.tags[2]``); ``offset`` is the
+    A subclass of :class:`KilnError` (so of ``ValueError``).  ``code`` is
+    ``TYPE``, ``UTF8`` or ``LIMIT``; ``path`` names the place in the value
+    (``.tags[2]``; the message writes it ``$.tags[2]``); ``offset`` is the
     position in the output where the value would have been written.
+
+    Example:
+        >>> t = "struct{rows:list<struct{x:i32,}>,}"
+        >>> try:
+        ...     kiln.encode({"rows": [{"x": 1}, {"x": "a"}]}, t)
+        ... except kiln.EncodeError as e:
+        ...     print(e.code, e.path)
+        ...     print(e)
+        TYPE .rows[1].x
+        TYPE at byte 8 ($.rows[1].x): expected an integer for i32, got str
     """
 
     def __init__(self, code, offset, reason="", path=""):

@@ -61,6 +61,13 @@ class Some:
     so decoding an ``opt`` whose element is an ``opt`` wraps a present-but-empty
     inner value: bytes ``01 00`` decode to ``Some(None)`` and ``00`` to
     ``None``.  Any ``opt`` also accepts ``Some(x)`` when encoding (as ``x``).
+
+    Example:
+        >>> t = kiln.opt(kiln.opt(kiln.i8))
+        >>> kiln.decode(b"\\x01\\x00", t), kiln.decode(b"\\x00", t)
+        (kiln.Some(None), None)
+        >>> kiln.encode(kiln.Some(None), t)
+        b'\\x01\\x00'
     """
 
     __slots__ = ("value",)

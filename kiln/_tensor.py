@@ -49,7 +49,21 @@ _ML_NAMES = {c: d[3] for c, d in W.DTYPES.items() if d[3] is not None}
 
 
 def numpy_dtype(code: int) -> np.dtype:
-    """The numpy dtype ``Tensor.numpy()`` uses for a dtype code (see module doc)."""
+    """The numpy dtype :meth:`Tensor.numpy` uses for a dtype code.
+
+    Args:
+        code: a Kiln dtype code (1..19, or an opaque code 4096..32767).
+
+    Returns:
+        numpy.dtype: little-endian for the plain numbers; an ``ml_dtypes``
+        type for bf16 and the float8 types when ml_dtypes is installed (else
+        the unsigned integer of the same width); ``uint8`` for the packed and
+        opaque dtypes (the raw bytes).
+
+    Example:
+        >>> kiln.numpy_dtype(2), kiln.numpy_dtype(16)
+        (dtype('float32'), dtype('uint8'))
+    """
     if code in _ML_NAMES and _ml is not None and hasattr(_ml, _ML_NAMES[code]):
         return np.dtype(getattr(_ml, _ML_NAMES[code]))
     if code in W.DTYPES:
@@ -81,8 +95,23 @@ def element_count(shape):
 def unpack_nibbles(packed: Any, count: int, signed: bool = False) -> np.ndarray:
     """Unpack a packed i4/u4/e2m1 payload into one uint8 (or int8) per element.
 
-    The low nibble of each byte is the earlier element.  ``signed=True``
-    sign-extends (for i4).
+    The low nibble of each byte is the earlier element.
+
+    Args:
+        packed: the payload (``Tensor.numpy()`` or ``Tensor.data`` of a
+            packed tensor, or any bytes-like object).
+        count: the number of elements (the product of the tensor's shape).
+        signed: sign-extend each nibble (for ``i4``); the result is int8.
+
+    Returns:
+        numpy.ndarray: a 1-D array of ``count`` elements (reshape it to the
+        tensor's shape).
+
+    Example:
+        >>> kiln.unpack_nibbles(b"\\x21\\x03", 3).tolist()
+        [1, 2, 3]
+        >>> kiln.unpack_nibbles(kiln.pack_nibbles([-1, 7]), 2, signed=True).tolist()
+        [-1, 7]
     """
     b = np.frombuffer(packed, dtype=np.uint8) if not isinstance(packed, np.ndarray) \
         else packed.view(np.uint8).reshape(-1)
@@ -98,7 +127,22 @@ def unpack_nibbles(packed: Any, count: int, signed: bool = False) -> np.ndarray:
 
 
 def pack_nibbles(values: Any) -> bytes:
-    """Pack small integers (0..15, or -8..7 for i4) two per byte, low nibble first."""
+    """Pack small integers (0..15, or -8..7 for i4) two per byte, low nibble first.
+
+    Args:
+        values: integers, any shape (flattened in C order).
+
+    Returns:
+        bytes: ``ceil(n / 2)`` bytes; an odd count leaves the last high nibble 0.
+
+    Raises:
+        TypeError: the values are not integers.
+        ValueError: a value outside -8..15.
+
+    Example:
+        >>> kiln.pack_nibbles([1, 2, 3])
+        b'!\\x03'
+    """
     v = np.asarray(values).reshape(-1)
     if v.dtype.kind not in "iu":
         raise TypeError("pack_nibbles takes integers")
@@ -121,10 +165,39 @@ def _or_none(value, sentinel):
 class Tensor:
     """One tensor: a dtype, a shape and little-endian payload bytes.
 
-    ``Tensor(data, dtype=..., shape=...)`` takes ``data`` as the payload bytes
-    (any contiguous buffer) in wire order.  Use :meth:`from_numpy` to build one
-    from an array.  ``scale_index``/``outer_index`` may be an int index in the
-    directory or the name of another tensor (resolved when encoding).
+    Tensors are immutable; those of a decoded directory view its buffer.
+    Use :meth:`from_numpy` to build one from an array.
+
+    Args:
+        data: the payload in wire order: any contiguous buffer (a numpy
+            array is taken as its little-endian bytes).
+        dtype: a dtype name (``"f32"``, ``"i4"``, ...) or code, or an opaque
+            code 4096..32767.
+        shape: the dimensions (at most 8).
+        name: the tensor's name in a directory.
+        layout: the layout name of an opaque dtype (``"ggml.Q4_K"``).
+        block_size: the block size in bytes of an opaque dtype.
+        quant_scheme: 0 (no link), 1 (``scale_index`` names the scales) or 2
+            (also ``outer_index``, one f32 outer scale).
+        quant_axis: the axis the scale groups run along.
+        group_size: elements per scale group along ``quant_axis``.
+        scale_index, outer_index: another tensor of the directory, by
+            position or by name (names are resolved when encoding).
+
+    Raises:
+        ValueError: an unknown dtype name or code, a rank above 8, a bad
+            dimension, or ``data`` of the wrong length for dtype and shape.
+        TypeError: a non-str name or layout.
+
+    The links are checked when the directory is encoded (see
+    :doc:`tensors`).
+
+    Example:
+        >>> t = kiln.Tensor(bytes(range(6)), dtype="u8", shape=(2, 3), name="a")
+        >>> t
+        <kiln.Tensor 'a' u8[2, 3], 6 bytes>
+        >>> t.numpy().tolist()
+        [[0, 1, 2], [3, 4, 5]]
     """
 
     # _row has the kernels' table layout: (code, shape, name bytes, layout bytes,
@@ -178,21 +251,43 @@ class Tensor:
     def from_numpy(cls, array: Any, name: Optional[str] = None) -> "Tensor":
         """A tensor holding a copy-free (when possible) little-endian image of ``array``.
 
-        Accepts numpy arrays of any byte order, objects with ``__dlpack__``,
-        and objects exposing the buffer protocol.
+        Args:
+            array: a numpy array of any byte order, an object with
+                ``__dlpack__`` (a torch tensor, a jax array), or an object
+                with the buffer protocol.  A non-contiguous or big-endian
+                array is copied once.
+            name: the tensor's name.
+
+        Returns:
+            Tensor: its dtype is the Kiln twin of the array's dtype (the
+            ml_dtypes types map to bf16 and the float8 types).
+
+        Raises:
+            TypeError: an object of none of those kinds, or a dtype with no
+                Kiln twin (complex, object, datetime).
+
+        Example:
+            >>> kiln.Tensor.from_numpy(np.zeros((2, 3), np.float16), name="x")
+            <kiln.Tensor 'x' f16[2, 3], 12 bytes>
         """
         arr = _as_array(array)
         return cls(arr, dtype=_dtype_code_of_numpy(arr.dtype), shape=arr.shape, name=name)
 
     code = property(lambda self: self._row[0], doc="The dtype code (1..19, or opaque).")
     shape = property(lambda self: self._row[1], doc="The shape, a tuple of ints.")
-    block_size = property(lambda self: self._row[4])
-    quant_scheme = property(lambda self: self._row[5])
-    group_size = property(lambda self: self._row[7])
+    block_size = property(lambda self: self._row[4],
+                          doc="Block size in bytes of an opaque dtype (0 otherwise).")
+    quant_scheme = property(lambda self: self._row[5],
+                            doc="Quantization scheme: 0 none, 1 scales, 2 scales and outer.")
+    group_size = property(lambda self: self._row[7],
+                          doc="Elements per scale group along :attr:`quant_axis` (0: none).")
 
-    quant_axis = property(lambda self: _or_none(self._row[6], _NO_AXIS))
-    scale_index = property(lambda self: _or_none(self._row[8], U32_MAX))
-    outer_index = property(lambda self: _or_none(self._row[9], U32_MAX))
+    quant_axis = property(lambda self: _or_none(self._row[6], _NO_AXIS),
+                          doc="The axis the scale groups run along, or None.")
+    scale_index = property(lambda self: _or_none(self._row[8], U32_MAX),
+                           doc="Position of the scale tensor in the directory, or None.")
+    outer_index = property(lambda self: _or_none(self._row[9], U32_MAX),
+                           doc="Position of the one-element f32 outer scale, or None.")
 
     @property
     def dtype(self) -> Union[str, int]:
@@ -202,10 +297,12 @@ class Tensor:
 
     @property
     def rank(self) -> int:
+        """The number of dimensions."""
         return len(self._row[1])
 
     @property
     def nbytes(self) -> int:
+        """The payload's length in bytes."""
         return self._row[11]
 
     @property
@@ -215,7 +312,18 @@ class Tensor:
         return self._buf[off:off + self._row[11]]
 
     def numpy(self) -> np.ndarray:
-        """An array over the payload (no copy), little-endian dtype; see module doc."""
+        """An array over the payload (no copy), shaped, with a little-endian dtype.
+
+        The array is read-only and keeps the payload's buffer alive.  The
+        dtype follows :func:`kiln.numpy_dtype`; packed and opaque payloads
+        come back as 1-D ``uint8`` bytes.
+
+        Example:
+            >>> t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+            >>> a = t.numpy()
+            >>> a.dtype, a.shape, a.flags.writeable
+            (dtype('int32'), (2, 3), False)
+        """
         row = self._row
         dt = _SHAPED.get(row[0])
         if dt is not None and row[11]:
@@ -400,7 +508,17 @@ class TensorDirectory(Mapping):
     ``dict(d)``, ``d.items()`` and ``d.values()`` work as for any mapping.
 
     A decoded directory builds each :class:`Tensor` object the first time it
-    is reached; the checks all ran before.
+    is reached; the checks all ran before.  Directories compare equal when
+    their names and tensors do, and pickle (payloads out of band with
+    protocol 5).
+
+    Args:
+        tensors: the :class:`Tensor` objects, in directory order.
+
+    Example:
+        >>> d = kiln.TensorDirectory([kiln.Tensor.from_numpy(np.ones(2, np.float32), name="b")])
+        >>> d.keys(), d["b"].shape, "b" in d, d.get("c")
+        (['b'], (2,), True, None)
     """
 
     __slots__ = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names",
@@ -523,13 +641,20 @@ class TensorDirectory(Mapping):
         return (_rebuild_directory, (self.values(),))
 
     def get(self, key: Any, default: Any = None) -> Any:
+        """``d[key]``, or ``default`` when there is no such name or position."""
         try:
             return self[key]
         except (KeyError, IndexError):
             return default
 
     def to_dict(self) -> Dict[Optional[str], np.ndarray]:
-        """``{name: numpy array}`` for named tensors (views of the payloads)."""
+        """``{name: numpy array}`` for named tensors (views of the payloads).
+
+        Example:
+            >>> d = kiln.decode_tensors(kiln.encode_tensors({"w": np.ones(2, np.float32)}))
+            >>> d.to_dict()["w"].tolist()
+            [1.0, 1.0]
+        """
         return {t.name: t.numpy() for t in self.values()}
 
     def __eq__(self, other):

@@ -29,12 +29,25 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class Type:
     """A Kiln type.
 
+    Types are immutable values, equal when their canonical text (and, for a
+    struct, the bound class) is the same.  Build them with
+    :func:`kiln.parse_type`, the constructors (:func:`kiln.list_`,
+    :func:`kiln.struct`, ...) or from a class or annotation with
+    :func:`kiln.as_type`; ``str(t)`` is the canonical text.
+
     Attributes:
         text: canonical type text, e.g. ``struct{id:i64,batch:tensors,}``.
         tokens: the tuple of tokens whose concatenation is ``text``.
         schema_hash: FNV-1a 64 hash of the tokens (what a frame carries).
         min_size: the minimum number of bytes one value occupies on the wire.
         depth: how many containers are nested (a scalar is 0).
+
+    Example:
+        >>> t = kiln.parse_type("struct{id:i64,name:str,}")
+        >>> t.text, t.min_size, t.depth
+        ('struct{id:i64,name:str,}', 12, 1)
+        >>> t.tokens[:3]
+        ('struct{', 'id', ':')
     """
 
     __slots__ = ("tokens", "text", "min_size", "depth", "_hash", "_plan")
@@ -56,6 +69,7 @@ class Type:
 
     @property
     def schema_hash(self) -> int:
+        """FNV-1a 64 of the canonical tokens: what a frame carries."""
         h = self._hash
         if h is None:
             h = self._hash = fnv1a_tokens(self.tokens)
@@ -294,26 +308,98 @@ SCALARS["tensors"] = tensors
 
 
 def list_(elem: "TypeArg") -> "List":
-    """``list<T>``; a list of fixed-width numbers (``u8`` included) decodes to an ndarray."""
+    """``list<T>``; a list of fixed-width numbers (``u8`` included) decodes to an ndarray.
+
+    Args:
+        elem: the element type (a Type, type text or an annotation).
+
+    Returns:
+        The list type.  Its text and hash are those of ``list<T>`` parsed from
+        text; only the Python value differs for ``u8`` (an ndarray here,
+        ``bytes`` from type text).
+
+    Raises:
+        KilnError: ``DEPTH`` past 64 nested containers, ``TYPE`` for an
+            annotation with no Kiln type.
+
+    Example:
+        >>> kiln.list_(kiln.f32)
+        kiln.Type('list<f32>')
+        >>> kiln.decode(kiln.encode([1, 2], "list<i8>"), kiln.list_(kiln.i8)).tolist()
+        [1, 2]
+    """
     return List(elem, "ndarray")
 
 
 def opt(elem: "TypeArg") -> "Opt":
-    """``opt<T>``: a value or None."""
+    """``opt<T>``: a value or None.
+
+    Args:
+        elem: the type of the present value.
+
+    Returns:
+        The optional type; ``None`` is absent.  An ``opt`` directly inside an
+        ``opt`` decodes a present-but-empty inner value as
+        :class:`kiln.Some` ``(None)``.
+
+    Raises:
+        KilnError: ``DEPTH`` past 64 nested containers.
+
+    Example:
+        >>> t = kiln.opt(kiln.str_)
+        >>> kiln.encode(None, t), kiln.decode(kiln.encode("a", t), t)
+        (b'\\x00', 'a')
+    """
     return Opt(elem)
 
 
 def dict_(value: "TypeArg") -> "Dict":
-    """``dict<str,V>``."""
+    """``dict<str,V>``: string keys, sorted by their UTF-8 bytes on the wire.
+
+    Args:
+        value: the value type.
+
+    Returns:
+        The dict type (decodes to a ``dict``).
+
+    Raises:
+        KilnError: ``DEPTH`` past 64 nested containers.
+
+    Example:
+        >>> t = kiln.dict_(kiln.i32)
+        >>> kiln.decode(kiln.encode({"b": 2, "a": 1}, t), t)
+        {'a': 1, 'b': 2}
+    """
     return Dict(value)
 
 
 def struct(fields: Any, cls: Optional[type] = None) -> "Struct":
     """A struct type.
 
-    ``fields`` is a mapping or a sequence of ``(name, type)`` pairs, decoded to
-    a ``dict``; or a dataclass / NamedTuple class, whose annotations give the
-    field types and whose instances are what decode returns.
+    Args:
+        fields: a mapping or a sequence of ``(name, type)`` pairs, decoded to a
+            ``dict``; or a dataclass / NamedTuple class, whose annotations give
+            the field types and whose instances are what decode returns.
+        cls: with a mapping or pairs, a class to bind (rarely needed).
+
+    Returns:
+        The struct type; fields are written in declaration order.
+
+    Raises:
+        KilnError: ``TYPE`` for a field name that is not an identifier or
+            repeats, a class that is neither a dataclass nor a NamedTuple, an
+            annotation with no Kiln type; ``DEPTH`` past 64 nested containers
+            or for a class that contains itself.
+
+    Example:
+        >>> kiln.struct({"id": kiln.i64, "name": kiln.opt(kiln.str_)})
+        kiln.Type('struct{id:i64,name:opt<str>,}')
+        >>> @dataclasses.dataclass
+        ... class Point:
+        ...     x: kiln.F32
+        ...     tags: list[str]
+        >>> kiln.struct(Point).text
+        'struct{x:f32,tags:list<str>,}'
     """
     if isinstance(fields, type):
         return _struct_from_class(fields, 0, {})
@@ -376,10 +462,13 @@ def _open_start(text, pos):
 
 
 def parse_type(text: Union[str, Type]) -> Type:
-    """Parse type text such as ``list<struct{id:i64,name:str,}>``.
+    """Parse type text (``list<struct{id:i64,}>``) into a :class:`kiln.Type` whose
+    ``.text`` is canonical; whitespace and a missing last comma are accepted.  Raises
+    :class:`~kiln.KilnError` ``TYPE`` (bad token or syntax), ``DEPTH`` (over 64 levels),
+    ``LIMIT`` (over 1,000,000 tokens), and ``TypeError`` for a non-str:
 
-    Whitespace between tokens and a missing comma after a struct's last field
-    are accepted; the parsed type's ``.text`` and hash are canonical either way.
+    >>> kiln.parse_type("struct { id : i64 }").text
+    'struct{id:i64,}'
     """
     if isinstance(text, Type):
         return text
@@ -500,7 +589,29 @@ _PARSE_CACHE = {}
 # --- Python annotations -> types --------------------------------------------
 
 def as_type(t: "TypeArg") -> Type:
-    """Turn a Type, canonical text, Python class or annotation into a Type."""
+    """Turn a Type, type text, Python class or annotation into a Type.
+
+    This is what every function taking a ``type`` argument does with it.
+
+    Args:
+        t: a :class:`kiln.Type`; type text; a dataclass or NamedTuple; or an
+            annotation (``int``, ``list[float]``, ``Optional[str]``,
+            ``dict[str, int]``, ``kiln.I32``, ``kiln.F32Array`` ...).
+
+    Returns:
+        Type: the Kiln type (see :doc:`records` for the mapping).
+
+    Raises:
+        KilnError: ``TYPE`` for an annotation with no Kiln type, ``DEPTH``
+            past 64 nested containers, and what :func:`kiln.parse_type`
+            raises for text.
+
+    Example:
+        >>> kiln.as_type(list[int]), kiln.as_type(kiln.F32Array)
+        (kiln.Type('list<i64>'), kiln.Type('list<f32>'))
+        >>> kiln.as_type(typing.Optional[dict[str, float]]).text
+        'opt<dict<str,f64>>'
+    """
     if isinstance(t, Type):
         return t
     if isinstance(t, str):

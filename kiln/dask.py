@@ -91,7 +91,35 @@ class _LazyTensor:
 
 def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
               name_prefix: Optional[str] = None) -> Any:
-    """A dask array over tensor ``name`` of the Kiln file at ``path``, read lazily."""
+    """A dask array over tensor ``name`` of the Kiln file at ``path``, read lazily.
+
+    Each chunk is read by the worker that computes it, from its own mapping
+    of the file (so every worker must reach the file by this path), touching
+    only that chunk's pages; chunks are copies, so no mapping outlives a task.
+
+    Args:
+        path: the tensor file.
+        name: the tensor's name (or position).
+        chunks: as for ``dask.array.from_array`` (``"auto"``, ``(1024, -1)``...).
+        name_prefix: the dask graph key (default: from the file's name,
+            tensor and modification time).
+
+    Returns:
+        dask.array.Array: the tensor's shape and numpy dtype.
+
+    Raises:
+        KilnError: the file is not a valid tensor file (its table is checked
+            once, here).
+        KeyError: no tensor of that name.
+        TypeError: a packed (i4, u4, e2m1) or opaque tensor, which has no
+            numpy array form.
+
+    Example:
+        >>> kiln.save_tensors("m.kiln", {"w": np.arange(12, dtype=np.float32).reshape(4, 3)})
+        >>> a = kiln.dask.from_kiln("m.kiln", "w", chunks=(2, -1))
+        >>> a.chunks, float(a.sum().compute(scheduler="sync"))
+        (((2, 2), (3,)), 66.0)
+    """
     from . import files
     import os
     path = os.path.abspath(os.fspath(path))

@@ -40,7 +40,22 @@ from ._types import (Dict as _Dict, List as _List, Opt, Scalar, Str, Struct, Typ
 
 
 class SchemaError(ValueError):
-    """A JSON Schema outside the subset kiln reads (or a type it cannot write)."""
+    """A JSON Schema outside the subset kiln reads (or a type it cannot write).
+
+    A ``ValueError`` (not a :class:`kiln.KilnError`: it is about a schema, not
+    bytes).
+
+    Attributes:
+        pointer: the JSON pointer of the offending node (``#/properties/a``).
+        reason: what is wrong there.
+
+    Example:
+        >>> try:
+        ...     kiln.schema_from_json({"type": "integer", "minimum": 0})
+        ... except kiln.SchemaError as e:
+        ...     print(e.pointer)
+        #
+    """
 
     def __init__(self, pointer: str, reason: str) -> None:
         ValueError.__init__(self, "%s: %s" % (pointer or "#", reason))
@@ -179,7 +194,28 @@ class _Reader:
 
 
 def schema_from_json(doc: Any) -> Type:
-    """The Kiln type of a JSON Schema document (a dict, or JSON text)."""
+    """The Kiln type of a JSON Schema document (a dict, or JSON text).
+
+    Args:
+        doc: the schema, in the subset of the table above.
+
+    Returns:
+        Type: the Kiln type; structs decode to ``dict``, arrays to ``list``.
+
+    Raises:
+        SchemaError: text that is not JSON, a keyword or type outside the
+            subset, a bad ``$ref`` or a recursive one.
+        KilnError: ``DEPTH`` for a document nesting more than 64 containers,
+            ``LIMIT`` for a type of more than 1,000,000 tokens (reused
+            ``$defs`` can double at each level).
+
+    Example:
+        >>> doc = {"type": "object", "required": ["id"],
+        ...        "properties": {"id": {"type": "integer"},
+        ...                       "score": {"type": "number", "format": "float"}}}
+        >>> kiln.schema_from_json(doc).text
+        'struct{id:i64,score:opt<f32>,}'
+    """
     if isinstance(doc, (str, bytes)):
         try:
             doc = json.loads(doc)
@@ -236,6 +272,23 @@ def to_json_schema(type_or_class: Any) -> Dict[str, Any]:
 
     ``int`` and ``uint`` are written as int64 and uint64 and so read back as
     ``i64`` and ``u64``; tensors and ``opt`` outside a struct field are refused.
+
+    Args:
+        type_or_class: a :class:`kiln.Type`, type text or a bound class.
+
+    Returns:
+        dict: a JSON Schema (draft 2020-12) document.
+
+    Raises:
+        SchemaError: ``tensors``, ``opt`` outside a struct field, or
+            ``opt<opt<...>>``.
+
+    Example:
+        >>> doc = kiln.to_json_schema("struct{id:i64,name:opt<str>,}")
+        >>> doc["properties"]["id"], doc["required"]
+        ({'type': 'integer', 'format': 'int64'}, ['id'])
+        >>> kiln.schema_from_json(doc).text
+        'struct{id:i64,name:opt<str>,}'
     """
     t = as_type(type_or_class)
     doc = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
@@ -306,7 +359,34 @@ class _Gen:
 
 
 def generate(doc: Any, root_name: Optional[str] = None) -> str:
-    """The source of a module of dataclasses for the JSON Schema ``doc``."""
+    """The source of a module of dataclasses for the JSON Schema ``doc``.
+
+    What ``kiln gen`` writes.  Each object becomes a ``@dataclass`` (named
+    after its ``$defs`` entry, the root's ``title`` or ``root_name``); the
+    module ends with ``ROOT`` (the root class) and ``TYPES`` (each class's
+    struct).  ``kiln.struct(ROOT)`` has the same canonical text and hash as
+    ``schema_from_json(doc)``.
+
+    Args:
+        doc: the schema (a dict or JSON text); its root must be an object.
+        root_name: the root class's name (default: ``title``, else ``Root``).
+
+    Returns:
+        str: Python source.
+
+    Raises:
+        SchemaError: as :func:`schema_from_json`, a root that is not an
+            object, or a property named like a Python keyword.
+
+    Example:
+        >>> from kiln.schema import generate
+        >>> src = generate({"title": "point", "type": "object",
+        ...                 "properties": {"x": {"type": "number"}}})
+        >>> print(src.split("\\n\\n\\n")[1])
+        @dataclasses.dataclass
+        class Point:
+            x: float
+    """
     if isinstance(doc, (str, bytes)):
         doc = json.loads(doc)
     t = schema_from_json(doc)
