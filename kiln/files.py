@@ -221,8 +221,28 @@ def save_tensors(path: PathLike, tensors: Any, *,
     """Write ``tensors`` (as :func:`kiln.encode_tensors` takes them) to ``path``.
 
     Each payload is written straight from its array: extra memory is the
-    table, not the file.  ``metadata`` is a dict of None, bool, int, float,
-    str, bytes, lists and dicts.  The file is replaced atomically.
+    table, not the file.  The file is replaced atomically (a temporary file
+    beside it, fsynced, then renamed over it).
+
+    Args:
+        path: a file path, or a binary file object (written in place from its
+            current position, with no atomic replace).
+        tensors: a mapping of name to array or :class:`kiln.Tensor` (sorted by
+            name), a sequence, or a :class:`kiln.TensorDirectory`.
+        metadata: a dict with str keys of None, bool, int, float, str, bytes,
+            lists and dicts; stored as the last tensor, ``__metadata__``.
+
+    Raises:
+        EncodeError: as :func:`kiln.encode_tensors`; ``TYPE`` also for
+            metadata of another kind, metadata with unnamed tensors, or a
+            tensor named ``__metadata__``.
+        OSError: the file cannot be written (the target is left as it was).
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.ones((2, 3), np.float32)},
+        ...                   metadata={"step": 3})
+        >>> kiln.load_metadata("model.kiln")
+        {'step': 3}
     """
     records = normalize_tensors(tensors)
     for rec in records:
@@ -250,7 +270,24 @@ def save_tensors(path: PathLike, tensors: Any, *,
 
 def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
          round_floats: bool = False) -> None:
-    """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically."""
+    """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically.
+
+    Args:
+        path: a file path, or a binary file object (written in place).
+        value, type, round_floats: as for :func:`kiln.encode`.
+        frame: prefix the frame with the schema hash (the default here, so
+            :func:`kiln.load` can check the file holds this type).
+
+    Raises:
+        EncodeError: as :func:`kiln.encode`.
+        KilnError: ``TYPE``/``DEPTH`` for a bad type.
+        OSError: the file cannot be written (the target is left as it was).
+
+    Example:
+        >>> kiln.save("rec.kiln", {"id": 7}, "struct{id:i64,}")
+        >>> kiln.load("rec.kiln", "struct{id:i64,}")
+        {'id': 7}
+    """
     data = _api.encode(value, type, frame=frame, round_floats=round_floats)
     if hasattr(path, "write"):
         path.write(data)
@@ -271,10 +308,28 @@ class TensorWriter:
     """Write a tensor file one tensor at a time, in constant memory.
 
     Declare every tensor first (``add(name, dtype, shape)``), then write each
-    payload (``write(name, data)``) in any order, then ``close()`` (or leave
-    the ``with`` block) to replace the target atomically.  ``write(name, None)``
-    leaves that payload as zeros (a hole in the file where the file system
-    allows).  An exception inside the ``with`` block discards the file.
+    payload (``write(name, data)`` or ``write_from(name, source, offset)``)
+    in any order, then ``close()`` (or leave the ``with`` block) to replace
+    the target atomically.  ``write(name, None)`` leaves that payload as
+    zeros (a hole in the file where the file system allows).  An exception
+    inside the ``with`` block discards the file.
+
+    Args:
+        path: the target file (a temporary file is written beside it).
+        metadata: as for :func:`kiln.save_tensors`.
+
+    Raises:
+        EncodeError: bad metadata (before any file is created).
+        OSError: the temporary file cannot be created.
+
+    Example:
+        >>> with kiln.TensorWriter("big.kiln", metadata={"layers": 2}) as w:
+        ...     w.add("layer0", "f32", (4, 8))
+        ...     w.add("layer1", "f32", (4, 8))
+        ...     for name in ("layer0", "layer1"):
+        ...         w.write(name, np.ones((4, 8), np.float32))
+        >>> kiln.load_tensors("big.kiln").keys()
+        ['layer0', 'layer1']
     """
 
     def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None) -> None:
@@ -290,7 +345,12 @@ class TensorWriter:
             layout: Optional[str] = None, nbytes: Optional[int] = None,
             block_size: int = 0) -> None:
         """Declare one tensor (before the first ``write``).  An opaque dtype (a code
-        4096..32767) also needs ``layout``, ``block_size`` and ``nbytes``."""
+        4096..32767) also needs ``layout``, ``block_size`` and ``nbytes``.
+
+        Raises ``RuntimeError`` after the first write, ``ValueError`` for an empty,
+        reserved or repeated name, an unknown dtype or an opaque one without
+        ``nbytes``.
+        """
         if self._places is not None:
             raise RuntimeError("declare every tensor before the first write")
         if not isinstance(name, str) or not name or name == _meta.META_NAME \
@@ -330,7 +390,12 @@ class TensorWriter:
         return self._out.f
 
     def write(self, name: str, data: Any) -> None:
-        """Write the payload of a declared tensor (an array, a Tensor, bytes, or None)."""
+        """Write the payload of a declared tensor (an array, a Tensor, bytes, or None).
+
+        Raises ``KeyError`` for an undeclared name, ``ValueError`` for a tensor
+        written twice or data whose dtype, shape or size differs from the
+        declaration.
+        """
         if self._places is None:
             self._start()
         i = self._index.get(name)
@@ -392,7 +457,11 @@ class TensorWriter:
         self._written[i] = True
 
     def close(self) -> None:
-        """Check every tensor was written, then replace the target atomically."""
+        """Check every tensor was written, then replace the target atomically.
+
+        Raises ``ValueError`` naming the tensors declared but not written (the
+        target is then left as it was, and the temporary file removed).
+        """
         if self._out is None:
             return
         try:
@@ -518,7 +587,28 @@ class KilnFile:
     ``f.keys()`` (file order), ``f["w"]`` (a :class:`Tensor` viewing the
     mapping), ``f.metadata``, ``f.rows("w", start, stop)`` (a leading-axis
     slice that touches only those rows' pages), ``len(f)``, iteration over
-    names.  Use as a context manager, or call :meth:`close`.
+    names.  Use as a context manager, or call :meth:`close`; views taken
+    from the file stay valid after it is closed.  Made by :func:`kiln.open`.
+
+    Args:
+        path: a file path or a binary file object.
+        trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
+
+    Attributes:
+        path: the file's name.
+        metadata: the metadata dict, or None when the file has none.
+
+    Raises:
+        KilnError: any code :func:`kiln.decode_tensors` raises, at its file
+            offset (``EOF`` also for an empty or short file); ``TYPE`` for a
+            misplaced or malformed ``__metadata__`` tensor.
+        OSError: a missing file, a directory, no permission.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.arange(6, dtype=np.int32).reshape(3, 2)})
+        >>> with kiln.open("model.kiln") as f:
+        ...     f.keys(), f.rows("w", 1, 3).tolist()
+        (['w'], [[2, 3], [4, 5]])
     """
 
     def __init__(self, path: PathLike, *, trusted: bool = False,
@@ -609,7 +699,27 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
 
 
 def open(path: PathLike, **options: Any) -> KilnFile:  # noqa: A001  (kiln.open)
-    """Open a tensor file lazily (see :class:`KilnFile`); options as ``decode_tensors``'s."""
+    """Open a tensor file lazily: the table is checked once, tensors are read on access.
+
+    Args:
+        path: a file path or a binary file object.
+        options: ``trusted``, ``max_count``, ``max_bytes`` (as for
+            :class:`kiln.Decoder`).
+
+    Returns:
+        KilnFile: use it as a context manager.
+
+    Raises:
+        KilnError: an invalid file (see :class:`KilnFile`).
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.ones(4, np.float16)})
+        >>> with kiln.open("model.kiln") as f:
+        ...     w = f["w"].numpy()
+        >>> w.tolist()
+        [1.0, 1.0, 1.0, 1.0]
+    """
     return KilnFile(path, **options)
 
 
@@ -618,7 +728,26 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
 
     A copy is read straight into one block the directory owns (one copy, no
     mapping); ``max_copy_bytes`` and the other options are as for
-    :func:`kiln.decode_tensors`."""
+    :func:`kiln.decode_tensors`.
+
+    Args:
+        path: a file path or a binary file object.
+        copy: read the payloads into memory the directory owns.
+        options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``.
+
+    Returns:
+        TensorDirectory: the tensors, without the metadata (see
+        :func:`kiln.load_metadata`).
+
+    Raises:
+        KilnError: an invalid file (see :class:`KilnFile`).
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", [np.zeros(2, np.uint8)])
+        >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
+        [0, 0]
+    """
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
         owned = _read_owned(os.fspath(path))
         d = _api.decode_tensors(owned, **options)
@@ -634,14 +763,46 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
 
 
 def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
-    """The metadata of a tensor file (None when it has none)."""
+    """The metadata of a tensor file (None when it has none).
+
+    Reads and checks the table and the metadata only, not the payloads.
+
+    Raises:
+        KilnError: an invalid file or metadata (see :class:`KilnFile`).
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.ones(1)}, metadata={"lr": 0.5})
+        >>> kiln.load_metadata("model.kiln")
+        {'lr': 0.5}
+    """
     with KilnFile(path) as f:
         return f.metadata
 
 
 def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
          **options: Any) -> Any:
-    """Decode the file at ``path`` as one value of ``type`` (framed by default)."""
+    """Decode the file at ``path`` as one value of ``type`` (framed by default).
+
+    The file is mapped; tensors in the value view the mapping unless
+    ``copy=True``.
+
+    Args:
+        path: a file path or a binary file object.
+        type: as for :func:`kiln.decode`.
+        frame: the file starts with a frame (as :func:`kiln.save` writes).
+        copy, options: as for :func:`kiln.decode`.
+
+    Raises:
+        KilnError: as :func:`kiln.decode` (``SCHEMA`` when the file holds
+            another type); ``EOF`` for an empty file.
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save("rec.kiln", [1.5, 2.5], "list<f64>")
+        >>> kiln.load("rec.kiln", "list<f64>").tolist()
+        [1.5, 2.5]
+    """
     mm = _map(path)
     try:
         return _api.decode(mm, type, frame=frame, copy=copy, **options)
