@@ -3,29 +3,24 @@ generator of dataclasses behind ``kiln gen``.
 
 The subset (the same as the spec's dynamic values):
 
-===========================================  ====================================
-JSON Schema                                  Kiln type
-===========================================  ====================================
-``{"type": "boolean"}``                      ``bool``
-``{"type": "integer"}`` (+ ``format``        ``i64`` (``int8`` ... ``int64``,
-int8..int64, uint8..uint64)                  ``uint8`` ... ``uint64``)
-``{"type": "number"}`` (+ ``format``         ``f64`` (``double``, the default) or
-float / double)                              ``f32`` (``float``)
-``{"type": "string"}``                       ``str``
-``{"type": "string", "format": "binary"}``   ``list<u8>`` (bytes)
-``{"type": "array", "items": S}``            ``list<S>`` (a Python list)
-``{"type": "object", "properties": ...,      ``struct``: properties in document
-"required": [...]}``                         order; those not in ``required``
-                                             (when it is given) are ``opt<...>``
-``{"type": "object",                         ``dict<str,V>``
-"additionalProperties": V}``
-``{"$ref": "#/$defs/Name"}``                 the definition (not recursive)
-===========================================  ====================================
+* ``{"type": "boolean"}``: ``bool``.
+* ``{"type": "integer"}``: ``i64``; with ``"format"`` ``int8`` ... ``int64``
+  or ``uint8`` ... ``uint64``, that width.
+* ``{"type": "number"}``: ``f64``; with ``"format": "float"``, ``f32``
+  (``"double"`` is the default).
+* ``{"type": "string"}``: ``str``; with ``"format": "binary"``, ``list<u8>``
+  (bytes).
+* ``{"type": "array", "items": S}``: ``list<S>`` (a Python list).
+* ``{"type": "object", "properties": {...}, "required": [...]}``: a
+  ``struct`` with the properties in document order; those left out of
+  ``required`` (when it is given) are ``opt<...>``.
+* ``{"type": "object", "additionalProperties": V}``: ``dict<str,V>``.
+* ``{"$ref": "#/$defs/Name"}``: the definition (not recursive).
 
 Annotation keywords (``title``, ``description``, ``$comment``, ``examples``,
 ``default``, ``$schema``, ``$id``, ``deprecated``, ``readOnly``, ``writeOnly``)
 are ignored; any other keyword changes what a value may be and is refused, as
-is everything outside the table: a :class:`SchemaError` naming the JSON
+is everything outside this list: a :class:`SchemaError` naming the JSON
 pointer of the node.  Documents nest at most 64 containers (``DEPTH``).
 """
 
@@ -197,7 +192,7 @@ def schema_from_json(doc: Any) -> Type:
     """The Kiln type of a JSON Schema document (a dict, or JSON text).
 
     Args:
-        doc: the schema, in the subset of the table above.
+        doc: the schema, in the subset listed in :mod:`kiln.schema`.
 
     Returns:
         Type: the Kiln type; structs decode to ``dict``, arrays to ``list``.
@@ -268,7 +263,7 @@ def _schema_of(t: Type, pointer: str, field: bool = False) -> Dict[str, Any]:
 
 
 def to_json_schema(type_or_class: Any) -> Dict[str, Any]:
-    """The JSON Schema of a Kiln type (or a bound class) in the subset above.
+    """The JSON Schema of a Kiln type (or a bound class), in the subset kiln reads.
 
     ``int`` and ``uint`` are written as int64 and uint64 and so read back as
     ``i64`` and ``u64``; tensors and ``opt`` outside a struct field are refused.

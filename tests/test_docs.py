@@ -1,0 +1,233 @@
+"""The documentation is tested like code.
+
+* Every ```python block of README.md and docs/**/*.md runs, in both
+  implementations (the ``impl`` fixture), in a fresh temporary directory.
+  The blocks of one page share one namespace, in page order, as a reader
+  would type them.  A block starting with ``>>>`` runs as a doctest.  A block
+  preceded by ``<!-- requires: torch -->`` is skipped when that module is not
+  installed.  Blocks that are not Python (sh, text, json) use another fence
+  language and are not run.
+* Every ``>>>`` example in the docstrings of kiln's public API runs, in both
+  implementations.
+* The site builds with ``sphinx-build -W -n --keep-going``: any warning,
+  including a broken cross-reference (nitpicky), fails the test.  Every name
+  in ``kiln.__all__`` and every public module has an entry in the reference.
+"""
+
+import dataclasses
+import doctest
+import glob
+import importlib
+import os
+import re
+import subprocess
+import sys
+import typing
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _compat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+
+# the public modules of the reference (kiln itself covers kiln.__all__)
+PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.convert",
+                  "kiln.cli"]
+# where docstrings of public names live
+DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._tensor", "kiln._plan",
+                     "kiln._errors", "kiln.files", "kiln.schema", "kiln.dask", "kiln.convert",
+                     "kiln.cli"]
+
+FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
+REQUIRES = re.compile(r"<!--\s*requires:\s*(?P<mods>[\w., ]+?)\s*-->")
+
+
+# --- markdown ---------------------------------------------------------------------
+
+def markdown_files():
+    files = [os.path.join(ROOT, "README.md")]
+    files += sorted(glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True))
+    return [f for f in files if os.path.exists(f) and "_build" not in f]
+
+
+def python_blocks(path):
+    """[(first line number, code, required modules)] of the ```python blocks."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    blocks = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m is None:
+            i += 1
+            continue
+        fence, info = m.group("fence"), m.group("info").lower()
+        body = []
+        j = i + 1
+        while j < len(lines) and not (lines[j].lstrip().startswith(fence)
+                                      and lines[j].strip().strip(fence[0]) == ""):
+            body.append(lines[j])
+            j += 1
+        if info in ("python", "py", "python3"):
+            prev = next((ln for ln in reversed(lines[:i]) if ln.strip()), "")
+            req = REQUIRES.search(prev)
+            mods = [s.strip() for s in req.group("mods").split(",")] if req else []
+            blocks.append((i + 2, "\n".join(body) + "\n", mods))
+        i = j + 1
+    return blocks
+
+
+def _rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+MARKDOWN = [f for f in markdown_files() if python_blocks(f)]
+
+
+@pytest.fixture
+def use_impl(impl, monkeypatch, tmp_path):
+    """kiln's module-level API (kiln.encode, kiln.open ...) on ``impl``'s kernels,
+    in a fresh working directory."""
+    monkeypatch.setattr(_compat, "kernels", impl.kernels)
+    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
+    monkeypatch.setattr(kiln, "IMPLEMENTATION", impl.name)
+    monkeypatch.chdir(tmp_path)
+    return impl
+
+
+def _run_doctest(code, name, path, lineno, globs):
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest(code, globs, name, path, lineno)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    out = []
+    runner.run(test, out=out.append, clear_globs=False)
+    assert runner.failures == 0, "".join(out)
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=_rel)
+def test_markdown_examples(path, use_impl):
+    ns = {"__name__": "__doc_example__"}
+    for lineno, code, mods in python_blocks(path):
+        for mod in mods:
+            pytest.importorskip(mod)
+        where = "%s:%d" % (_rel(path), lineno)
+        if code.lstrip().startswith(">>>"):
+            _run_doctest(code, where, path, lineno, ns)
+            continue
+        try:
+            exec(compile(code, where, "exec"), ns)
+        except Exception as e:
+            raise AssertionError("the example at %s (%s kernels) failed: %s: %s"
+                                 % (where, use_impl.name, type(e).__name__, e)) from e
+
+
+def test_the_readme_and_the_guide_have_examples():
+    names = [_rel(p) for p in MARKDOWN]
+    assert "README.md" in names
+    if os.path.exists(os.path.join(DOCS, "conf.py")):   # a checkout, not a wheel's tests
+        assert len(names) >= 10, names
+
+
+def test_block_extraction():
+    text = ("```sh\nkiln demo\n```\n\n<!-- requires: torch -->\n```python\nx = 1\n```\n"
+            "````md\n```python\nnot run\n```\n````\n")
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as f:
+        f.write(text)
+    try:
+        assert python_blocks(f.name) == [(7, "x = 1\n", ["torch"])]
+    finally:
+        os.unlink(f.name)
+
+
+# --- docstrings -------------------------------------------------------------------
+
+def _docstring_tests():
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    seen = {}
+    for modname in DOCSTRING_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:   # kiln.dask without dask installed
+            continue
+        for t in finder.find(mod, modname):
+            seen.setdefault(t.name, t)
+    for name in kiln.__all__:   # public objects whose __module__ is "kiln"
+        obj = getattr(kiln, name)
+        if getattr(obj, "__module__", None) == "kiln" and isinstance(obj, type):
+            for t in finder.find(obj, "kiln." + name):
+                seen.setdefault(t.name, t)
+    return sorted((t for t in seen.values() if t.examples), key=lambda t: t.name)
+
+
+DOCTESTS = _docstring_tests()
+
+
+def test_every_public_callable_has_an_example():
+    names = {t.name for t in DOCTESTS}
+    public = {"encode", "decode", "Encoder", "Decoder", "encode_tensors", "decode_tensors",
+              "parse_type", "as_type", "struct", "list_", "opt", "dict_", "Type", "Some",
+              "Tensor", "TensorDirectory", "unpack_nibbles", "pack_nibbles", "numpy_dtype",
+              "save_tensors", "load_tensors", "load_metadata", "save", "load", "open",
+              "KilnFile", "TensorWriter", "SchemaError", "schema_from_json", "to_json_schema",
+              "KilnError", "EncodeError"}
+    missing = sorted(p for p in public if not any(n.endswith("." + p) for n in names))
+    assert missing == []
+
+
+@pytest.mark.parametrize("test", DOCTESTS, ids=lambda t: t.name)
+def test_docstring_examples(test, use_impl):
+    if test.name.startswith("kiln.dask"):
+        pytest.importorskip("distributed")
+        import kiln.dask  # noqa: F401  (kiln.dask in the examples)
+    globs = {"kiln": kiln, "np": np, "dataclasses": dataclasses, "typing": typing}
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    test = doctest.DocTest(test.examples, dict(globs), test.name, test.filename, test.lineno,
+                           test.docstring)
+    out = []
+    runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)
+
+
+# --- the site ---------------------------------------------------------------------
+
+def sphinx_build(src, out, *extra):
+    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q",
+                           "-b", "html", *extra, src, out],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    if not os.path.exists(os.path.join(DOCS, "conf.py")):
+        pytest.skip("no docs/ here (the tests of an installed wheel)")
+    pytest.importorskip("sphinx", reason="the docs extra is not installed: "
+                        "pip install -e '.[test,docs]'")
+    pytest.importorskip("myst_parser", reason="the docs extra is not installed")
+    out = str(tmp_path_factory.mktemp("html"))
+    r = sphinx_build(DOCS, out, "-d", os.path.join(out, ".doctrees"))
+    return r, out
+
+
+def test_docs_build_without_warnings(built_site):
+    r, out = built_site
+    assert r.returncode == 0, "sphinx-build -W -n failed:\n" + r.stdout + r.stderr
+    assert os.path.exists(os.path.join(out, "index.html"))
+
+
+def test_reference_covers_the_public_api(built_site):
+    r, out = built_site
+    assert r.returncode == 0, r.stderr
+    from sphinx.util.inventory import InventoryFile
+    with open(os.path.join(out, "objects.inv"), "rb") as f:
+        inv = InventoryFile.load(f, "", os.path.join)
+    documented = set()
+    for kind, entries in inv.data.items() if hasattr(inv, "data") else inv.items():
+        if kind.startswith("py:"):
+            documented.update(entries)
+    missing = sorted("kiln." + n for n in kiln.__all__ if "kiln." + n not in documented)
+    assert missing == []
+    assert sorted(m for m in PUBLIC_MODULES if m not in documented) == []
