@@ -151,6 +151,19 @@ cdef extern from *:
     """
     #define KILN_DLTENSOR_SIZE (sizeof(void *) + 8 + 4 + 4 + 2 * sizeof(void *) + 8)
     """
+cdef extern from "kiln_fields.h":
+    int KILN_FK_ATTR, KILN_FK_DICT, KILN_FK_SLOT, KILN_FK_INDEX
+    unsigned int kiln_type_tag(object cls)
+    bint kiln_generic_getattr(object cls)
+    bint kiln_has_dict(object cls)
+    PyObject *kiln_type_lookup(object cls, object name)
+    bint kiln_is_data_descr(PyObject *d)
+    Py_ssize_t kiln_slot_offset(PyObject *d)
+    PyObject *kiln_slot_get(object v, Py_ssize_t off)
+    bint kiln_exact_type(object v, object cls)
+    PyObject *PyObject_GenericGetDict(object o, void *ctx)
+    PyObject *kiln_getattr "PyObject_GetAttr"(object o, object name) except NULL
+
 cdef extern from "kiln_dlpack.h":
     void kiln_dl_destroy(object capsule)
 
@@ -190,6 +203,8 @@ cdef object _np_empty = _np.empty
 cdef object _np_ndarray = _np.ndarray
 cdef object _np_bool = _np.bool_
 cdef object _np_ascontig = _np.ascontiguousarray
+from collections import namedtuple as _namedtuple
+cdef object _tuplegetter = type(_namedtuple("_T", "a").a)
 
 include "kernels/reader.pxi"
 include "kernels/nodes.pxi"

@@ -611,36 +611,130 @@ cdef int unknown_fields(Node nd, Writer *w, object v) except -1:
     return -1
 
 
-cdef int enc_struct(Node nd, Writer *w, object v) except -1:
-    cdef Py_ssize_t i, nf = nd.nf
-    cdef PyObject *o
+cdef int field_kinds(Node nd) except -1:
+    """Decide how read_fields reads each field of an object of exactly nd.cls
+    (see src/kiln_fields.h); nd.ftag keeps the class's version tag."""
+    cdef Py_ssize_t i, off
+    cdef PyObject *d
     cdef FieldInfo *fi = nd.finfo
+    cls = nd.cls
+    nd.ftag = 0
+    for i in range(nd.nf):
+        fi[i].kind = KILN_FK_ATTR
+        fi[i].off = 0
+    if not isinstance(cls, type) or not kiln_generic_getattr(cls):
+        return 0
+    for i in range(nd.nf):
+        d = kiln_type_lookup(cls, <object>fi[i].name)
+        if d == NULL or not kiln_is_data_descr(d):
+            if kiln_has_dict(cls):
+                fi[i].kind = KILN_FK_DICT
+            continue
+        off = kiln_slot_offset(d)
+        if off >= 0:
+            if not KILN_FREE_THREADED:  # a slot read there would race a store
+                fi[i].kind = KILN_FK_SLOT
+                fi[i].off = off
+        elif type(<object>d) is _tuplegetter and issubclass(cls, tuple):
+            fi[i].off = (<object>d).__reduce__()[1][0]
+            fi[i].kind = KILN_FK_INDEX
+    nd.ftag = kiln_type_tag(cls)
+    return 0
+
+
+cdef int read_fields(Node nd, object v, PyObject **vals, Py_ssize_t *got) except -1:
+    """Read every field of the nd.cls instance ``v`` into ``vals`` (owned refs,
+    counted in ``got``), in field order, before anything is encoded: what
+    getattr gives, without a call per field where the class allows it."""
+    cdef Py_ssize_t i, ix
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *o
+    cdef PyObject *dp = NULL
+    cdef int kind
+    cdef bint fast = False
+    cdef unsigned int tag
+    if kiln_exact_type(v, nd.cls):
+        tag = kiln_type_tag(nd.cls)
+        if tag != nd.ftag and tag != 0 and not KILN_FREE_THREADED:
+            field_kinds(nd)  # the class changed since: decide again
+        fast = tag != 0 and tag == nd.ftag
+    try:
+        for i in range(nd.nf):
+            kind = fi[i].kind if fast else KILN_FK_ATTR
+            o = NULL
+            if kind == KILN_FK_DICT:
+                if dp == NULL:
+                    dp = PyObject_GenericGetDict(v, NULL)
+                    if dp == NULL:  # pragma: no cover - the class has a __dict__
+                        PyErr_Clear()
+                        fast = False
+                if dp != NULL:
+                    kiln_dict_get_ref(<object>dp, <object>fi[i].name, &o)
+            elif kind == KILN_FK_SLOT:
+                o = kiln_slot_get(v, fi[i].off)
+            elif kind == KILN_FK_INDEX:
+                ix = fi[i].off
+                if ix < PyTuple_GET_SIZE(v):
+                    o = PyTuple_GET_ITEM(v, ix)
+                    Py_INCREF(<object>o)
+            if o == NULL:
+                o = kiln_getattr(v, <object>fi[i].name)
+            vals[i] = o
+            got[0] = i + 1
+    finally:
+        Py_XDECREF(dp)
+    return 0
+
+
+cdef int dict_fields(Node nd, Writer *w, object v, PyObject **vals, Py_ssize_t *got) except -1:
+    cdef Py_ssize_t i
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *o
+    for i in range(nd.nf):
+        if not kiln_dict_get_ref(v, <object>fi[i].name, &o):
+            efail("TYPE", w.pos, "missing field %r" % (<object>fi[i].name,))
+        vals[i] = o
+        got[0] = i + 1
+    if PyDict_GET_SIZE(v) != nd.nf:
+        unknown_fields(nd, w, v)
+    return 0
+
+
+cdef int enc_struct(Node nd, Writer *w, object v) except -1:
+    cdef Py_ssize_t i, nf = nd.nf, got = 0
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *stack[16]
+    cdef PyObject **vals = stack
     cdef int d
-    cdef tuple vals
-    if nd.cls is not None and PyObject_IsInstance(v, nd.cls):
-        g = nd.get(v)
-        vals = g if type(g) is tuple else tuple(g)
-    elif PyDict_CheckExact(v):
-        vals = PyTuple_New(nf)
-        for i in range(nf):
-            if not kiln_dict_get_ref(v, <object>fi[i].name, &o):
-                efail("TYPE", w.pos, "missing field %r" % (<object>fi[i].name,))
-            PyTuple_SET_ITEM(vals, i, o)  # steals the owned reference
-        if PyDict_GET_SIZE(v) != nf:
-            unknown_fields(nd, w, v)
-    else:
-        vals = struct_values_generic(nd, w, v)
-    d = w.depth
-    w.depth += 1
-    if d < MAXSEG:
-        w.segs[d].kind = 2
-    for i in range(nf):
-        if i >= PyTuple_GET_SIZE(vals):
-            raise IndexError("tuple index out of range")
+    if nf > 16:
+        vals = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * nf)
+        if vals == NULL:
+            raise MemoryError()
+    try:
+        if nd.cls is not None and (kiln_exact_type(v, nd.cls) or PyObject_IsInstance(v, nd.cls)):
+            read_fields(nd, v, vals, &got)
+        elif PyDict_CheckExact(v):
+            dict_fields(nd, w, v, vals, &got)
+        else:
+            tv = struct_values_generic(nd, w, v)
+            for i in range(nf):
+                vals[i] = PyTuple_GET_ITEM(tv, i)
+                Py_INCREF(<object>vals[i])
+                got = i + 1
+        d = w.depth
+        w.depth += 1
         if d < MAXSEG:
-            w.segs[d].obj = fi[i].name
-        enc(<Node>fi[i].node, w, <object>PyTuple_GET_ITEM(vals, i))
-    seg_pop(w)
+            w.segs[d].kind = 2
+        for i in range(nf):
+            if d < MAXSEG:
+                w.segs[d].obj = fi[i].name
+            enc(<Node>fi[i].node, w, <object>vals[i])
+        seg_pop(w)
+    finally:
+        for i in range(got):
+            Py_DECREF(<object>vals[i])
+        if vals != stack:
+            PyMem_Free(vals)
     return 0
 
 

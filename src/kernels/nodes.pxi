@@ -6,6 +6,8 @@ cdef struct FieldInfo:
     int op
     PyObject *node      # borrowed from Node.fields
     PyObject *name      # borrowed from Node.names
+    int kind            # class-bound struct: how encode reads the field (KILN_FK_*)
+    Py_ssize_t off      # KILN_FK_SLOT: the slot's offset; KILN_FK_INDEX: the tuple index
 
 
 cdef class Node:
@@ -30,6 +32,7 @@ cdef class Node:
     cdef object dt_le       # pod: the wire's little-endian dtype
     cdef bint has_tensors
     cdef int form           # pod list or list<u8>: the Python value (FORM_*)
+    cdef unsigned int ftag  # struct: cls's version tag when finfo's kinds were decided
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -81,8 +84,12 @@ cdef Node compile_node(object plan):
             nd.finfo[i].op = f.op
             nd.finfo[i].node = <PyObject *>f
             nd.finfo[i].name = <PyObject *>nd.names[i]
+            nd.finfo[i].kind = KILN_FK_ATTR
+            nd.finfo[i].off = 0
             if f.has_tensors:
                 nd.has_tensors = True
+        if nd.cls is not None:
+            field_kinds(nd)
     elif op == OP_TENSORS:
         nd.hooks = plan.tensors
         nd.has_tensors = True

@@ -1,0 +1,84 @@
+/* Reading the fields of a class-bound struct from C, for kiln._kernels_c
+   (see enc_struct and read_fields in src/kernels/encode.pxi).
+
+   What the pure kernel (and operator.attrgetter) does is getattr(obj, name)
+   per field.  For an object of exactly the bound class, whose attribute
+   lookup is object's own (tp_getattro == PyObject_GenericGetAttr), that
+   lookup is decided by what the class's MRO holds under the name, and the
+   compiled kernel looks that up once (field_kinds) and keeps the answer
+   while the class's version tag stays the same (any change to the class or
+   a base resets the tag):
+
+   - a data descriptor that is a plain object slot (__slots__, dataclass
+     slots=True): read the slot at its offset (KILN_FK_SLOT); an empty slot
+     goes the generic way, which raises the same AttributeError;
+   - a NamedTuple field accessor (_tuplegetter): the tuple item (KILN_FK_INDEX);
+   - nothing, or a non-data descriptor (a class-level default, a method): the
+     instance __dict__ wins if it holds the name, so look there with the
+     interned name (KILN_FK_DICT), else go the generic way;
+   - anything else (a property, ...): the generic way (KILN_FK_ATTR).
+
+   The generic way is tp_getattro, exactly what getattr calls. */
+#ifndef KILN_FIELDS_H
+#define KILN_FIELDS_H
+#include <Python.h>
+#include <structmember.h>
+
+#define KILN_FK_ATTR 0
+#define KILN_FK_DICT 1
+#define KILN_FK_SLOT 2
+#define KILN_FK_INDEX 3
+
+#ifndef Py_T_OBJECT_EX
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
+#ifndef Py_READONLY
+#define Py_READONLY READONLY
+#endif
+
+/* the class's version tag, 0 when it has none that is valid */
+static unsigned int kiln_type_tag(PyObject *cls) {
+    PyTypeObject *t = (PyTypeObject *)cls;
+#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
+#endif
+    return t->tp_version_tag;
+}
+
+static int kiln_generic_getattr(PyObject *cls) {
+    return ((PyTypeObject *)cls)->tp_getattro == PyObject_GenericGetAttr;
+}
+
+static int kiln_has_dict(PyObject *cls) {
+    return ((PyTypeObject *)cls)->tp_dictoffset != 0;
+}
+
+/* what the MRO holds under name (borrowed; NULL when nothing, no error) */
+static PyObject *kiln_type_lookup(PyObject *cls, PyObject *name) {
+    return _PyType_Lookup((PyTypeObject *)cls, name);
+}
+
+static int kiln_is_data_descr(PyObject *d) {
+    return Py_TYPE(d)->tp_descr_set != NULL;
+}
+
+/* the offset of a plain object slot, else -1 */
+static Py_ssize_t kiln_slot_offset(PyObject *d) {
+    PyMemberDef *m;
+    if (Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+    m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != Py_T_OBJECT_EX || (m->flags & ~Py_READONLY)) return -1;
+    return m->offset;
+}
+
+/* the object in a slot, owned, or NULL when the slot is empty (no error) */
+static PyObject *kiln_slot_get(PyObject *v, Py_ssize_t off) {
+    PyObject *o = *(PyObject **)((char *)v + off);
+    Py_XINCREF(o);
+    return o;
+}
+
+static int kiln_exact_type(PyObject *v, PyObject *cls) {
+    return (PyObject *)Py_TYPE(v) == cls;
+}
+#endif
