@@ -38,7 +38,6 @@ class Type:
     Attributes:
         text: canonical type text, e.g. ``struct{id:i64,batch:tensors,}``.
         tokens: the tuple of tokens whose concatenation is ``text``.
-        schema_hash: FNV-1a 64 hash of the tokens (what a frame carries).
         min_size: the minimum number of bytes one value occupies on the wire.
         depth: how many containers are nested (a scalar is 0).
 
