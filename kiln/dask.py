@@ -27,7 +27,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 import numpy as np
 
-from ._tensor import Tensor, TensorDirectory
+from ._tensor import Tensor, TensorDirectory, numpy_dtype
 
 __all__ = ["from_kiln"]
 
@@ -79,30 +79,57 @@ def _one(frames: List[Any]) -> Any:
 class _LazyTensor:
     """What dask.array.from_array slices: one tensor of a file, read per chunk."""
 
-    def __init__(self, path: str, name: Any, shape: Tuple[int, ...], dtype: Any) -> None:
+    def __init__(self, path: str, name: Any, shape: Tuple[int, ...], dtype: Any,
+                 rows: Any = None) -> None:
         self.path, self.name, self.shape, self.dtype = path, name, shape, np.dtype(dtype)
         self.ndim = len(shape)
+        self.rows = rows   # a URL's kiln.remote.RowSource
 
     def __getitem__(self, index: Any) -> np.ndarray:
+        if self.rows is not None:
+            # one range request for the span of rows this index covers
+            index = index if isinstance(index, tuple) else (index,)
+            first = index[0] if index else slice(None)
+            if isinstance(first, slice):
+                a, b, step = first.indices(self.shape[0])
+                lo, hi, pick = (a, b, slice(None, None, step)) if step > 0 else \
+                    (b + 1, a + 1, slice(None, None, step))
+            else:
+                k = range(self.shape[0])[first]      # an int: IndexError when out of range
+                lo, hi, pick = k, k + 1, 0
+            hi = max(lo, hi)
+            block = np.frombuffer(self.rows.read(lo, hi), self.dtype).reshape(
+                (hi - lo,) + self.shape[1:])
+            return np.array(block[(pick,) + tuple(index[1:])])
         from . import files
         with files.open(self.path) as f:
             return np.array(f[self.name].numpy()[index])   # a copy: the mapping closes
 
 
+def _tokenize(*parts: Any) -> str:
+    import hashlib
+    return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+
 def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
-              name_prefix: Optional[str] = None) -> Any:
+              name_prefix: Optional[str] = None,
+              storage_options: Optional[Dict[str, Any]] = None) -> Any:
     """A dask array over tensor ``name`` of the Kiln file at ``path``, read lazily.
 
     Each chunk is read by the worker that computes it, from its own mapping
     of the file (so every worker must reach the file by this path), touching
     only that chunk's pages; chunks are copies, so no mapping outlives a task.
+    ``path`` may be an fsspec URL (``s3://``, ``https://``...): then each
+    chunk of leading-axis rows is one range request made by its worker (see
+    :mod:`kiln.remote`), and building the array fetches only the table.
 
     Args:
-        path: the tensor file.
+        path: the tensor file, or an fsspec URL.
         name: the tensor's name (or position).
         chunks: as for ``dask.array.from_array`` (``"auto"``, ``(1024, -1)``...).
         name_prefix: the dask graph key (default: from the file's name,
-            tensor and modification time).
+            tensor and modification time or remote version).
+        storage_options: for a URL, passed to its fsspec filesystem.
 
     Returns:
         dask.array.Array: the tensor's shape and numpy dtype.
@@ -121,16 +148,28 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
         (((2, 2), (3,)), 66.0)
     """
     from . import files
+    from .remote import is_url
     import os
-    path = os.path.abspath(os.fspath(path))
-    with files.open(path) as f:
-        t = f[name]
-        arr = t.numpy()
+    remote = is_url(path)
+    options = {"storage_options": storage_options} if remote and storage_options else {}
+    if not remote:
+        path = os.path.abspath(os.fspath(path))
+    rows = None
+    with files.open(path, **options) as f:
+        # the table only: a remote tensor's bytes are not fetched here
+        t = f._tensors_view()[name] if remote else f[name]
         if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
             raise TypeError("from_kiln: tensor %r is %s, which has no numpy array form"
                             % (name, t.dtype))
-        shape, dtype = tuple(arr.shape), arr.dtype
-        del arr, t
-    token = "kiln-%s-%s-%d" % (os.path.basename(path), name, os.stat(path).st_mtime_ns)
-    return _da.from_array(_LazyTensor(path, name, shape, dtype), chunks=chunks,
+        shape, dtype = tuple(t.shape), numpy_dtype(t.code)
+        del t
+        if remote:
+            rows = f.row_source(name)
+            version: Any = f._version
+        else:
+            version = os.stat(path).st_mtime_ns
+    token = "kiln-%s-%s-%s" % (os.path.basename(path), name,
+                               _tokenize(path, name, version))
+    return _da.from_array(_LazyTensor(path, name, shape, dtype, rows), chunks=chunks,
+                          meta=np.empty((0,) * len(shape), dtype),
                           name=name_prefix or token, asarray=False, fancy=False)

@@ -698,20 +698,27 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
     return TensorDirectory._from_table(rows[:-1], d._buf, d._pb, d._errors), meta
 
 
-def open(path: PathLike, **options: Any) -> KilnFile:  # noqa: A001  (kiln.open)
+def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     """Open a tensor file lazily: the table is checked once, tensors are read on access.
 
     Args:
-        path: a file path or a binary file object.
+        path: a file path, a binary file object, or an fsspec URL
+            (``s3://...``, ``https://...``; see :mod:`kiln.remote`), whose
+            table is read with one range request and each tensor's bytes
+            only when it is accessed.
         options: ``trusted``, ``max_count``, ``max_bytes`` (as for
-            :class:`kiln.Decoder`).
+            :class:`kiln.Decoder`); for a URL also ``storage_options`` (a
+            dict for the fsspec filesystem).
 
     Returns:
-        KilnFile: use it as a context manager.
+        KilnFile, or :class:`kiln.remote.RemoteFile` for a URL: use it as a
+        context manager.
 
     Raises:
         KilnError: an invalid file (see :class:`KilnFile`).
-        OSError: the file cannot be opened.
+        OSError: the file cannot be opened;
+            :class:`kiln.remote.RemoteFileChanged` when a remote file changes
+            after it was opened.
 
     Example:
         >>> kiln.save_tensors("model.kiln", {"w": np.ones(4, np.float16)})
@@ -720,6 +727,11 @@ def open(path: PathLike, **options: Any) -> KilnFile:  # noqa: A001  (kiln.open)
         >>> w.tolist()
         [1.0, 1.0, 1.0, 1.0]
     """
+    if isinstance(path, str) and "://" in path:
+        from .remote import RemoteFile, is_url
+        if is_url(path):
+            return RemoteFile(path, **options)
+        path = path.split("://", 1)[1]     # file://
     return KilnFile(path, **options)
 
 

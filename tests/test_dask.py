@@ -63,3 +63,56 @@ def test_from_kiln_reads_chunks_on_the_workers(client, tmp_path):
     assert x.shape == (1000, 8) and x.numblocks == (10, 1)
     assert float(x.sum().compute()) == float(a.sum())
     assert np.array_equal(x[250:260].compute(), a[250:260])
+
+
+def test_from_kiln_over_http_fetches_only_the_chunks_computed(client, tmp_path):
+    pytest.importorskip("aiohttp")                  # fsspec's HTTP filesystem
+    from _servers import RangeServer
+    a = np.arange(20000 * 16, dtype=np.int32).reshape(20000, 16)   # 1.25 MiB, 64 B a row
+    kiln.save_tensors(tmp_path / "m.kiln", {"a": a})
+    with RangeServer(tmp_path) as server:
+        x = kiln.dask.from_kiln(server.url + "m.kiln", "a", chunks=(1000, 16))
+        assert x.shape == a.shape and x.dtype == a.dtype and x.numblocks == (20, 1)
+        with server.lock:
+            before = server.sent
+        assert before < 80 * 1024     # building the array read the table (a 64 KiB first read)
+        part = x[3000:5000].sum(axis=0).compute()    # two chunks, read by the workers
+        assert np.array_equal(part, a[3000:5000].sum(axis=0))
+        with server.lock:
+            used = server.sent - before
+        assert used < a.nbytes // 4, used            # two chunks of twenty, and small requests
+        assert int(x.sum().compute()) == int(a.astype(np.int64).sum())
+        assert np.array_equal(x[::-7, 3].compute(), a[::-7, 3])     # any index: the rows it spans
+        assert x[19999, 2].compute() == a[19999, 2]
+
+
+SAMPLE = kiln.parse_type("struct{id:i64,text:str,t:tensors,}")
+
+
+def _sample(i):
+    rng = np.random.default_rng(i)
+    value = {"id": i, "text": "sample %d" % i,
+             "t": {"x": rng.standard_normal((32, 32)).astype(np.float32),
+                   "y": np.arange(i, i + 7, dtype=np.int64)}}
+    return kiln.decode(kiln.encode(value, SAMPLE), SAMPLE)
+
+
+def _bump(rec):
+    return {"id": rec["id"] + 1, "text": rec["text"].upper(), "t": rec["t"]}
+
+
+def test_records_scatter_compute_gather_bit_exact(client):
+    recs = [_sample(i) for i in range(6)]
+    header, frames = serialize(recs, serializers=["dask", "pickle"])
+    payloads = [np.frombuffer(t.data, np.uint8) for r in recs for t in r["t"].values()]
+    shared = [f for f in frames if any(np.shares_memory(np.frombuffer(f, np.uint8), p)
+                                       for p in payloads if len(f))]
+    assert len(shared) >= len(payloads)       # every payload leaves as its own memory
+    futures = client.scatter(recs)
+    back = client.gather(client.map(_bump, futures))
+    for r, b in zip(recs, back):
+        assert b["id"] == r["id"] + 1 and b["text"] == r["text"].upper()
+        assert b["t"].keys() == r["t"].keys()
+        for k in r["t"].keys():
+            assert b["t"][k].data.tobytes() == r["t"][k].data.tobytes()
+            assert b["t"][k].dtype == r["t"][k].dtype and b["t"][k].shape == r["t"][k].shape
