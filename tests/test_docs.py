@@ -34,12 +34,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 
 # the public modules of the reference (kiln itself covers kiln.__all__)
-PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.convert",
-                  "kiln.cli"]
+PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.remote",
+                  "kiln.convert", "kiln.cli"]
 # where docstrings of public names live
 DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._tensor", "kiln._plan",
-                     "kiln._errors", "kiln.files", "kiln.schema", "kiln.dask", "kiln.convert",
-                     "kiln.cli"]
+                     "kiln._errors", "kiln.files", "kiln.schema", "kiln.dask", "kiln.remote",
+                     "kiln.convert", "kiln.cli"]
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 REQUIRES = re.compile(r"<!--\s*requires:\s*(?P<mods>[\w., ]+?)\s*-->")
