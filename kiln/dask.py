@@ -32,18 +32,25 @@ from ._tensor import Tensor, TensorDirectory, numpy_dtype
 __all__ = ["from_kiln"]
 
 
-def _header(t: Tensor) -> Dict[str, Any]:
-    return {"code": t.code, "shape": list(t.shape), "name": t.name, "layout": t.layout,
-            "block_size": t.block_size, "quant_scheme": t.quant_scheme,
-            "quant_axis": t.quant_axis, "group_size": t.group_size,
-            "scale_index": t.scale_index, "outer_index": t.outer_index}
+_PLAIN = [None, 0, 0, None, 0, None, None]   # layout .. outer_index of a plain tensor
 
 
-def _tensor(h: Dict[str, Any], frame: Any) -> Tensor:
-    return Tensor(frame, dtype=h["code"], shape=h["shape"], name=h["name"], layout=h["layout"],
-                  block_size=h["block_size"], quant_scheme=h["quant_scheme"],
-                  quant_axis=h["quant_axis"], group_size=h["group_size"],
-                  scale_index=h["scale_index"], outer_index=h["outer_index"])
+def _header(t: Tensor) -> List[Any]:
+    """A tensor's description as a short list (msgpack-friendly): code, shape,
+    name, and the layout and quantization fields only when any is set."""
+    rest = [t.layout, t.block_size, t.quant_scheme, t.quant_axis, t.group_size,
+            t.scale_index, t.outer_index]
+    head = [t.code, list(t.shape), t.name]
+    return head if rest == _PLAIN else head + rest
+
+
+def _tensor(h: List[Any], frame: Any) -> Tensor:
+    code, shape, name = h[0], h[1], h[2]
+    if len(h) == 3:
+        return Tensor(frame, dtype=code, shape=shape, name=name)
+    return Tensor(frame, dtype=code, shape=shape, name=name, layout=h[3], block_size=h[4],
+                  quant_scheme=h[5], quant_axis=h[6], group_size=h[7], scale_index=h[8],
+                  outer_index=h[9])
 
 
 @dask_serialize.register(Tensor)

@@ -23,6 +23,20 @@ def test_tensors_serialize_as_frames_without_copies():
     assert deserialize(h, [memoryview(bytearray(fr[0]))]) == d["w"]
 
 
+def test_every_dtype_and_quantization_link_survives_the_dask_serializer():
+    from _mutation import directory_tensors
+    buf = kiln.encode_tensors(directory_tensors())
+    d = kiln.decode_tensors(buf)
+    header, frames = serialize(d, serializers=["dask"])
+    back = deserialize(header, [bytes(f) for f in frames])
+    assert kiln.encode_tensors(back) == buf          # bit for bit, links and layouts included
+    one = d["i.q"]
+    h, fr = serialize(one, serializers=["dask"])
+    t = deserialize(h, fr)
+    assert (t.quant_scheme, t.quant_axis, t.group_size) == (2, 1, 4)
+    assert (t.scale_index, t.outer_index) == (one.scale_index, one.outer_index)
+
+
 @pytest.fixture(scope="module")
 def client():
     from distributed import Client, LocalCluster
