@@ -727,11 +727,11 @@ def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
         >>> w.tolist()
         [1.0, 1.0, 1.0, 1.0]
     """
-    if isinstance(path, str) and "://" in path:
-        from .remote import RemoteFile, is_url
-        if is_url(path):
-            return RemoteFile(path, **options)
-        path = path.split("://", 1)[1]     # file://
+    remote = _remote(path, options)
+    if remote is not None:
+        return remote
+    if isinstance(path, str) and path.startswith("file://"):
+        path = path[len("file://"):]
     return KilnFile(path, **options)
 
 
@@ -760,6 +760,10 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
+    remote = _remote(path, options)
+    if remote is not None:
+        with remote as f:   # every payload fetched into memory the directory owns
+            return f.tensors()
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
         owned = _read_owned(os.fspath(path))
         d = _api.decode_tensors(owned, **options)
@@ -788,8 +792,20 @@ def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
         >>> kiln.load_metadata("model.kiln")
         {'lr': 0.5}
     """
-    with KilnFile(path) as f:
+    remote = _remote(path, {})
+    with remote if remote is not None else KilnFile(path) as f:
         return f.metadata
+
+
+def _remote(path: Any, options: Dict[str, Any]) -> Any:
+    """A :class:`kiln.remote.RemoteFile` when ``path`` is an fsspec URL, else None."""
+    if isinstance(path, str) and "://" in path:
+        from .remote import RemoteFile, is_url
+        if is_url(path):
+            options = dict(options)
+            options.pop("max_copy_bytes", None)
+            return RemoteFile(path, **options)
+    return None
 
 
 def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,

@@ -128,7 +128,7 @@ class RemoteFile:
         mm = _blank(size)
         try:
             head = self._read(0, min(size, _HEAD_GUESS), "the header")
-            need = _table_end(head, size)
+            need = _table_end(head, size, max_count, max_bytes)
             if need > len(head):
                 head += self._read(len(head), need, "the table")
             mm[:len(head)] = head
@@ -362,13 +362,16 @@ def _read(fs: Any, key: str, url: str, version: Tuple[Any, ...], start: int, end
     return bytes(data)
 
 
-def _table_end(head: bytes, size: int) -> int:
+def _table_end(head: bytes, size: int, max_count: int, max_bytes: int) -> int:
     """Where the payloads begin, from the header's counts (bounded by the file
-    size; a header too short or malformed is left to the directory check)."""
+    size; a header too short or malformed, or counts above the caps, are left
+    to the directory check: nothing more is fetched for them)."""
     if len(head) < W.HEADER_SIZE or head[:4] != W.DIR_MAGIC:
         return len(head)
     count = int.from_bytes(head[W.H_COUNT:W.H_COUNT + 4], "little")
     names = int.from_bytes(head[W.H_NAME_BYTES:W.H_NAME_BYTES + 4], "little")
+    if count > max_count or names > max_bytes:
+        return len(head)
     want = W.HEADER_SIZE + W.DESC_SIZE * count + names
     want = (want + W.DIR_ALIGN - 1) & ~(W.DIR_ALIGN - 1)
     return min(want, size)

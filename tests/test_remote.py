@@ -288,3 +288,26 @@ def test_views_outlive_a_closed_remote_file(api):
     f.close()
     assert d["x"].numpy().tolist() == [[0, 1, 2], [3, 4, 5]]    # views outlive close
     assert "closed" in repr(f)
+
+
+def test_load_tensors_and_metadata_of_a_url(api, http):
+    server, root, base = http
+    kiln.save_tensors(root / "lt.kiln", {"a": np.arange(5, dtype=np.int16)},
+                      metadata={"who": "remote"})
+    d = kiln.load_tensors(base + "lt.kiln")
+    assert d.keys() == ["a"] and d["a"].numpy().tolist() == [0, 1, 2, 3, 4]
+    assert kiln.load_tensors(base + "lt.kiln", copy=True)["a"].numpy().tolist() == [0, 1, 2, 3, 4]
+    assert kiln.load_metadata(base + "lt.kiln") == {"who": "remote"}
+
+
+def test_counts_above_the_caps_fetch_nothing_more(api, http):
+    server, root, base = http
+    data = bytearray(kiln.encode_tensors({"a": np.zeros(2 * MiB, np.uint8)}))
+    data[8:12] = (10000).to_bytes(4, "little")     # 1.2 MiB of descriptors: inside the file
+    (root / "caps.kiln").write_bytes(bytes(data))
+    with server.lock:
+        server.sent = 0
+    with pytest.raises(kiln.KilnError) as remote:
+        kiln.open(base + "caps.kiln", max_count=100)
+    assert (remote.value.code, remote.value.offset) == ("LIMIT", 8)
+    assert server.sent < 80 * 1024, server.sent    # the first 64 KiB only
