@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _dlpack
+from . import _compat, _dlpack
 from ._errors import EncodeError
 
 try:  # optional extra kiln[ml]
@@ -203,7 +203,7 @@ class Tensor:
     # _row has the kernels' table layout: (code, shape, name bytes, layout bytes,
     # block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index,
     # byte_offset, byte_length) with 0xFFFF / 0xFFFFFFFF meaning "none"
-    __slots__ = ("name", "layout", "_row", "_buf", "_off")
+    __slots__ = ("name", "layout", "_row", "_buf", "_off", "_own")
 
     def __init__(self, data: Any, *, dtype: Union[str, int], shape: Sequence[int],
                  name: Optional[str] = None, layout: Optional[str] = None,
@@ -246,6 +246,7 @@ class Tensor:
                      U32_MAX if outer_index is None else outer_index, 0, len(mv))
         self._buf = mv.toreadonly()
         self._off = 0
+        self._own = None
 
     @classmethod
     def from_numpy(cls, array: Any, name: Optional[str] = None) -> "Tensor":
@@ -324,15 +325,7 @@ class Tensor:
             >>> a.dtype, a.shape, a.flags.writeable
             (dtype('int32'), (2, 3), False)
         """
-        row = self._row
-        dt = _SHAPED.get(row[0])
-        if dt is not None and row[11]:
-            # whole-element dtypes: one array over the payload (holding a buffer
-            # export, see _view), then shaped
-            arr = _frombuffer(self._buf, dt, row[11] // dt.itemsize, self._off)
-            shape = row[1]
-            return arr if len(shape) == 1 else arr.reshape(shape)
-        return self._numpy_slow(row)
+        return _numpy(self)
 
     def _numpy_slow(self, row):
         code = row[0]
@@ -425,6 +418,20 @@ class Tensor:
 
 
 _frombuffer = np.frombuffer
+
+
+def _numpy_py(t):
+    """Tensor.numpy() in Python (the compiled kernel's tensor_numpy makes the
+    arrays of decoded tensors itself, and calls this for the others)."""
+    row = t._row
+    dt = _SHAPED.get(row[0])
+    if dt is not None and row[11]:
+        # whole-element dtypes: one array over the payload (holding a buffer
+        # export, see _view), then shaped
+        arr = _frombuffer(t._buf, dt, row[11] // dt.itemsize, t._off)
+        shape = row[1]
+        return arr if len(shape) == 1 else arr.reshape(shape)
+    return t._numpy_slow(row)
 
 
 def _view(buf, dt, count, off, shape):
@@ -521,7 +528,7 @@ class TensorDirectory(Mapping):
         (['b'], (2,), True, None)
     """
 
-    __slots__ = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names",
+    __slots__ = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names", "_own",
                  "__weakref__")
 
     def __init__(self, tensors: Iterable["Tensor"] = ()) -> None:
@@ -529,6 +536,7 @@ class TensorDirectory(Mapping):
         self._rows = None
         self._index = None
         self._names = None
+        self._own = None
 
     @classmethod
     def _from_table(cls, rows, buf, pb, errors):
@@ -540,6 +548,7 @@ class TensorDirectory(Mapping):
         d._tensors = [None] * len(rows)
         d._index = None
         d._names = None
+        d._own = _hold(buf)   # the base of the arrays Tensor.numpy makes (compiled kernels)
         return d
 
     def _make(self, i):
@@ -552,6 +561,7 @@ class TensorDirectory(Mapping):
         t._row = row
         t._buf = self._buf
         t._off = self._pb + row[10]
+        t._own = self._own
         self._tensors[i] = t
         return t
 
@@ -584,6 +594,8 @@ class TensorDirectory(Mapping):
 
     def values(self) -> List["Tensor"]:  # type: ignore[override]
         """The tensors in directory order (a list)."""
+        if self._rows is not None and _fill is not None and _fill(self) is not None:
+            return list(self._tensors)   # every Tensor made by the compiled kernels
         return [self._tensor(i) for i in range(len(self._tensors))]
 
     def items(self) -> List[Tuple[Any, "Tensor"]]:  # type: ignore[override]
@@ -710,6 +722,21 @@ class _Hooks:
 
 
 HOOKS = _Hooks()
+
+
+def _no_hold(buf):
+    return None
+
+
+# With the compiled kernels, Tensor.numpy() and TensorDirectory.values() of a
+# decoded directory run in C (kiln._kernels_c: tensor_numpy, tensors_fill):
+# the same objects and arrays, without np.frombuffer's buffer round trip.
+_numpy, _fill, _hold = _numpy_py, None, _no_hold
+if _compat.IMPLEMENTATION == "cython" and \
+        _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py):
+    _numpy = _compat.kernels.tensor_numpy
+    _fill = _compat.kernels.tensors_fill
+    _hold = _compat.kernels.hold_buffer
 
 
 _LE_ORDERS = ("<", "|") + (("=",) if sys.byteorder == "little" else ())

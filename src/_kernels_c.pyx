@@ -116,6 +116,8 @@ cdef extern from "Python.h":
     char *PyByteArray_AS_STRING(PyObject *o)
     Py_ssize_t PyByteArray_GET_SIZE(PyObject *o)
 
+    object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t n, const char *errors)
+    const char *PyUnicode_AsUTF8(object o) except NULL
     PyObject *PyUnicode_DecodeUTF8_raw "PyUnicode_DecodeUTF8"(const char *s, Py_ssize_t n,
                                                                 const char *errors)
     bint PyUnicode_Check(object o)
@@ -161,6 +163,8 @@ cdef extern from "kiln_fields.h":
     Py_ssize_t kiln_slot_offset(PyObject *d)
     PyObject *kiln_slot_get(object v, Py_ssize_t off)
     bint kiln_exact_type(object v, object cls)
+    void kiln_slot_set(object v, Py_ssize_t off, object x)
+    object kiln_alloc(object cls)
     PyObject *PyObject_GenericGetDict(object o, void *ctx)
     PyObject *kiln_getattr "PyObject_GetAttr"(object o, object name) except NULL
 

@@ -78,6 +78,20 @@ static PyObject *kiln_slot_get(PyObject *v, Py_ssize_t off) {
     return o;
 }
 
+/* store x (a new reference is taken) in the slot at off, dropping the old value */
+static void kiln_slot_set(PyObject *v, Py_ssize_t off, PyObject *x) {
+    PyObject **p = (PyObject **)((char *)v + off);
+    PyObject *old = *p;
+    Py_INCREF(x);
+    *p = x;
+    Py_XDECREF(old);
+}
+
+/* a new, empty instance as cls.__new__(cls) makes it when that is object.__new__ */
+static PyObject *kiln_alloc(PyObject *cls) {
+    return ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
+}
+
 static int kiln_exact_type(PyObject *v, PyObject *cls) {
     return (PyObject *)Py_TYPE(v) == cls;
 }

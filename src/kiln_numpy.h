@@ -41,4 +41,23 @@ static int kiln_np_plain_1d(PyObject *a, PyObject *descr, char **data, Py_ssize_
     *n = h->dimensions[0];
     return 1;
 }
+/* An array over `data` (nd dims, C order, read-only: no NPY_ARRAY_WRITEABLE)
+   whose base is `base`: numpy's PyArray_NewFromDescr (slot 94) and
+   PyArray_SetBaseObject (slot 282, the same in 1.x and 2.x), which steals
+   its reference to the base even when it fails. */
+typedef int (*kiln_npsetbase_t)(PyObject *, PyObject *);
+static PyObject *kiln_np_view(PyObject *descr, int nd, Py_ssize_t *dims, char *data,
+                              PyObject *base) {
+    PyObject *a;
+    Py_INCREF(descr);
+    a = ((kiln_npnew_t)kiln_np_api[94])((PyTypeObject *)kiln_np_api[2], descr, nd, dims,
+                                        NULL, data, 0, NULL);
+    if (a == NULL) return NULL;
+    Py_INCREF(base);
+    if (((kiln_npsetbase_t)kiln_np_api[282])(a, base) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
 #endif

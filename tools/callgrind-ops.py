@@ -8,7 +8,8 @@ prints the difference divided by N: the instructions of one OP, repeatable
 whatever else the machine is doing (the garbage collector is off during the
 repetitions and hash randomisation is pinned, so runs agree to the
 instruction).  Ops: records-decode, records-encode,
-tensors-decode, tensors-numpy, tensors-encode.  The kernels are whatever
+tensors-decode, tensors-numpy, tensors-encode, and tensors-floor (one
+``np.frombuffer`` per tensor, the many-tensors decode floor).  The kernels are whatever
 ``import kiln`` picks (KILN_PUREPYTHON=1 for the pure ones).
 """
 
@@ -48,6 +49,10 @@ def build(op):
         return lambda: kiln.decode_tensors(buf)
     if op == "tensors-numpy":
         return lambda: [t.numpy() for t in kiln.decode_tensors(buf).values()]
+    if op == "tensors-floor":   # the many-tensors decode floor: np.frombuffer per tensor
+        offs = [t.numpy().ctypes.data - np.frombuffer(buf, np.uint8).ctypes.data
+                for t in kiln.decode_tensors(buf).values()]
+        return lambda: [np.frombuffer(buf, np.float32, 16, o) for o in offs]
     return lambda: kiln.encode_tensors(ws)
 
 

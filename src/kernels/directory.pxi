@@ -245,11 +245,30 @@ cdef int step8c_utf8(Dir *st) except -1:
     return 0
 
 
+cdef bint names_ascend(Dir *st) noexcept:
+    """Are the names in strictly ascending byte order (as an encoder writes a
+    mapping)?  Then none repeats, and the sort is not needed."""
+    cdef uint64_t i
+    cdef const uint8_t *dp = desc(st, 0)
+    cdef const uint8_t *p = st.heap + kiln_ld_u16(dp + D_NAME_OFF)
+    cdef const uint8_t *q
+    cdef Py_ssize_t ln = kiln_ld_u16(dp + D_NAME_LEN), lq
+    for i in range(1, st.count):
+        dp = desc(st, i)
+        q = st.heap + kiln_ld_u16(dp + D_NAME_OFF)
+        lq = kiln_ld_u16(dp + D_NAME_LEN)
+        if cmp_bytes_then_index(p, ln, 0, q, lq, 1) >= 0 or (ln == lq and memcmp(p, q, ln) == 0):
+            return False
+        p = q
+        ln = lq
+    return True
+
+
 cdef int step8d_duplicates(Dir *st) except -1:
     cdef NameRef *refs = NULL
     cdef uint64_t i, j
     cdef const uint8_t *dp
-    if not st.named or st.count < 2:
+    if not st.named or st.count < 2 or names_ascend(st):
         return 0
     refs = <NameRef *>PyMem_Malloc(sizeof(NameRef) * st.count)
     if refs == NULL:
@@ -342,6 +361,20 @@ cdef uint64_t descriptor(Dir *st, uint64_t i) except? 0xFFFFFFFFFFFFFFFF:
     return ne
 
 
+cdef bint ranges_ascend(Dir *st) noexcept:
+    """Does each non-empty payload range start at or after the end of the one
+    before it (as an encoder places them)?  Then none overlaps, and the sort
+    is not needed."""
+    cdef uint64_t i, off, blen, end = 0
+    for i in range(st.count):
+        blen = kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
+        if blen:
+            off = kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
+            if off < end or kiln_add_u64(off, blen, &end):
+                return False
+    return True
+
+
 cdef int step9_overlaps(Dir *st) except -1:
     cdef Range *ranges = NULL
     cdef uint64_t i, j, nr = 0, off, e, top_end = 0, top_i = 0
@@ -349,7 +382,7 @@ cdef int step9_overlaps(Dir *st) except -1:
     for i in range(st.count):
         if kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH):
             nr += 1
-    if nr < 2:
+    if nr < 2 or ranges_ascend(st):
         return 0
     ranges = <Range *>PyMem_Malloc(sizeof(Range) * nr)
     if ranges == NULL:
@@ -512,6 +545,20 @@ cdef Py_ssize_t step12_trailing(Dir *st) except -1:
     return end
 
 
+cdef object _U16_NONE = 0xFFFF          # the "none" sentinels, one object each
+cdef object _U32_NONE = 0xFFFFFFFF
+
+
+cdef inline object row_int(uint64_t v):
+    if v < 0xFFFF:
+        return PyLong_FromUnsignedLongLong(v)
+    if v == 0xFFFF:
+        return _U16_NONE
+    if v == 0xFFFFFFFF:
+        return _U32_NONE
+    return PyLong_FromUnsignedLongLong(v)
+
+
 cdef object make_table(Dir *st):
     """One row per descriptor, in the layout the kernel interface documents."""
     cdef uint64_t i, rank, llen
@@ -532,9 +579,9 @@ cdef object make_table(Dir *st):
         lay = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_LAYOUT_OFF),
                                         <Py_ssize_t>llen) if llen else None
         row = (kiln_ld_u16(dp + D_DTYPE), shape, nm, lay, kiln_ld_u32(dp + D_BLOCK_SIZE),
-               kiln_ld_u16(dp + D_QUANT_SCHEME), kiln_ld_u16(dp + D_QUANT_AXIS),
-               kiln_ld_u32(dp + D_GROUP_SIZE), kiln_ld_u32(dp + D_SCALE_INDEX),
-               kiln_ld_u32(dp + D_OUTER_INDEX), kiln_ld_u64(dp + D_BYTE_OFFSET),
+               kiln_ld_u16(dp + D_QUANT_SCHEME), row_int(kiln_ld_u16(dp + D_QUANT_AXIS)),
+               kiln_ld_u32(dp + D_GROUP_SIZE), row_int(kiln_ld_u32(dp + D_SCALE_INDEX)),
+               row_int(kiln_ld_u32(dp + D_OUTER_INDEX)), kiln_ld_u64(dp + D_BYTE_OFFSET),
                kiln_ld_u64(dp + D_BYTE_LENGTH))
         Py_INCREF(row)
         PyList_SET_ITEM(table, i, <PyObject *>row)

@@ -85,3 +85,141 @@ cdef inline object new_array(object dt, Py_ssize_t n, char **data):
     return arr
 
 
+
+
+# --- Tensor.numpy() and TensorDirectory.values() of a decoded directory -----
+# kiln._tensor hands over its Tensor class (tensor_setup); a decoded
+# directory holds one buffer export of its memoryview (hold_buffer), the base
+# of every array made over it, so the caller's buffer stays exported (a
+# bytearray cannot be resized, an mmap not closed) while any array lives,
+# and the arrays are read-only (the holder exports nothing writable).
+
+cdef extern from "kiln_numpy.h":
+    object kiln_np_view(object descr, int nd, Py_ssize_t *dims, char *data, object base)
+
+
+cdef class HeldBuffer:
+    """One buffer export of a tensor directory's memoryview: the base of the
+    arrays that Tensor.numpy makes over it."""
+    cdef Py_buffer view
+    cdef bint held
+
+    def __dealloc__(self):
+        if self.held:
+            self.held = False
+            PyBuffer_Release(&self.view)
+
+
+def hold_buffer(mv):
+    """A HeldBuffer over ``mv`` (a flat memoryview), or None when it cannot be held."""
+    cdef HeldBuffer h = HeldBuffer.__new__(HeldBuffer)
+    try:
+        PyObject_GetBuffer(mv, &h.view, PyBUF_SIMPLE)
+    except (BufferError, TypeError, ValueError):
+        return None
+    h.held = True
+    return h
+
+
+cdef object _T_cls = None       # kiln.Tensor
+cdef dict _T_shaped = None      # whole-element dtype code -> numpy dtype
+cdef object _T_py = None        # the Python Tensor.numpy, for everything else
+cdef Py_ssize_t _T_off[6]       # slot offsets: name, layout, _row, _buf, _off, _own
+cdef bint _T_ok = False
+_T_SLOTS = ("name", "layout", "_row", "_buf", "_off", "_own")
+
+
+def tensor_setup(cls, shaped, py_numpy):
+    """Take kiln.Tensor, its whole-element dtypes and its Python numpy();
+    True when tensor_numpy and tensors_fill are in use."""
+    global _T_cls, _T_shaped, _T_py, _T_ok
+    _T_ok = False
+    if not _np_fast or KILN_FREE_THREADED or cls.__new__ is not object.__new__:
+        return False
+    for i, nm in enumerate(_T_SLOTS):
+        d = cls.__dict__.get(nm)
+        if d is None or kiln_slot_offset(<PyObject *>d) < 0:
+            return False
+        _T_off[i] = kiln_slot_offset(<PyObject *>d)
+    _T_cls, _T_shaped, _T_py = cls, dict(shaped), py_numpy
+    _T_ok = True
+    return True
+
+
+cdef inline object t_slot(object t, int k):
+    cdef PyObject *p = kiln_slot_get(t, _T_off[k])
+    if p == NULL:
+        return None
+    o = <object>p
+    Py_DECREF(o)  # the cast took its own reference
+    return o
+
+
+def tensor_numpy(t):
+    """Tensor.numpy(): for a decoded tensor of a whole-element dtype the array
+    is made here over the held buffer, shaped, read-only; else the Python one."""
+    cdef Py_ssize_t dims[8]
+    cdef Py_ssize_t k, rank, off, nbytes
+    cdef uint64_t prod = 1
+    cdef HeldBuffer h
+    if not _T_ok or not isinstance(t, _T_cls):
+        return _T_py(t)
+    own = t_slot(t, 5)
+    row = t_slot(t, 2)
+    if type(own) is not HeldBuffer or type(row) is not tuple or PyTuple_GET_SIZE(row) != 12:
+        return _T_py(t)
+    dt = _T_shaped.get(<object>PyTuple_GET_ITEM(row, 0))
+    nbytes = <object>PyTuple_GET_ITEM(row, 11)
+    shape = <object>PyTuple_GET_ITEM(row, 1)
+    offo = t_slot(t, 4)
+    if dt is None or nbytes <= 0 or type(shape) is not tuple or type(offo) is not int:
+        return _T_py(t)
+    rank = PyTuple_GET_SIZE(shape)
+    if rank > 8:
+        return _T_py(t)
+    for k in range(rank):
+        dims[k] = <object>PyTuple_GET_ITEM(shape, k)
+        if dims[k] <= 0 or kiln_mul_u64(prod, <uint64_t>dims[k], &prod):
+            return _T_py(t)
+    h = <HeldBuffer>own
+    off = offo
+    if prod * <uint64_t>(<object>dt).itemsize != <uint64_t>nbytes or off < 0 or \
+            nbytes > h.view.len - off:
+        return _T_py(t)
+    return kiln_np_view(dt, <int>rank, dims, <char *>h.view.buf + off, own)
+
+
+cdef object name_str(object b, const char *errors):
+    if b is None:
+        return None
+    if type(b) is not bytes:
+        return b.decode("utf-8", (<bytes>errors).decode())
+    return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(<PyObject *>b),
+                                PyBytes_GET_SIZE(<PyObject *>b), errors)
+
+
+def tensors_fill(d):
+    """TensorDirectory.values() of a decoded directory: make each Tensor not
+    yet made (as TensorDirectory._make does); returns d._tensors."""
+    cdef Py_ssize_t i, n
+    cdef const char *errs
+    tensors, rows, buf, own, pb = d._tensors, d._rows, d._buf, d._own, d._pb
+    errs = PyUnicode_AsUTF8(d._errors)
+    if not _T_ok or type(tensors) is not list or type(rows) is not list or \
+            len(tensors) != len(rows):
+        return None
+    n = PyList_GET_SIZE(tensors)
+    for i in range(n):
+        if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
+            continue
+        row = <object>PyList_GET_ITEM(rows, i)
+        t = kiln_alloc(_T_cls)
+        kiln_slot_set(t, _T_off[0], name_str(row[2], errs))
+        kiln_slot_set(t, _T_off[1], name_str(row[3], errs))
+        kiln_slot_set(t, _T_off[2], row)
+        kiln_slot_set(t, _T_off[3], buf)
+        kiln_slot_set(t, _T_off[4], pb + row[10])
+        kiln_slot_set(t, _T_off[5], own)
+        if PyList_GET_ITEM(tensors, i) == <PyObject *>None:
+            tensors[i] = t
+    return tensors

@@ -1,0 +1,77 @@
+"""Tensor.numpy() and TensorDirectory.values() of decoded directories: the
+compiled kernels build the arrays and Tensor objects themselves; they must be
+what the Python code makes (kiln._tensor._numpy_py), read-only, and keep the
+caller's buffer exported while they live."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _tensor
+
+ARRAYS = {
+    "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+    "b": np.arange(4, dtype=np.int64),
+    "c": np.zeros((0, 3), np.float32),
+    "d": np.array(5, np.int16),
+    "e": np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4),
+    "f": np.array([True, False]),
+    "g": np.arange(3, dtype=np.float16),
+}
+
+
+def same_array(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides
+    assert a.tobytes() == b.tobytes()
+    for flag in ("C_CONTIGUOUS", "F_CONTIGUOUS", "WRITEABLE", "ALIGNED", "OWNDATA"):
+        assert a.flags[flag] == b.flags[flag], flag
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_arrays_match_the_python_path(impl, copy):
+    buf = impl.encode_tensors(ARRAYS)
+    d = impl.decode_tensors(buf, copy=copy, max_copy_bytes=1 << 20) if copy \
+        else impl.decode_tensors(buf)
+    ts = d.values()
+    assert [t.name for t in ts] == sorted(ARRAYS)
+    for t in ts:
+        a = t.numpy()
+        same_array(a, _tensor._numpy_py(t))
+        np.testing.assert_array_equal(a, ARRAYS[t.name])
+        assert t.shape == ARRAYS[t.name].shape
+    # values() and indexing give the same objects
+    assert all(d[t.name] is t for t in ts)
+    assert d.values() == ts
+
+
+def test_one_tensor_then_all(impl):
+    d = impl.decode_tensors(impl.encode_tensors(ARRAYS))
+    first = d["b"]
+    ts = d.values()
+    assert ts[1] is first and first.numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_arrays_keep_the_buffer_exported_and_stay_read_only(impl):
+    b = bytearray(impl.encode_tensors(ARRAYS))
+    d = impl.decode_tensors(b)
+    a = d["a"].numpy()
+    with pytest.raises(ValueError):
+        a.flags.writeable = True
+    with pytest.raises(BufferError):
+        d._buf.release()            # the arrays' base holds an export of it
+    del d
+    gc.collect()
+    with pytest.raises(BufferError):
+        b.append(0)
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    del a
+    gc.collect()
+    b.append(0)
+
+
+def test_tensors_made_by_hand_take_the_python_path(impl):
+    t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+    same_array(t.numpy(), _tensor._numpy_py(t))
+    assert t.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
