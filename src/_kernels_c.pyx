@@ -142,6 +142,7 @@ cdef extern from "Python.h":
     int PyDict_Next(object d, Py_ssize_t *pos, PyObject **k, PyObject **v)
     int PyObject_IsInstance(object o, object cls) except -1
     Py_ssize_t PyObject_Size(object o) except -1
+    void PyObject_GC_UnTrack(object o)
 
 cdef extern from "kiln_ft.h":
     PyObject *kiln_list_item_ref(object l, Py_ssize_t i)

@@ -564,15 +564,22 @@ cdef object make_table(Dir *st):
     cdef uint64_t i, rank, llen
     cdef Py_ssize_t k
     cdef const uint8_t *dp
+    cdef const uint8_t *prev = NULL
     table = PyList_New(<Py_ssize_t>st.count)
+    shape = None
     for i in range(st.count):
         dp = desc(st, i)
         rank = dp[D_RANK]
-        shape = PyTuple_New(<Py_ssize_t>rank)
-        for k in range(<Py_ssize_t>rank):
-            dv = PyLong_FromUnsignedLongLong(kiln_ld_u64(dp + D_SHAPE + 8 * k))
-            Py_INCREF(dv)
-            PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
+        # tensors of one shape share one (immutable) shape tuple
+        if prev == NULL or prev[D_RANK] != rank or \
+                memcmp(prev + D_SHAPE, dp + D_SHAPE, 8 * rank) != 0:
+            shape = PyTuple_New(<Py_ssize_t>rank)
+            for k in range(<Py_ssize_t>rank):
+                dv = PyLong_FromUnsignedLongLong(kiln_ld_u64(dp + D_SHAPE + 8 * k))
+                Py_INCREF(dv)
+                PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
+            PyObject_GC_UnTrack(shape)   # ints only: no cycle can go through it
+        prev = dp
         nm = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
                                        kiln_ld_u16(dp + D_NAME_LEN)) if st.named else None
         llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
@@ -583,6 +590,7 @@ cdef object make_table(Dir *st):
                kiln_ld_u32(dp + D_GROUP_SIZE), row_int(kiln_ld_u32(dp + D_SCALE_INDEX)),
                row_int(kiln_ld_u32(dp + D_OUTER_INDEX)), kiln_ld_u64(dp + D_BYTE_OFFSET),
                kiln_ld_u64(dp + D_BYTE_LENGTH))
+        PyObject_GC_UnTrack(row)   # ints, bytes, None and the shape: no cycle either
         Py_INCREF(row)
         PyList_SET_ITEM(table, i, <PyObject *>row)
     return table
