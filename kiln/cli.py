@@ -98,12 +98,33 @@ def cmd_hash(args: Any) -> int:
 
 # --- inspect and check -----------------------------------------------------------
 
+def _head(path: str, n: int) -> bytes:
+    """The first ``n`` bytes of a file or an fsspec URL."""
+    from .remote import is_url
+    if is_url(path):
+        import fsspec
+        fs, key = fsspec.core.url_to_fs(path)
+        return bytes(fs.cat_file(key, start=0, end=min(n, fs.info(key)["size"])))
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _size(path: str) -> int:
+    from .remote import is_url
+    if is_url(path):
+        import fsspec
+        fs, key = fsspec.core.url_to_fs(path)
+        return int(fs.info(key)["size"])
+    return os.path.getsize(path)
+
+
 def _kind(path: str) -> str:
     try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
+        magic = _head(path, 4)
     except OSError as e:
-        raise Fail("cannot read %s: %s" % (path, e.strerror))
+        raise Fail("cannot read %s: %s" % (path, e.strerror or e))
+    except ImportError as e:
+        raise Fail("cannot read %s: %s" % (path, e), 2)
     if magic == b"KLNT":
         return "directory"
     if magic == b"KLN0":
@@ -164,7 +185,7 @@ def _table_text(rows: List[Dict[str, Any]]) -> str:
 def cmd_inspect(args: Any) -> int:
     import kiln
     kind = _kind(args.file)
-    report: Dict[str, Any] = {"file": args.file, "size": os.path.getsize(args.file)}
+    report: Dict[str, Any] = {"file": args.file, "size": _size(args.file)}
     try:
         if args.type:
             frame = kind == "framed"
@@ -173,9 +194,9 @@ def cmd_inspect(args: Any) -> int:
                           value=_short(value))
         elif kind == "directory":
             with kiln.open(args.file) as f:
-                raw = f.tensors()
-                with open(args.file, "rb") as fh:
-                    head = fh.read(64)
+                # the table only: a remote file's payloads are not fetched
+                raw = f._tensors_view() if hasattr(f, "_tensors_view") else f.tensors()
+                head = _head(args.file, 64)
                 import struct
                 count, heap, payload, dirb = struct.unpack_from("<IIQQ", head, 8)
                 report.update(kind="tensor directory", header={
@@ -183,8 +204,7 @@ def cmd_inspect(args: Any) -> int:
                     "name_bytes": heap, "payload_bytes": payload, "directory_bytes": dirb},
                     tensors=[_row(k, t) for k, t in raw.items()], metadata=f.metadata)
         elif kind == "framed":
-            with open(args.file, "rb") as fh:
-                head = fh.read(16)
+            head = _head(args.file, 16)
             report.update(kind="framed record", schema_hash="0x%016x"
                           % int.from_bytes(head[8:16], "little"),
                           note="pass --type TEXT to decode it")
@@ -216,7 +236,8 @@ def cmd_check(args: Any) -> int:
         if args.type:
             kiln.load(args.file, args.type, frame=args.framed or kind == "framed")
         elif kind == "directory":
-            kiln.open(args.file).close()
+            with kiln.open(args.file) as f:
+                f.tensors()   # a remote file: every payload fetched and checked
         else:
             raise Fail("%s: pass --type TEXT to check a record" % args.file)
     except kiln.KilnError as e:

@@ -263,3 +263,28 @@ def test_hostile_npz(tmp_path):
         zf.writestr("x.npy", member.getvalue())
     code, _, err = run("convert", tmp_path / "lie.npz", tmp_path / "o.kiln")
     assert code == 1 and "holds" in one_line_error(err)
+
+
+@pytest.mark.parametrize("which", ["python", "cython"])
+def test_inspect_and_check_a_url(tmp_path, which):
+    pytest.importorskip("aiohttp")                  # fsspec's HTTP filesystem
+    from _servers import RangeServer
+    big = np.zeros(4 << 20, np.uint8)
+    kiln.save_tensors(tmp_path / "m.kiln", {"big": big, "flags": np.array([True, False])},
+                      metadata={"step": 3})
+    with RangeServer(tmp_path) as server:
+        url = server.url + "m.kiln"
+        code, out, err = run("inspect", url, "--json", env_impl=which)
+        assert code == 0, err
+        rep = json.loads(out)
+        assert rep["kind"] == "tensor directory" and rep["metadata"] == {"step": 3}
+        assert [t["name"] for t in rep["tensors"]] == ["big", "flags"]
+        assert rep["size"] == os.path.getsize(tmp_path / "m.kiln")
+        assert server.sent < 200 * 1024, server.sent       # the table, not the 4 MiB payload
+        assert run("check", url, env_impl=which)[0] == 0
+        raw = bytearray((tmp_path / "m.kiln").read_bytes())
+        at = rep["tensors"][1]["offset"]
+        raw[at] = 7                                           # a bool byte
+        (tmp_path / "m.kiln").write_bytes(bytes(raw))
+        code, out, err = run("check", url, env_impl=which)
+        assert code == 1 and "TYPE at byte %d" % at in out, (out, err)
