@@ -94,23 +94,38 @@ class _LazyTensor:
 
     def __getitem__(self, index: Any) -> np.ndarray:
         if self.rows is not None:
-            # one range request for the span of rows this index covers
-            index = index if isinstance(index, tuple) else (index,)
-            first = index[0] if index else slice(None)
-            if isinstance(first, slice):
-                a, b, step = first.indices(self.shape[0])
-                lo, hi, pick = (a, b, slice(None, None, step)) if step > 0 else \
-                    (b + 1, a + 1, slice(None, None, step))
-            else:
-                k = range(self.shape[0])[first]      # an int: IndexError when out of range
-                lo, hi, pick = k, k + 1, 0
-            hi = max(lo, hi)
-            block = np.frombuffer(self.rows.read(lo, hi), self.dtype).reshape(
-                (hi - lo,) + self.shape[1:])
-            return np.array(block[(pick,) + tuple(index[1:])])
+            return self._remote(index)
         from . import files
         with files.open(self.path) as f:
             return np.array(f[self.name].numpy()[index])   # a copy: the mapping closes
+
+    def _remote(self, index: Any) -> np.ndarray:
+        """One range request for the span of rows ``index`` covers, then ``index``
+        applied as numpy applies it (ints, slices of any step, Ellipsis, None)."""
+        key = index if isinstance(index, tuple) else (index,)
+        if not self.shape:   # rank 0: the one value
+            value = np.frombuffer(self.rows.read(0, 1), self.dtype).reshape(())
+            return np.array(value[index])
+        n = self.shape[0]
+        k = 0                # the entry for axis 0 comes after any None (new axes)
+        while k < len(key) and key[k] is None:
+            k += 1
+        first = key[k] if k < len(key) else slice(None)
+        lo, hi, pick = 0, n, None
+        if isinstance(first, slice):
+            a, b, step = first.indices(n)
+            lo, hi = (a, b) if step > 0 else (b + 1, a + 1)
+            hi = max(lo, hi)
+            pick = slice(None, None, step)
+        elif isinstance(first, (int, np.integer)) and not isinstance(first, (bool, np.bool_)):
+            i = range(n)[first]      # IndexError when out of range, as numpy
+            lo, hi, pick = i, i + 1, 0
+        # else (an Ellipsis first, a boolean, an array): every row, the index as given
+        block = np.frombuffer(self.rows.read(lo, hi), self.dtype).reshape(
+            (hi - lo,) + self.shape[1:])
+        if pick is not None:
+            key = key[:k] + (pick,) + key[k + 1:]
+        return np.array(block[key])
 
 
 def _tokenize(*parts: Any) -> str:
@@ -157,6 +172,8 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
     from . import files
     from .remote import is_url
     import os
+    if isinstance(path, str) and path.startswith("file://"):
+        path = path[len("file://"):]   # a local file, as kiln.open takes it
     remote = is_url(path)
     options = {"storage_options": storage_options} if remote and storage_options else {}
     if not remote:

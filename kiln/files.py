@@ -745,7 +745,9 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
     Args:
         path: a file path or a binary file object.
         copy: read the payloads into memory the directory owns.
-        options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``.
+        options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``
+            (for a URL, whose payloads are all fetched, the cap applies with
+            or without ``copy``).
 
     Returns:
         TensorDirectory: the tensors, without the metadata (see
@@ -760,9 +762,12 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
+    cap = options.get("max_copy_bytes")
     remote = _remote(path, options)
     if remote is not None:
         with remote as f:   # every payload fetched into memory the directory owns
+            if cap is not None:
+                _copy_cap(f, cap)
             return f.tensors()
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
         owned = _read_owned(os.fspath(path))
@@ -795,6 +800,18 @@ def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
     remote = _remote(path, {})
     with remote if remote is not None else KilnFile(path) as f:
         return f.metadata
+
+
+def _copy_cap(f: Any, cap: Any) -> None:
+    """``max_copy_bytes`` for a URL, whose payloads are all fetched into memory:
+    ``LIMIT`` at the first longer payload's byte_length field, as for a local
+    copy, before anything past the table is fetched."""
+    _api._check_caps(0, cap)
+    for i, row in enumerate(f._all._rows):
+        if row[11] > cap:
+            raise KilnError("LIMIT", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_BYTE_LENGTH,
+                            "%s: payload of %d bytes is above the copy cap max_copy_bytes=%d"
+                            % (f.path, row[11], cap))
 
 
 def _remote(path: Any, options: Dict[str, Any]) -> Any:

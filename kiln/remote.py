@@ -29,6 +29,7 @@ Needs ``fsspec`` and the filesystem's own package (``s3fs``, ``gcsfs``,
 """
 
 import mmap
+import operator
 import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -279,9 +280,9 @@ class RemoteFile:
         d = self._tensors_view()
         i = self._position(name)
         row = d._rows[i]
-        if not row[1] or row[0] > W.DTYPE_MAX or W.DTYPES[row[0]][1] == 0:
+        if row[0] > W.DTYPE_MAX or W.DTYPES[row[0]][1] == 0:
             raise TypeError("tensor %r has no rows of whole bytes" % (name,))
-        n = row[1][0]
+        n = row[1][0] if row[1] else 1   # rank 0: one row, the value
         return RowSource(self.path, self._storage_options, self._version, self._spans[i][0],
                          row[11] // n if n else 0, tuple(row[1]), row[0])
 
@@ -332,7 +333,18 @@ class RowSource:
         self.offset, self.row_bytes, self.shape, self.code = offset, row_bytes, shape, code
 
     def read(self, start: int, stop: int) -> bytes:
-        """The bytes of rows [start, stop) (bool bytes checked)."""
+        """The bytes of rows [start, stop) (bool bytes checked); ``IndexError``
+        unless ``0 <= start <= stop <= rows`` (a rank-0 tensor is one row).
+        An empty range makes no request."""
+        start, stop = operator.index(start), operator.index(stop)
+        n = self.shape[0] if self.shape else 1
+        if not 0 <= start <= stop <= n:
+            raise IndexError("rows %d..%d are not a range of the %d rows of %s"
+                             % (start, stop, n, self.url))
+        if start == stop or self.row_bytes == 0:
+            # nothing to fetch: and a store may read the empty range bytes=N-(N-1)
+            # as no range at all (S3: the whole object) or refuse it (416)
+            return b""
         import fsspec
         fs, key = fsspec.core.url_to_fs(self.url, **self.storage_options)
         a = self.offset + start * self.row_bytes

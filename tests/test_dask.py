@@ -8,6 +8,15 @@ import kiln
 distributed = pytest.importorskip("distributed")   # the [test] extra installs it
 import kiln.dask  # noqa: E402  (registers the serializers)
 from distributed.protocol import deserialize, serialize  # noqa: E402
+from kiln import _compat  # noqa: E402
+
+
+@pytest.fixture
+def api(impl, monkeypatch):
+    """The module-level API running on ``impl``'s kernels (local, synchronous tests)."""
+    monkeypatch.setattr(_compat, "kernels", impl.kernels)
+    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
+    return impl
 
 
 def test_tensors_serialize_as_frames_without_copies():
@@ -130,3 +139,51 @@ def test_records_scatter_compute_gather_bit_exact(client):
         for k in r["t"].keys():
             assert b["t"][k].data.tobytes() == r["t"][k].data.tobytes()
             assert b["t"][k].dtype == r["t"][k].dtype and b["t"][k].shape == r["t"][k].shape
+
+
+def _memory_url(name, data):
+    fsspec = pytest.importorskip("fsspec")
+    fsspec.filesystem("memory").pipe("/" + name, data)
+    return "memory:///" + name
+
+
+@pytest.mark.parametrize("index", [
+    Ellipsis, (Ellipsis, 0), (Ellipsis, 1, 0), None, (None, 1), (None, slice(None, None, -2)),
+    (slice(3, 1),), (slice(0, 3, -1),), (slice(None, None, -2),), (slice(4, 0, -3), Ellipsis, 1),
+    -1, np.int64(-2), (), (1, Ellipsis), (slice(1, 3), None, 0), True, False,
+    (slice(None), slice(None, None, -1)), (2, None, slice(1, None)),
+], ids=repr)
+def test_chunk_reads_index_like_numpy(api, tmp_path, index):
+    from kiln.dask import _LazyTensor
+    a = np.arange(5 * 3 * 2, dtype=np.int16).reshape(5, 3, 2)
+    data = kiln.encode_tensors({"a": a})
+    p = tmp_path / "i.kiln"
+    p.write_bytes(data)
+    url = _memory_url("index.kiln", data)
+    with kiln.open(url) as f:
+        rows = f.row_source("a")
+    want = a[index]
+    for lazy in (_LazyTensor(str(p), "a", a.shape, a.dtype),
+                 _LazyTensor(url, "a", a.shape, a.dtype, rows)):
+        got = lazy[index]
+        assert isinstance(got, np.ndarray) and got.shape == want.shape
+        assert np.array_equal(got, want)
+    for bad in (5, -6, (0, 0, 0, 0)):
+        with pytest.raises(IndexError):
+            _LazyTensor(url, "a", a.shape, a.dtype, rows)[bad]
+
+
+def test_from_kiln_of_a_url_takes_what_a_path_takes(api, tmp_path):
+    t = {"s": np.array(2.5, np.float32), "e": np.zeros((0, 4), np.int8),
+         "z": np.zeros((3, 0), np.float64)}
+    data = kiln.encode_tensors(t)
+    p = tmp_path / "s.kiln"
+    p.write_bytes(data)
+    for src in (p, "file://" + str(p), _memory_url("scalars.kiln", data)):
+        s = kiln.dask.from_kiln(src, "s")           # rank 0
+        assert s.shape == () and float(s.compute(scheduler="sync")) == 2.5
+        for name in ("e", "z"):
+            x = kiln.dask.from_kiln(src, name)
+            got = x.compute(scheduler="sync")
+            assert got.shape == t[name].shape and got.dtype == t[name].dtype
+

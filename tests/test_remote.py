@@ -311,3 +311,65 @@ def test_counts_above_the_caps_fetch_nothing_more(api, http):
         kiln.open(base + "caps.kiln", max_count=100)
     assert (remote.value.code, remote.value.offset) == ("LIMIT", 8)
     assert server.sent < 80 * 1024, server.sent    # the first 64 KiB only
+
+
+# --- review: row sources, empty ranges, the copy cap --------------------------------
+
+def test_a_row_source_reads_only_rows_of_its_tensor(api):
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    url = _memory_pair("rs.kiln", kiln.encode_tensors(
+        {"a": a, "b": np.full(3, 99, np.int32), "s": np.array(5.0, np.float32)}))
+    with kiln.open(url) as f:
+        rs = f.row_source("a")
+        assert np.frombuffer(rs.read(1, 3), np.int32).tolist() == a[1:3].ravel().tolist()
+        assert rs.read(2, 2) == b"" and rs.read(4, 4) == b""
+        # past the last row are the gap and tensor b; before the first, the table
+        for start, stop in ((3, 6), (-2, 0), (2, 1), (0, 5)):
+            with pytest.raises(IndexError, match="rows"):
+                rs.read(start, stop)
+        s = f.row_source("s")          # rank 0: one row, the value
+        assert np.frombuffer(s.read(0, 1), np.float32).tolist() == [5.0]
+        with pytest.raises(IndexError):
+            s.read(0, 2)
+
+
+def test_s3_empty_row_ranges_make_no_request(api, s3):
+    pytest.importorskip("distributed")
+    import kiln.dask
+    fs, relay, opts = s3
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    fs.pipe("kiln-test/e.kiln", kiln.encode_tensors(
+        {"a": a, "z": np.zeros((5, 0), np.float32), "pad": np.zeros(MiB, np.uint8)}))
+    url = "s3://kiln-test/e.kiln"
+    with kiln.open(url, storage_options=opts) as f:
+        rs, z = f.row_source("a"), f.row_source("z")
+        with relay.lock:
+            relay.sent = 0
+        # S3 reads the range bytes=N-(N-1) as no range: the whole object, or 416
+        assert rs.read(2, 2) == b"" and z.read(0, 5) == b""
+        with relay.lock:
+            assert relay.sent == 0, relay.sent
+    x = kiln.dask.from_kiln(url, "z", chunks=(2, -1), storage_options=opts)
+    assert x.compute(scheduler="sync").shape == (5, 0)
+    y = kiln.dask.from_kiln(url, "a", chunks=(2, -1), storage_options=opts)
+    assert np.array_equal(y.compute(scheduler="sync"), a)
+
+
+def test_load_tensors_of_a_url_keeps_the_copy_cap(api, http):
+    server, root, base = http
+    kiln.save_tensors(root / "cap.kiln", {"a": np.zeros(10, np.uint8),
+                                          "big": np.zeros(MiB, np.uint8)})
+    with pytest.raises(kiln.KilnError) as local:
+        kiln.load_tensors(root / "cap.kiln", copy=True, max_copy_bytes=1000)
+    with server.lock:
+        server.sent = 0
+    with pytest.raises(kiln.KilnError) as remote:
+        kiln.load_tensors(base + "cap.kiln", copy=True, max_copy_bytes=1000)
+    assert (remote.value.code, remote.value.offset) == (local.value.code, local.value.offset)
+    assert (remote.value.code, remote.value.offset) == ("LIMIT", 64 + 128 + 40)
+    with server.lock:
+        assert server.sent < 80 * 1024, server.sent     # the table, not the megabyte
+    with pytest.raises(ValueError):
+        kiln.load_tensors(base + "cap.kiln", copy=True, max_copy_bytes=-1)
+    d = kiln.load_tensors(base + "cap.kiln", copy=True, max_copy_bytes=MiB)
+    assert d["big"].shape == (MiB,)
