@@ -29,7 +29,7 @@ import numpy as np
 
 from ._tensor import Tensor, TensorDirectory, numpy_dtype
 
-__all__ = ["from_kiln"]
+__all__ = ["from_kiln", "to_kiln"]
 
 
 _PLAIN = [None, 0, 0, None, 0, None, None]   # layout .. outer_index of a plain tensor
@@ -197,3 +197,66 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
     return _da.from_array(_LazyTensor(path, name, shape, dtype, rows), chunks=chunks,
                           meta=np.empty((0,) * len(shape), dtype),
                           name=name_prefix or token, asarray=False, fancy=False)
+
+
+def to_kiln(path: Any, arrays: Dict[str, Any], *, metadata: Optional[Dict[str, Any]] = None,
+            blocks_at_once: int = 4) -> None:
+    """Write dask arrays (or numpy arrays) into a Kiln tensor file, a block of
+    rows at a time, through :class:`kiln.TensorWriter`.
+
+    Each array is rechunked to whole rows (one chunk across every axis but
+    the first); ``blocks_at_once`` blocks are computed together (on the
+    active scheduler, a ``distributed`` cluster included) and written at
+    their rows' place in the file, so memory holds that many blocks, not the
+    array.  The file is replaced atomically when every row is written; an
+    error leaves the old file.
+
+    Args:
+        path: the target file.
+        arrays: tensor names to arrays, written in this order.
+        metadata: as for :func:`kiln.save_tensors`.
+        blocks_at_once: how many blocks to compute before writing them.
+
+    Raises:
+        EncodeError: a dtype Kiln has no twin for (``TYPE``); metadata that
+            cannot be stored.
+        ValueError: a tensor without whole-byte rows (``blocks_at_once`` < 1).
+
+    Example:
+        >>> import dask.array as da
+        >>> x = da.arange(12, chunks=5).reshape(4, 3)
+        >>> kiln.dask.to_kiln("d.kiln", {"x": x})
+        >>> kiln.load_tensors("d.kiln")["x"].numpy()[3].tolist()
+        [9, 10, 11]
+    """
+    import dask
+    from .files import TensorWriter
+    if blocks_at_once < 1:
+        raise ValueError("blocks_at_once must be at least 1")
+    with TensorWriter(path, metadata=metadata) as w:
+        plans = []
+        for name, x in arrays.items():
+            if not isinstance(x, _da.Array):
+                x = _da.from_array(np.asarray(x), chunks=-1)
+            code = Tensor.from_numpy(np.empty((0,), x.dtype)).code
+            if any(np.isnan(d) for d in x.shape):
+                raise ValueError("to_kiln: %r has an unknown shape %s: compute its chunk "
+                                 "sizes first" % (name, x.shape))
+            w.add(name, code, tuple(int(d) for d in x.shape))
+            if x.ndim > 1:
+                x = x.rechunk({axis: -1 for axis in range(1, x.ndim)})
+            plans.append((name, x))
+        for name, x in plans:
+            if x.ndim == 0:
+                w.write(name, np.asarray(x.compute()))
+                continue
+            starts = [0]
+            for c in x.chunks[0]:
+                starts.append(starts[-1] + c)
+            blocks = [x.blocks[j] for j in range(x.numblocks[0])]
+            for j in range(0, len(blocks), blocks_at_once):
+                parts = dask.compute(*blocks[j:j + blocks_at_once])
+                for k, part in enumerate(parts):
+                    w.write_rows(name, starts[j + k], np.ascontiguousarray(part))
+            if not blocks:   # no chunks at all along a zero-length axis
+                w.write_rows(name, 0, np.empty(x.shape, x.dtype))

@@ -25,7 +25,7 @@ import mmap
 import os
 import re
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -337,6 +337,7 @@ class TensorWriter:
         self._decl: List[tuple] = []
         self._index: Dict[str, int] = {}
         self._written: List[bool] = []
+        self._rows_done: Dict[int, List[Tuple[int, int]]] = {}   # write_rows, tensor by tensor
         self._places: Optional[List[int]] = None
         self._base = 0
         self._out: Optional[_AtomicFile] = _AtomicFile(path)
@@ -401,7 +402,7 @@ class TensorWriter:
         i = self._index.get(name)
         if i is None:
             raise KeyError("tensor %r was not declared" % (name,))
-        if self._written[i]:
+        if self._written[i] or i in self._rows_done:
             raise ValueError("tensor %r was written already" % (name,))
         decl = self._decl[i]
         if data is not None:
@@ -418,6 +419,70 @@ class TensorWriter:
             self._out.wrote(decl[10])
         self._written[i] = True
 
+    def write_rows(self, name: str, start: int, data: Any) -> None:
+        """Write rows ``start .. start + len(data)`` of a declared tensor's
+        leading axis, for tensors produced a block at a time (see
+        ``kiln.dask.to_kiln``).
+
+        ``data`` is an array of the declared dtype whose shape is the declared
+        shape with a leading axis of any length that fits.  A row may be
+        written once; the tensor counts as written when every row is.
+
+        Raises ``KeyError`` for an undeclared name, ``ValueError`` for a
+        tensor without whole-byte rows (packed 4-bit, opaque or rank 0), a
+        dtype or trailing shape that differs from the declaration, rows past
+        the end, or rows written before.
+
+        Example:
+            >>> with kiln.TensorWriter("rows.kiln") as w:
+            ...     w.add("x", "i32", (4, 2))
+            ...     w.write_rows("x", 2, np.full((2, 2), 7, np.int32))
+            ...     w.write_rows("x", 0, np.zeros((2, 2), np.int32))
+            >>> kiln.load_tensors("rows.kiln")["x"].numpy().tolist()
+            [[0, 0], [0, 0], [7, 7], [7, 7]]
+        """
+        if self._places is None:
+            self._start()
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError("tensor %r was not declared" % (name,))
+        if self._written[i]:
+            raise ValueError("tensor %r was written already" % (name,))
+        decl = self._decl[i]
+        code, shape = decl[0], decl[1]
+        if code >= W.OPAQUE_MIN or W.DTYPES[code][1] == 0 or not shape:
+            raise ValueError("tensor %r has no whole-byte rows: use write()" % (name,))
+        if type(start) is not int or start < 0:
+            raise ValueError("start must be an int >= 0, not %r" % (start,))
+        arr = np.asarray(data)
+        rec = normalize_tensors({name: arr})[0] if arr.ndim else None
+        if rec is None or rec[0] != code or tuple(rec[1][1:]) != shape[1:]:
+            raise ValueError("tensor %r: rows must be %s with trailing shape %s, not %s %s"
+                             % (name, W.DTYPES[code][0], shape[1:], arr.dtype, arr.shape))
+        k = rec[1][0]
+        if start + k > shape[0]:
+            raise ValueError("tensor %r: rows %d..%d are past its %d rows"
+                             % (name, start, start + k, shape[0]))
+        rows = self._rows_done.setdefault(i, [])
+        for a, b in rows:
+            if a < start + k and start < b:
+                raise ValueError("tensor %r: rows %d..%d overlap rows written before"
+                                 % (name, max(a, start), min(b, start + k)))
+        if k == 0:
+            if shape[0] == 0:
+                self._written[i] = True
+            return
+        per = decl[10] // shape[0]
+        f = self._file()
+        assert self._places is not None and self._out is not None
+        f.seek(self._base + self._places[i] + start * per)
+        f.write(rec[10])
+        self._out.wrote(len(rec[10]))
+        rows.append((start, start + k))
+        if sum(b - a for a, b in rows) == shape[0]:
+            self._written[i] = True
+            del self._rows_done[i]
+
     def write_from(self, name: str, source: Any, offset: int) -> None:
         """Write the payload of a declared tensor by copying its bytes from
         ``source`` (a path or a binary file object with a descriptor), starting
@@ -428,13 +493,21 @@ class TensorWriter:
         of the tensor is held in memory.  Bool and 4-bit payloads are checked
         on the way (each bool byte 0 or 1; an odd 4-bit tail's high nibble 0)
         and raise ``ValueError`` otherwise; so does a source that ends early.
+
+        Example:
+            >>> np.arange(4, dtype=np.float32).tofile("raw.bin")
+            >>> with kiln.TensorWriter("copied.kiln") as w:
+            ...     w.add("x", "f32", (4,))
+            ...     w.write_from("x", "raw.bin", 0)
+            >>> kiln.load_tensors("copied.kiln")["x"].numpy().tolist()
+            [0.0, 1.0, 2.0, 3.0]
         """
         if self._places is None:
             self._start()
         i = self._index.get(name)
         if i is None:
             raise KeyError("tensor %r was not declared" % (name,))
-        if self._written[i]:
+        if self._written[i] or i in self._rows_done:
             raise ValueError("tensor %r was written already" % (name,))
         if type(offset) is not int or offset < 0:
             raise ValueError("offset must be an int >= 0, not %r" % (offset,))

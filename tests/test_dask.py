@@ -187,3 +187,20 @@ def test_from_kiln_of_a_url_takes_what_a_path_takes(api, tmp_path):
             got = x.compute(scheduler="sync")
             assert got.shape == t[name].shape and got.dtype == t[name].dtype
 
+
+def test_to_kiln_writes_blocks_computed_on_the_cluster(client, tmp_path):
+    import dask.array as da
+    x = da.arange(3000 * 5, chunks=1000, dtype=np.int64).reshape(3000, 5).rechunk((400, 2))
+    y = np.arange(6, dtype=np.float32)
+    p = tmp_path / "w.kiln"
+    kiln.dask.to_kiln(p, {"x": x * 3, "y": y}, metadata={"from": "dask"}, blocks_at_once=2)
+    d = kiln.load_tensors(p)
+    assert d.keys() == ["x", "y"]
+    assert np.array_equal(d["x"].numpy(), np.arange(15000).reshape(3000, 5) * 3)
+    assert d["y"].numpy().tolist() == y.tolist()
+    assert kiln.load_metadata(p) == {"from": "dask"}
+    with open(p, "rb") as fh:      # the same bytes as the one-shot writer
+        raw = fh.read()
+    kiln.save_tensors(tmp_path / "same.kiln", {"x": np.arange(15000).reshape(3000, 5) * 3,
+                                                "y": y}, metadata={"from": "dask"})
+    assert raw == (tmp_path / "same.kiln").read_bytes()

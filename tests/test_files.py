@@ -291,6 +291,35 @@ def test_the_writer_copies_payloads_file_to_file(api, tmp_path, monkeypatch, in_
     w.discard()
 
 
+def test_the_writer_takes_rows_a_block_at_a_time(api, tmp_path):
+    a = np.arange(40, dtype=np.int16).reshape(10, 4)
+    p = tmp_path / "r.kiln"
+    with kiln.TensorWriter(p) as w:
+        w.add("a", "i16", a.shape)
+        w.add("e", "f32", (0, 3))
+        w.write_rows("a", 6, a[6:])
+        w.write_rows("a", 0, a[:3])
+        w.write_rows("a", 3, a[3:6])
+        w.write_rows("e", 0, np.zeros((0, 3), np.float32))
+    with open(p, "rb") as fh:
+        assert fh.read() == kiln.encode_tensors({"a": a, "e": np.zeros((0, 3), np.float32)})
+    w = kiln.TensorWriter(tmp_path / "bad.kiln")
+    w.add("a", "i16", (10, 4))
+    w.add("n", "u4", (4,))
+    w.write_rows("a", 0, a[:5])
+    for args, words in ((("a", 4, a[:2]), "overlap"), (("a", 9, a[:2]), "past its 10 rows"),
+                        (("a", 5, a[:2, :3]), "trailing shape"),
+                        (("a", 5, a[:2].astype(np.int32)), "must be i16"),
+                        (("a", -1, a[:1]), "start"), (("n", 0, np.zeros(4, np.uint8)), "whole-byte")):
+        with pytest.raises(ValueError, match=words):
+            w.write_rows(*args)
+    with pytest.raises(ValueError, match="written already"):
+        w.write("a", a)                      # part of it went in by rows
+    with pytest.raises(ValueError, match="not written: a, n"):
+        w.close()
+    assert sorted(os.listdir(tmp_path)) == ["r.kiln"]
+
+
 def _meta_tensor(meta):
     blob = kiln.encode(_meta.to_nodes(meta), _meta.META_TYPE, frame=True)
     return kiln.Tensor(blob, dtype="u8", shape=(len(blob),), name="__metadata__")
