@@ -101,7 +101,8 @@ class RemoteFile:
             payload byte the directory check refuses.
         RemoteFileChanged: the object changed after it was opened.
         OSError: what the filesystem raises (``FileNotFoundError``,
-            ``PermissionError``...).
+            ``PermissionError``...); a store that answers a range request
+            with more bytes than asked (it ignored the range).
     """
 
     def __init__(self, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
@@ -368,6 +369,9 @@ def _read(fs: Any, key: str, url: str, version: Tuple[Any, ...], start: int, end
     if now != version:
         raise RemoteFileChanged("%s changed after it was opened (was %s, now %s): reopen it"
                                 % (url, _show(version), _show(now)))
+    if len(data) > end - start:
+        raise OSError("%s: the store sent %d bytes for bytes %d..%d (%s): it ignored the range "
+                      "request" % (url, len(data), start, end, what))
     if len(data) != end - start:
         raise KilnError("EOF", start + len(data), "%s: the object ended at byte %d while "
                         "reading %s (bytes %d..%d)" % (url, start + len(data), what, start, end))

@@ -44,7 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
         size = st.st_size
         a, b, status = 0, size - 1, 200
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes="):
+        if rng and rng.startswith("bytes=") and self.server.ranges:
             lo, _, hi = rng[6:].partition("-")
             a = int(lo)
             b = min(int(hi), size - 1) if hi else size - 1
@@ -77,6 +77,7 @@ class RangeServer(ThreadingHTTPServer):
     def __init__(self, root):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.root, self.sent, self.lock = str(root), 0, threading.Lock()
+        self.ranges = True   # False: ignore Range headers, as some servers do (200, the whole file)
         self.url = "http://127.0.0.1:%d/" % self.server_address[1]
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 

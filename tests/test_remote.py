@@ -373,3 +373,13 @@ def test_load_tensors_of_a_url_keeps_the_copy_cap(api, http):
         kiln.load_tensors(base + "cap.kiln", copy=True, max_copy_bytes=-1)
     d = kiln.load_tensors(base + "cap.kiln", copy=True, max_copy_bytes=MiB)
     assert d["big"].shape == (MiB,)
+
+
+def test_a_server_that_ignores_range_requests_is_a_clear_error(api, tmp_path):
+    kiln.save_tensors(tmp_path / "n.kiln", {"a": np.zeros(200_000, np.uint8)})
+    with RangeServer(tmp_path) as server:
+        server.ranges = False           # 200 and the whole file for every range
+        with pytest.raises(OSError, match="ignored the range request") as e:
+            kiln.open(server.url + "n.kiln")
+        size = os.path.getsize(tmp_path / "n.kiln")
+        assert "sent %d bytes for bytes 0..65536" % size in str(e.value)
