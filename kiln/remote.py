@@ -39,7 +39,7 @@ import numpy as np
 from . import _api, _meta
 from . import _wire as W
 from ._errors import KilnError
-from ._tensor import Tensor, TensorDirectory
+from ._tensor import TensorDirectory
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RowSource", "is_url"]
 
@@ -127,7 +127,11 @@ class RemoteFile:
             raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % url)
         self._lock = threading.Lock()
         self._mm: Optional[mmap.mmap] = None
-        mm = _blank(size)
+        try:
+            mm = _blank(size)
+        except (OSError, OverflowError, ValueError) as e:
+            raise KilnError("LIMIT", 0, "%s: the store reports %d bytes, which cannot be mapped "
+                            "here (%s)" % (url, size, e)) from None
         try:
             head = self._read(0, min(size, _HEAD_GUESS), "the header")
             need = _table_end(head, size, max_count, max_bytes)
@@ -204,13 +208,14 @@ class RemoteFile:
         self._mm[a:b] = data
 
     def _tensors_view(self) -> TensorDirectory:
-        if self._mm is None:
+        d, view = self._all, self._dir          # read once: close() may run in another thread
+        if self._mm is None or d is None:
             raise ValueError("%s is closed" % self.path)
-        if self._dir is None:
-            d = self._all
-            self._dir = d if not self._has_meta else TensorDirectory._from_table(
+        if view is None:
+            view = d if not self._has_meta else TensorDirectory._from_table(
                 d._rows[:-1], d._buf, d._pb, d._errors)
-        return self._dir
+            self._dir = view
+        return view
 
     def _position(self, name: Any) -> int:
         d = self._tensors_view()
@@ -238,12 +243,15 @@ class RemoteFile:
         return iter(self._tensors_view())
 
     def __len__(self) -> int:
+        self._tensors_view()                    # a closed file says so
         return self._count
 
     def __contains__(self, name: object) -> bool:
         return name in self._tensors_view()
 
-    def __getitem__(self, name: Any) -> Tensor:
+    def __getitem__(self, name: Any) -> Any:
+        if isinstance(name, slice):             # as a directory slices: a list of tensors
+            return [self[i] for i in range(*name.indices(len(self)))]
         i = self._position(name)
         start, _, gap_end = self._spans[i]
         self._fetch(i, start, gap_end)

@@ -288,6 +288,14 @@ def test_views_outlive_a_closed_remote_file(api):
     f.close()
     assert d["x"].numpy().tolist() == [[0, 1, 2], [3, 4, 5]]    # views outlive close
     assert "closed" in repr(f)
+    with pytest.raises(ValueError, match="closed"):
+        len(f)                                                   # as a closed KilnFile says
+    buf = io.BytesIO()
+    kiln.save_tensors(buf, {"a": np.arange(3, dtype=np.int8), "b": np.ones(2, np.float32)})
+    with kiln.open(_memory_pair("two.kiln", buf.getvalue())) as f:
+        two = f[0:2]                                             # slices as a directory's do
+        assert [t.name for t in two] == ["a", "b"] and two[1].numpy().tolist() == [1.0, 1.0]
+        assert f[-1].name == "b"
 
 
 def test_load_tensors_and_metadata_of_a_url(api, http):
