@@ -720,6 +720,20 @@ class _Hooks:
     def normalize(value):
         return normalize_tensors(value)
 
+    @staticmethod
+    def fast_code(dt):
+        """(code, itemsize) when an array of numpy dtype ``dt`` that is C-contiguous
+        would get a plain write record from normalize_tensors (_array_record),
+        else None: the compiled kernels then describe such arrays themselves."""
+        try:
+            if not isinstance(dt, np.dtype) or dt.byteorder not in _LE_ORDERS or \
+                    dt.itemsize == 0:
+                return None
+            memoryview(np.empty(1, dt)).cast("B")
+            return _dtype_code_of_numpy(dt), dt.itemsize
+        except (TypeError, ValueError, NotImplementedError):
+            return None
+
 
 HOOKS = _Hooks()
 
@@ -752,8 +766,8 @@ def _utf8(text, i):
 def _array_record(x, name):
     """The write record of a plain little-endian C-contiguous array, else None."""
     if type(x) is not np.ndarray or not x.flags.c_contiguous or \
-            x.dtype.byteorder not in _LE_ORDERS:
-        return None
+            x.dtype.byteorder not in _LE_ORDERS or x.ndim > 8:
+        return None   # (rank above 8: Tensor refuses it with the reason)
     try:
         data = memoryview(x).cast("B")
     except (TypeError, ValueError, NotImplementedError):

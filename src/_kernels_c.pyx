@@ -125,6 +125,8 @@ cdef extern from "Python.h":
     void *PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     object PyUnicode_AsUTF8String(object o)
+    const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *n)
+    bint PyUnicode_CheckExact(object o)
 
     object PyList_New(Py_ssize_t n)
     void PyList_SET_ITEM(object l, Py_ssize_t i, PyObject *o)

@@ -231,6 +231,153 @@ cdef int write_block(Writer *w, TRec *recs, Py_ssize_t count, bint named,
     return 0
 
 
+# --- encoding a dict of plain arrays without normalize_tensors ---------------
+# The common tensors value, {str: ndarray} with C-contiguous little-endian
+# arrays of a dtype kiln has a code for, is described here from the arrays'
+# heads (kiln_np_head) and written in one pass, with the records
+# normalize_tensors would give.  Anything else, or any doubt, returns 0 and
+# the caller takes the Python path, which also raises every error.  A dtype
+# is learnt from the hooks' fast_code (Python) once; its descriptor object is
+# then recognised by identity.
+
+DEF DCACHE = 32
+cdef PyObject *_dc_descr[DCACHE]   # owned
+cdef uint64_t _dc_code[DCACHE]
+cdef Py_ssize_t _dc_size[DCACHE]
+cdef int _dc_n = 0
+
+
+cdef int dtype_slot(PyObject *descr) noexcept:
+    cdef int i
+    for i in range(_dc_n):
+        if _dc_descr[i] == descr:
+            return i
+    return -1
+
+
+cdef int learn_dtype(object hooks, object descr) except -2:
+    """Ask the hooks about a dtype seen for the first time: its cache slot, or -1."""
+    global _dc_n
+    fast_code = getattr(hooks, "fast_code", None)
+    got = None if fast_code is None else fast_code(descr)
+    if got is None or _dc_n >= DCACHE:
+        return -1
+    if dtype_slot(<PyObject *>descr) >= 0:
+        return dtype_slot(<PyObject *>descr)
+    code, size = got
+    Py_INCREF(descr)
+    _dc_descr[_dc_n] = <PyObject *>descr
+    _dc_code[_dc_n] = code
+    _dc_size[_dc_n] = size
+    _dc_n += 1
+    return _dc_n - 1
+
+
+cdef int cmp_trec_name(const void *a, const void *b) noexcept nogil:
+    cdef const TRec *x = <const TRec *>a
+    cdef const TRec *y = <const TRec *>b
+    return cmp_bytes_then_index(x.name, x.name_len, x.noff, y.name, y.name_len, y.noff)
+
+
+cdef int array_trec(object x, TRec *t) noexcept:
+    """Describe a plain array for the fast path: 1 done, 0 not plain, -1 dtype unknown."""
+    cdef kiln_np_head *h
+    cdef int slot, k
+    cdef uint64_t n
+    if type(x) is not _np_ndarray:
+        return 0
+    h = <kiln_np_head *><PyObject *>x
+    if not (h.flags & 0x0001) or h.nd > MAX_RANK:
+        return 0
+    slot = dtype_slot(h.descr)
+    if slot < 0:
+        return -1
+    n = <uint64_t>_dc_size[slot]
+    t.rank = h.nd
+    for k in range(MAX_RANK):
+        t.dims[k] = <uint64_t>h.dimensions[k] if k < h.nd else 0
+        if k < h.nd and kiln_mul_u64(n, t.dims[k], &n):
+            return 0
+    t.code = _dc_code[slot]
+    t.lay = NULL
+    t.lay_len = 0
+    t.block = 0
+    t.scheme = 0
+    t.axis = NO_AXIS
+    t.group = 0
+    t.scale = U32_MAX
+    t.outer = U32_MAX
+    t.held = False
+    t.pay.buf = h.data
+    t.pay.len = <Py_ssize_t>n
+    return 1
+
+
+cdef int fast_tensors(Node nd, Writer *w, object v) except -1:
+    """Write an exact dict of plain arrays; 1 when written, 0 for the Python path.
+
+    With the GIL nothing else runs between reading the arrays' heads and
+    copying their data (no Python code is called after the dtypes are known:
+    every object is borrowed from the dict, which cannot change meanwhile)."""
+    cdef TRec *recs = NULL
+    cdef Py_ssize_t count, i, pos, ln
+    cdef PyObject *kp
+    cdef PyObject *xp
+    cdef int r, tries = 0
+    cdef bint named = True, ascending = True
+    cdef uint64_t heap_n = 0
+    cdef const char *p
+    if KILN_FREE_THREADED or not _np_fast or not PyDict_CheckExact(v):
+        return 0
+    count = PyDict_GET_SIZE(v)
+    if count == 0 or <uint64_t>count > U32_MAX:
+        return 0
+    recs = <TRec *>PyMem_Malloc(sizeof(TRec) * count)
+    if recs == NULL:
+        raise MemoryError()
+    try:
+        while True:   # again after learning a dtype (Python code ran: start over)
+            i = 0
+            pos = 0
+            r = 1
+            while PyDict_Next(v, &pos, &kp, &xp):
+                if i >= count or not PyUnicode_CheckExact(<object>kp):
+                    return 0
+                r = array_trec(<object>xp, &recs[i])
+                if r != 1:
+                    break
+                p = PyUnicode_AsUTF8AndSize(<object>kp, &ln)
+                if p == NULL:
+                    PyErr_Clear()
+                    return 0
+                if ln == 0:
+                    return 0   # the Python path reports the empty name
+                recs[i].name = p
+                recs[i].name_len = ln
+                recs[i].has_name = True
+                recs[i].noff = <uint64_t>i   # the tie-break of the sort (names differ anyway)
+                if i and ascending and cmp_bytes_then_index(recs[i - 1].name, recs[i - 1].name_len,
+                                                            0, p, ln, 1) > 0:
+                    ascending = False
+                i += 1
+            if r == 1:
+                break
+            if r == 0 or tries >= 4:
+                return 0
+            tries += 1
+            if learn_dtype(nd.hooks, <object>(<kiln_np_head *>xp).descr) < 0:
+                return 0
+        if i != count:
+            return 0
+        if not ascending:
+            qsort(recs, count, sizeof(TRec), cmp_trec_name)
+        plan_heap(recs, count, w.pos, &named, &heap_n)
+        write_block(w, recs, count, named, heap_n)
+    finally:
+        PyMem_Free(recs)
+    return 1
+
+
 def write_directory(records, out):
     """Append the canonical block of normalized tensor ``records`` to the bytearray
     ``out``; returns where it starts."""

@@ -740,6 +740,9 @@ cdef int enc_struct(Node nd, Writer *w, object v) except -1:
 
 cdef int enc_tensors(Node nd, Writer *w, object v) except -1:
     cdef Py_ssize_t start = w.pos
+    if fast_tensors(nd, w, v):
+        check_written(<const uint8_t *>w.data, w.pos, start)
+        return 0
     try:
         records = nd.hooks.normalize(v)
     except EncodeError as e:

@@ -9,6 +9,14 @@ cdef extern from "kiln_numpy.h":
     object kiln_np_new(object descr, Py_ssize_t n)
     char *kiln_np_data(object a)
     int kiln_np_plain_1d(object a, object descr, char **data, Py_ssize_t *n)
+    ctypedef struct kiln_np_head:
+        char *data
+        int nd
+        Py_ssize_t *dimensions
+        Py_ssize_t *strides
+        PyObject *base
+        PyObject *descr
+        int flags
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
