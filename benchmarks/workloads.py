@@ -65,6 +65,15 @@ class Rec:
 
 
 @dataclasses.dataclass
+class RecL:
+    """Rec with tags declared list[kiln.i32]: decodes to a Python list of ints, like msgspec."""
+    id: int
+    name: str
+    score: float
+    tags: list[kiln.i32]
+
+
+@dataclasses.dataclass
 class Tags3:
     a: kiln.i32
     b: kiln.i32
@@ -104,14 +113,16 @@ def records(n, impls):
     kiln_recs = [Rec(i, nm, s, np.array(t, np.int32)) for i, nm, s, t in fields]
     parsed = [(r.id, r.name, r.score, r.tags) for r in kiln_recs]
     struct_recs = [RecT(i, nm, s, Tags3(*t)) for i, nm, s, t in fields]
+    list_kiln_recs = [RecL(i, nm, s, list(t)) for i, nm, s, t in fields]
     dict_recs = [dict(zip(("id", "name", "score", "tags"), p)) for p in parsed]
     m_recs = [MRec(i, nm, s, t) for i, nm, s, t in fields]
     list_recs = [[i, nm, s, t] for i, nm, s, t in fields]
     pickle_recs = [Rec(i, nm, s, t) for i, nm, s, t in fields]   # tags as a list of ints
 
-    T, TS = kiln.list_(Rec), kiln.list_(RecT)
+    T, TS, TL = kiln.list_(Rec), kiln.list_(RecT), kiln.list_(RecL)
     kbuf, tbuf = kiln.Encoder(T).encode(kiln_recs), kiln.Encoder(TS).encode(struct_recs)
     assert kbuf == kiln.Encoder(REC_DICT).encode(dict_recs)   # same type, other binding
+    assert kbuf == kiln.Encoder(TL).encode(list_kiln_recs)     # tags as a Python list
 
     menc, mdec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(list[MRec])
     mbuf, pbuf, mpbuf = menc.encode(m_recs), pickle5(pickle_recs), msgpack.packb(list_recs)
@@ -119,6 +130,7 @@ def records(n, impls):
         Op("encode", [
             floor("copy the output bytes", lambda: bytearray(kbuf)),
             *kiln_contenders(impls, encoding(T, kiln_recs)),
+            kiln_variant(impls, "[tags=list]", encoding(TL, list_kiln_recs)),
             kiln_variant(impls, "[tags=struct]", encoding(TS, struct_recs)),
             kiln_variant(impls, "[dict]", encoding(REC_DICT, dict_recs)),
             peer("msgspec", lambda: menc.encode(m_recs)),
@@ -129,6 +141,8 @@ def records(n, impls):
             floor("build Rec objects", lambda: list(itertools.starmap(Rec, parsed))),
             *kiln_contenders(impls, decoding(T, kbuf)),
             kiln_variant(impls, "[gc off]", decoding(T, kbuf), gc=False),
+            kiln_variant(impls, "[tags=list]", decoding(TL, kbuf)),
+            kiln_variant(impls, "[tags=list, gc off]", decoding(TL, kbuf), gc=False),
             kiln_variant(impls, "[tags=struct]", decoding(TS, tbuf)),
             kiln_variant(impls, "[dict]", decoding(REC_DICT, kbuf)),
             peer("msgspec", lambda: mdec.decode(mbuf)),
@@ -141,6 +155,8 @@ def records(n, impls):
         "msgpack and pickle give a list of 3 ints. [tags=struct] declares tags as a "
         "struct of three i32 fields bound to a dataclass (no count word: 42 bytes a "
         "record instead of 46).",
+        "[tags=list] declares tags as list[kiln.i32], which decodes to a Python list of "
+        "ints (as msgspec's list[int]); same bytes as Rec.",
         "[dict] uses the type text instead of a dataclass; records decode to dicts.",
         "Encode inputs are each codec's own decode output (kiln: Rec with an int32 "
         "array; msgspec: array_like Struct; msgpack: lists; pickle: Rec with a list).",

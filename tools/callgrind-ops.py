@@ -7,7 +7,8 @@ doing the setup only and once doing the setup and N repetitions of OP, and
 prints the difference divided by N: the instructions of one OP, repeatable
 whatever else the machine is doing (the garbage collector is off during the
 repetitions and hash randomisation is pinned, so runs agree to the
-instruction).  Ops: records-decode, records-encode,
+instruction).  Ops: records-decode, records-encode (with
+the suffix -list: tags declared list[kiln.i32], decoded to Python lists),
 tensors-decode, tensors-numpy, tensors-encode, and tensors-floor (one
 ``np.frombuffer`` per tensor, the many-tensors decode floor).  The kernels are whatever
 ``import kiln`` picks (KILN_PUREPYTHON=1 for the pure ones).
@@ -33,9 +34,19 @@ def build(op):
         score: float
         tags: kiln.list_(kiln.i32)
 
+    @dataclasses.dataclass
+    class RecL:
+        id: int
+        name: str
+        score: float
+        tags: list[kiln.i32]
+
     if op.startswith("records"):
-        t = kiln.list_(kiln.struct(Rec))
-        recs = [Rec(i, "name-%d" % i, i * 0.5, np.arange(i % 8, dtype=np.int32))
+        lists = op.endswith("-list")   # tags declared list[kiln.i32]: Python lists
+        op = op[:-5] if lists else op
+        t = kiln.list_(kiln.struct(RecL if lists else Rec))
+        recs = [(RecL if lists else Rec)(i, "name-%d" % i, i * 0.5, list(range(i % 8)) if lists
+                                         else np.arange(i % 8, dtype=np.int32))
                 for i in range(20000)]
         buf = kiln.encode(recs, t)
         if op == "records-decode":

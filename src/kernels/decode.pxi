@@ -134,6 +134,8 @@ cdef object dec_pod(Node nd, DCtx *c):
     if KILN_UNLIKELY(st != 0):
         count_fail(st, WHAT_COUNT, p, cnt, c.max_count, w, c.n)
     q = p + 4
+    if nd.form == FORM_LIST:
+        return pod_list(nd, c, q, cnt)
     src = c.d + q
     nbytes = <size_t>cnt * <size_t>w
     arr = new_array(nd.dt_big if _force_swap else nd.dt_native, cnt, &dst)
@@ -155,9 +157,22 @@ cdef object dec_pod(Node nd, DCtx *c):
             if bad >= 0:
                 kfail("TYPE", q + bad, "bool byte is %d, not 0 or 1" % bad_byte)
     c.pos = q + <Py_ssize_t>nbytes
-    if nd.form == FORM_LIST:
-        return arr.tolist()   # Python ints, floats or bools
     return arr
+
+
+cdef object pod_list(Node nd, DCtx *c, Py_ssize_t q, uint32_t cnt):
+    """A pod list as a Python list: each element read once, as the scalar it
+    is (what ndarray.tolist() gives; a bad bool fails at its own byte, the
+    first one first, as in the array path)."""
+    cdef uint32_t i
+    cdef int op = nd.elem_op
+    lst = PyList_New(cnt)
+    c.pos = q
+    for i in range(cnt):
+        v = dec_scalar(op, c)
+        Py_INCREF(v)
+        PyList_SET_ITEM(lst, i, <PyObject *>v)
+    return lst
 
 
 cdef object dec_list(Node nd, DCtx *c):
