@@ -12,7 +12,7 @@ from .. import _wire as W
 from .._convert import as_bytes_view
 from .._errors import KilnError, frame_hint
 from .._plan import FORM_ARRAY, FORM_LIST, Some
-from .reader import (budget, check_count, check_frame, eof, err, has_zero_lists,
+from .reader import (U32, budget, check_count, check_frame, eof, err, has_zero_lists,
                      read_length, zero_budget_error)
 from .directory import validate_directory
 
@@ -149,6 +149,8 @@ def _list(plan, o):
     if elem.op == W.OP_STRUCT and m > 0 and all(
             f.op in W.SCALAR_FORMAT and f.op != W.OP_BOOL for f in elem.fields):
         return _fixed_list(plan, o)
+    if elem.op == W.OP_STRUCT and m > 0:
+        return _struct_list(plan, o)
     inner = build(elem, o)
     if m == 0:
         def dec_zero_list(d, p):
@@ -231,11 +233,46 @@ def _tensors(plan, o):
 
 
 def _struct_dec(plan, o):
-    """One straight-line function for the struct: consecutive non-bool fixed
-    scalars are read by one struct.Struct, other fields call their decoder."""
-    ns = {"run_eof": _run_eof, "make": plan.make}
+    """One straight-line function for the struct (see _struct_body)."""
+    ns = {}
     lines = ["def dec_struct(d, p):", "    n = len(d)"]
+    value = _struct_body(plan, o, ns, lines, "    ")
+    lines.append("    return %s, p" % value)
+    return _compiled(plan, ns, lines, "dec_struct")
+
+
+def _struct_list(plan, o):
+    """list<struct>: the loop and the struct's straight-line body in one function."""
+    elem = plan.elem
+    ns = {"check_count": check_count}
+    lines = ["def dec_struct_list(d, p):",
+             "    c = check_count(d, p, %d, %d)" % (o.max_count, elem.min_size),
+             "    p += 4", "    n = len(d)", "    out = [None] * c", "    for k in range(c):"]
+    value = _struct_body(elem, o, ns, lines, "        ")
+    lines.append("        out[k] = %s" % value)
+    lines.append("    return out, p")
+    return _compiled(elem, ns, lines, "dec_struct_list")
+
+
+def _compiled(plan, ns, lines, name):
+    exec(compile("\n".join(lines), "<kiln struct %s>" % plan.text[:60], "exec"), ns)
+    return ns[name]
+
+
+def _struct_body(plan, o, ns, lines, ind):
+    """Append the statements that decode ``plan``'s fields at p into v0, v1, ...
+    (advancing p); return the expression that makes the value.
+
+    Consecutive non-bool fixed scalars are read by one struct.Struct; strings
+    and lists of numbers are read inline when their length word and bytes are
+    in bounds (else their own decoder runs, and raises the error); any other
+    field calls its decoder."""
+    ns.update(run_eof=_run_eof, make=plan.make, u32=U32.unpack_from, fromb=np.frombuffer,
+              empty=np.empty, UnicodeDecodeError=UnicodeDecodeError)
     run = []
+
+    def emit(*text):
+        lines.extend(ind + t for t in text)
 
     def flush():
         if not run:
@@ -245,9 +282,9 @@ def _struct_dec(plan, o):
         ns["s%d" % j] = st.unpack_from
         ns["z%d" % j] = tuple(W.SCALAR_FORMAT[f.op][1] for _, f in run)
         targets = ", ".join("v%d" % i for i, _ in run)
-        lines.append("    if p + %d > n: raise run_eof(p, z%d, n)" % (st.size, j))
-        lines.append("    %s = s%d(d, p)%s" % (targets, j, "[0]" if len(run) == 1 else ""))
-        lines.append("    p += %d" % st.size)
+        emit("if p + %d > n: raise run_eof(p, z%d, n)" % (st.size, j),
+             "%s = s%d(d, p)%s" % (targets, j, "[0]" if len(run) == 1 else ""),
+             "p += %d" % st.size)
         del run[:]
 
     for i, f in enumerate(plan.fields):
@@ -256,16 +293,37 @@ def _struct_dec(plan, o):
             continue
         flush()
         ns["f%d" % i] = build(f, o)
-        lines.append("    v%d, p = f%d(d, p)" % (i, i))
+        if f.op == W.OP_STR:
+            ns["errors"] = o.errors
+            emit("if p + 4 <= n and (ln := u32(d, p)[0]) <= %d and (e := p + 4 + ln) <= n:"
+                 % o.max_bytes,
+                 "    try:",
+                 "        v%d = str(d[p + 4:e], 'utf-8', errors)" % i,
+                 "    except UnicodeDecodeError:",
+                 "        v%d, e = f%d(d, p)" % (i, i),
+                 "    p = e",
+                 "else:",
+                 "    v%d, p = f%d(d, p)" % (i, i))
+        elif f.op == W.OP_PODLIST and f.elem.op != W.OP_BOOL:
+            le = np.dtype(W.NUMPY_LE[f.elem.op])
+            ns["le%d" % i], ns["nat%d" % i] = le, le.newbyteorder("=")
+            if f.form == FORM_LIST:
+                make = "fromb(d, le%d, cn, p + 4).tolist() if cn else []" % i
+            else:
+                make = "fromb(d, le%d, cn, p + 4).astype(nat%d) if cn else empty(0, nat%d)" \
+                    % (i, i, i)
+            emit("if p + 4 <= n and (cn := u32(d, p)[0]) <= %d and (e := p + 4 + cn * %d) <= n:"
+                 % (o.max_count, le.itemsize),
+                 "    v%d = %s" % (i, make),
+                 "    p = e",
+                 "else:",
+                 "    v%d, p = f%d(d, p)" % (i, i))
+        else:
+            emit("v%d, p = f%d(d, p)" % (i, i))
     flush()
     if plan.make is None:
-        body = ", ".join("%r: v%d" % (nm, i) for i, nm in enumerate(plan.names))
-        lines.append("    return {%s}, p" % body)
-    else:
-        lines.append("    return make(%s), p" % ", ".join("v%d" % i
-                                                        for i in range(len(plan.fields))))
-    exec(compile("\n".join(lines), "<kiln struct %s>" % plan.text[:60], "exec"), ns)
-    return ns["dec_struct"]
+        return "{%s}" % ", ".join("%r: v%d" % (nm, i) for i, nm in enumerate(plan.names))
+    return "make(%s)" % ", ".join("v%d" % i for i in range(len(plan.fields)))
 
 
 def _run_eof(p, sizes, n):
