@@ -667,6 +667,10 @@ class TensorDirectory(Mapping):
             >>> d.to_dict()["w"].tolist()
             [1.0, 1.0]
         """
+        if self._rows is not None and _to_dict is not None:
+            out = _to_dict(self)   # the compiled kernels: tensors and arrays made in C
+            if out is not None:
+                return out
         return {t.name: t.numpy() for t in self.values()}
 
     def __eq__(self, other):
@@ -745,12 +749,14 @@ def _no_hold(buf):
 # With the compiled kernels, Tensor.numpy() and TensorDirectory.values() of a
 # decoded directory run in C (kiln._kernels_c: tensor_numpy, tensors_fill):
 # the same objects and arrays, without np.frombuffer's buffer round trip.
-_numpy, _fill, _hold = _numpy_py, None, _no_hold
+_numpy, _fill, _hold, _to_dict = _numpy_py, None, _no_hold, None
 if _compat.IMPLEMENTATION == "cython" and \
         _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py):
     _numpy = _compat.kernels.tensor_numpy
     _fill = _compat.kernels.tensors_fill
     _hold = _compat.kernels.hold_buffer
+    _to_dict = _compat.kernels.tensors_dict
+    _compat.kernels.directory_setup(TensorDirectory, HOOKS)
 
 
 _LE_ORDERS = ("<", "|") + (("=",) if sys.byteorder == "little" else ())

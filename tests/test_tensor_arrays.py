@@ -75,3 +75,28 @@ def test_tensors_made_by_hand_take_the_python_path(impl):
     t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
     same_array(t.numpy(), _tensor._numpy_py(t))
     assert t.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_to_dict_matches_the_python_comprehension(impl):
+    buf = impl.encode_tensors(ARRAYS)
+    for copy in (False, True):
+        d = impl.decode_tensors(buf, copy=copy, max_copy_bytes=1 << 20)
+        got = d.to_dict()
+        want = {t.name: _tensor._numpy_py(t) for t in d.values()}
+        assert list(got) == list(want)
+        for k in want:
+            same_array(got[k], want[k])
+    d = impl.decode_tensors(buf)
+    d["b"].name = "renamed"          # a tensor made before keeps its (changed) name
+    assert list(d.to_dict()) == ["a", "renamed", "c", "d", "e", "f", "g"]
+
+
+def test_unnamed_and_trusted_directories(impl):
+    buf = impl.encode_tensors([np.arange(3, dtype=np.int32), np.ones((2, 2), np.float64)])
+    d = impl.decode_tensors(buf)
+    assert list(d.to_dict()) == [None]
+    assert [t.numpy().shape for t in d.values()] == [(3,), (2, 2)]
+    t = kiln.struct({"x": kiln.tensors})
+    out = impl.decode(impl.encode({"x": ARRAYS}, t), t, trusted=True)
+    assert out["x"]._errors == "surrogateescape"
+    assert sorted(out["x"].to_dict()) == sorted(ARRAYS)

@@ -306,7 +306,10 @@ cdef object dec_struct(Node nd, DCtx *c):
 
 cdef object ctx_mv(DCtx *c):
     if c.mv == NULL:
-        mv = as_bytes_view(<object>c.buf)
+        buf = <object>c.buf
+        # bytes: already flat, one byte per item (as as_bytes_view would give)
+        mv = memoryview(buf) if PyBytes_CheckExact(buf) and PyBytes_GET_SIZE(c.buf) \
+            else as_bytes_view(buf)
         Py_INCREF(mv)
         c.mv = <PyObject *>mv
     return <object>c.mv
@@ -319,7 +322,10 @@ cdef object dec_tensors(Node nd, DCtx *c, bint standalone):
     table = vdir(c.d, c.n, p, standalone, c.trusted, c.max_count, c.max_bytes, c.max_copy, True,
                  &end, &base)
     mv = ctx_mv(c)
-    res = nd.hooks.build(mv, p, base, table, c.copy, c.trusted)
+    if _D_ok and nd.hooks is _D_hooks and not c.copy:
+        res = view_directory(mv, p + base, <list>table, c.trusted)
+    else:
+        res = nd.hooks.build(mv, p, base, table, c.copy, c.trusted)
     c.pos = end
     return res
 

@@ -166,34 +166,38 @@ cdef inline object t_slot(object t, int k):
 def tensor_numpy(t):
     """Tensor.numpy(): for a decoded tensor of a whole-element dtype the array
     is made here over the held buffer, shaped, read-only; else the Python one."""
+    if not _T_ok or not isinstance(t, _T_cls):
+        return _T_py(t)
+    arr = row_array(t_slot(t, 2), t_slot(t, 5), t_slot(t, 4))
+    return _T_py(t) if arr is None else arr
+
+
+cdef object row_array(object row, object own, object offo):
+    """The array over a table row's payload at byte ``offo`` of the held buffer
+    ``own``, or None when the Python path must make it."""
     cdef Py_ssize_t dims[8]
     cdef Py_ssize_t k, rank, off, nbytes
     cdef uint64_t prod = 1
     cdef HeldBuffer h
-    if not _T_ok or not isinstance(t, _T_cls):
-        return _T_py(t)
-    own = t_slot(t, 5)
-    row = t_slot(t, 2)
     if type(own) is not HeldBuffer or type(row) is not tuple or PyTuple_GET_SIZE(row) != 12:
-        return _T_py(t)
+        return None
     dt = _T_shaped.get(<object>PyTuple_GET_ITEM(row, 0))
     nbytes = <object>PyTuple_GET_ITEM(row, 11)
     shape = <object>PyTuple_GET_ITEM(row, 1)
-    offo = t_slot(t, 4)
     if dt is None or nbytes <= 0 or type(shape) is not tuple or type(offo) is not int:
-        return _T_py(t)
+        return None
     rank = PyTuple_GET_SIZE(shape)
     if rank > 8:
-        return _T_py(t)
+        return None
     for k in range(rank):
         dims[k] = <object>PyTuple_GET_ITEM(shape, k)
         if dims[k] <= 0 or kiln_mul_u64(prod, <uint64_t>dims[k], &prod):
-            return _T_py(t)
+            return None
     h = <HeldBuffer>own
     off = offo
     if prod * <uint64_t>(<object>dt).itemsize != <uint64_t>nbytes or off < 0 or \
             nbytes > h.view.len - off:
-        return _T_py(t)
+        return None
     return kiln_np_view(dt, <int>rank, dims, <char *>h.view.buf + off, own)
 
 
@@ -231,3 +235,69 @@ def tensors_fill(d):
         if PyList_GET_ITEM(tensors, i) == <PyObject *>None:
             tensors[i] = t
     return tensors
+
+
+def tensors_dict(d):
+    """TensorDirectory.to_dict() of a decoded directory: {t.name: t.numpy()}
+    over its tensors (made by tensors_fill); None when tensors_fill declines."""
+    cdef Py_ssize_t i, n
+    cdef const char *errs
+    tensors, rows, own, pb = d._tensors, d._rows, d._own, d._pb
+    errs = PyUnicode_AsUTF8(d._errors)
+    if not _T_ok or type(tensors) is not list or type(rows) is not list or \
+            len(tensors) != len(rows):
+        return None
+    out = {}
+    n = PyList_GET_SIZE(tensors)
+    for i in range(n):
+        t = <object>PyList_GET_ITEM(tensors, i)
+        if t is not None:   # made before: its name as it is now, its numpy()
+            PyDict_SetItem(out, t.name, t.numpy())
+            continue
+        # not made yet: the array straight from the row (the Tensor would give the same)
+        row = <object>PyList_GET_ITEM(rows, i)
+        arr = row_array(row, own, pb + row[10])
+        if arr is None:
+            t = d._tensor(i)
+            arr = t.numpy()
+        PyDict_SetItem(out, name_str(row[2], errs), arr)
+    return out
+
+
+cdef object _D_cls = None       # kiln.TensorDirectory
+cdef object _D_hooks = None     # kiln._tensor.HOOKS
+cdef Py_ssize_t _D_off[8]
+cdef bint _D_ok = False
+_D_SLOTS = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names", "_own")
+
+
+def directory_setup(cls, hooks):
+    """Take kiln.TensorDirectory and the tensor hooks: decode then builds a
+    view directory (what hooks.build does with copy=False) in C.  True when in use."""
+    global _D_cls, _D_hooks, _D_ok
+    _D_ok = False
+    if not _T_ok or cls.__new__ is not object.__new__:
+        return False
+    for i, nm in enumerate(_D_SLOTS):
+        d = cls.__dict__.get(nm)
+        if d is None or kiln_slot_offset(<PyObject *>d) < 0:
+            return False
+        _D_off[i] = kiln_slot_offset(<PyObject *>d)
+    _D_cls, _D_hooks = cls, hooks
+    _D_ok = True
+    return True
+
+
+cdef object view_directory(object mv, object pb, list table, bint trusted):
+    """TensorDirectory._from_table(table, mv.toreadonly(), pb, errors)."""
+    buf = mv.toreadonly()
+    d = kiln_alloc(_D_cls)
+    kiln_slot_set(d, _D_off[1], table)
+    kiln_slot_set(d, _D_off[2], buf)
+    kiln_slot_set(d, _D_off[3], pb)
+    kiln_slot_set(d, _D_off[4], "surrogateescape" if trusted else "strict")
+    kiln_slot_set(d, _D_off[0], [None] * PyList_GET_SIZE(table))
+    kiln_slot_set(d, _D_off[5], None)
+    kiln_slot_set(d, _D_off[6], None)
+    kiln_slot_set(d, _D_off[7], hold_buffer(buf))
+    return d
