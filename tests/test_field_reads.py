@@ -114,3 +114,17 @@ def test_dicts_for_the_same_struct(impl):
     assert check(impl, {"id": 1}, WithDefault)[0] == "EncodeError"
     assert check(impl, {"id": 1, "name": "a", "z": 1}, WithDefault)[0] == "EncodeError"
     assert check(impl, [1, "a"], WithDefault)[0] == "EncodeError"
+
+
+def test_instance_dicts_in_another_order_or_with_more_keys(impl):
+    r = WithDefault(1, "a")
+    del r.id
+    r.id = 7              # the dict now holds name, then id
+    assert check(impl, r, WithDefault) == bytes.fromhex("07000000000000000100000061")
+    r = WithDefault(1, "a")
+    r.extra = [1]         # one more key after the fields
+    assert check(impl, r, WithDefault) == bytes.fromhex("01000000000000000100000061")
+    r = WithDefault(1, "a")
+    r.__dict__.clear()
+    r.__dict__.update(zz=1, name="b", id=2)
+    assert check(impl, r, WithDefault) == bytes.fromhex("02000000000000000100000062")

@@ -9,8 +9,9 @@ whatever else the machine is doing (the garbage collector is off during the
 repetitions and hash randomisation is pinned, so runs agree to the
 instruction).  Ops: records-decode, records-encode (with
 the suffix -list: tags declared list[kiln.i32], decoded to Python lists),
-tensors-decode, tensors-numpy, tensors-encode, and tensors-floor (one
-``np.frombuffer`` per tensor, the many-tensors decode floor).  The kernels are whatever
+tensors-decode, tensors-numpy, tensors-encode, tensors-floor (one
+``np.frombuffer`` per tensor, the many-tensors decode floor), sample-decode,
+sample-encode (500 samples of the benchmarks' sample workload).  The kernels are whatever
 ``import kiln`` picks (KILN_PUREPYTHON=1 for the pure ones).
 """
 
@@ -54,6 +55,22 @@ def build(op):
             return lambda: d(buf)
         e = kiln.Encoder(t).encode
         return lambda: e(recs)
+    if op.startswith("sample"):   # 500 samples of the benchmarks' sample workload
+        @dataclasses.dataclass
+        class Sample:
+            id: int
+            text: str
+            batch: kiln.tensors
+
+        batch = {"tokens": np.arange(512, dtype=np.int32), "mask": np.ones(512, np.uint8),
+                 "emb": np.ones((512, 64), np.float16), "label": np.array([7], np.int64)}
+        samples = [Sample(i, "sample text number %d" % i, batch) for i in range(500)]
+        enc = kiln.Encoder(Sample).encode
+        bufs = [enc(s) for s in samples]
+        if op == "sample-decode":
+            dec = kiln.Decoder(Sample).decode
+            return lambda: [(s.id, s.text, s.batch.to_dict()) for s in map(dec, bufs)]
+        return lambda: [enc(s) for s in samples]
     ws = {"t%05d" % i: np.full(16, i, np.float32) for i in range(10000)}
     buf = kiln.encode_tensors(ws)
     if op == "tensors-decode":

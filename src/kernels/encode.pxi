@@ -619,6 +619,7 @@ cdef int field_kinds(Node nd) except -1:
     cdef FieldInfo *fi = nd.finfo
     cls = nd.cls
     nd.ftag = 0
+    nd.fdict = False
     for i in range(nd.nf):
         fi[i].kind = KILN_FK_ATTR
         fi[i].off = 0
@@ -638,6 +639,10 @@ cdef int field_kinds(Node nd) except -1:
         elif type(<object>d) is _tuplegetter and issubclass(cls, tuple):
             fi[i].off = (<object>d).__reduce__()[1][0]
             fi[i].kind = KILN_FK_INDEX
+    nd.fdict = nd.nf > 0
+    for i in range(nd.nf):
+        if fi[i].kind != KILN_FK_DICT:
+            nd.fdict = False
     nd.ftag = kiln_type_tag(cls)
     return 0
 
@@ -649,6 +654,7 @@ cdef int read_fields(Node nd, object v, PyObject **vals, Py_ssize_t *got) except
     cdef Py_ssize_t i, ix
     cdef FieldInfo *fi = nd.finfo
     cdef PyObject *o
+    cdef PyObject *k
     cdef PyObject *dp = NULL
     cdef int kind
     cdef bint fast = False
@@ -659,7 +665,22 @@ cdef int read_fields(Node nd, object v, PyObject **vals, Py_ssize_t *got) except
             field_kinds(nd)  # the class changed since: decide again
         fast = tag != 0 and tag == nd.ftag
     try:
-        for i in range(nd.nf):
+        i = 0
+        if fast and nd.fdict and not KILN_FREE_THREADED:
+            # every field lives in the instance dict: its items, in the order
+            # __init__ set them, are the fields (the same interned names)
+            dp = PyObject_GenericGetDict(v, NULL)
+            if dp == NULL:  # pragma: no cover - the class has a __dict__
+                PyErr_Clear()
+                fast = False
+            else:
+                ix = 0
+                while i < nd.nf and PyDict_Next(<object>dp, &ix, &k, &o) and k == fi[i].name:
+                    Py_INCREF(<object>o)
+                    vals[i] = o
+                    i += 1
+                    got[0] = i
+        while i < nd.nf:   # (the rest: by name)
             kind = fi[i].kind if fast else KILN_FK_ATTR
             o = NULL
             if kind == KILN_FK_DICT:
@@ -681,6 +702,7 @@ cdef int read_fields(Node nd, object v, PyObject **vals, Py_ssize_t *got) except
                 o = kiln_getattr(v, <object>fi[i].name)
             vals[i] = o
             got[0] = i + 1
+            i += 1
     finally:
         Py_XDECREF(dp)
     return 0

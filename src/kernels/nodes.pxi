@@ -33,6 +33,7 @@ cdef class Node:
     cdef bint has_tensors
     cdef int form           # pod list or list<u8>: the Python value (FORM_*)
     cdef unsigned int ftag  # struct: cls's version tag when finfo's kinds were decided
+    cdef bint fdict         # struct: every field's kind is KILN_FK_DICT
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
