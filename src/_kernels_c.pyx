@@ -145,6 +145,7 @@ cdef extern from "Python.h":
     int PyObject_IsInstance(object o, object cls) except -1
     Py_ssize_t PyObject_Size(object o) except -1
     void PyObject_GC_UnTrack(object o)
+    void PyObject_GC_Track(object o)
 
 cdef extern from "kiln_ft.h":
     PyObject *kiln_list_item_ref(object l, Py_ssize_t i)

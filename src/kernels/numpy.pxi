@@ -213,27 +213,41 @@ cdef object name_str(object b, const char *errors):
 def tensors_fill(d):
     """TensorDirectory.values() of a decoded directory: make each Tensor not
     yet made (as TensorDirectory._make does); returns d._tensors."""
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i, n, made = 0
     cdef const char *errs
+    cdef PyObject **fresh = NULL
     tensors, rows, buf, own, pb = d._tensors, d._rows, d._buf, d._own, d._pb
     errs = PyUnicode_AsUTF8(d._errors)
     if not _T_ok or type(tensors) is not list or type(rows) is not list or \
             len(tensors) != len(rows):
         return None
     n = PyList_GET_SIZE(tensors)
-    for i in range(n):
-        if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
-            continue
-        row = <object>PyList_GET_ITEM(rows, i)
-        t = kiln_alloc(_T_cls)
-        kiln_slot_set(t, _T_off[0], name_str(row[2], errs))
-        kiln_slot_set(t, _T_off[1], name_str(row[3], errs))
-        kiln_slot_set(t, _T_off[2], row)
-        kiln_slot_set(t, _T_off[3], buf)
-        kiln_slot_set(t, _T_off[4], pb + row[10])
-        kiln_slot_set(t, _T_off[5], own)
-        if PyList_GET_ITEM(tensors, i) == <PyObject *>None:
-            tensors[i] = t
+    fresh = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * (n + 1))
+    if fresh == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
+                continue
+            row = <object>PyList_GET_ITEM(rows, i)
+            t = kiln_alloc(_T_cls)
+            # untracked while they are made: a collection that the allocations
+            # start meanwhile does not walk them (they are tracked below)
+            PyObject_GC_UnTrack(t)
+            kiln_slot_set(t, _T_off[0], name_str(row[2], errs))
+            kiln_slot_set(t, _T_off[1], name_str(row[3], errs))
+            kiln_slot_set(t, _T_off[2], row)
+            kiln_slot_set(t, _T_off[3], buf)
+            kiln_slot_set(t, _T_off[4], pb + row[10])
+            kiln_slot_set(t, _T_off[5], own)
+            tensors[i] = t      # the list owns it from here
+            fresh[made] = <PyObject *>t
+            made += 1
+            t = None
+    finally:
+        for i in range(made):   # every Tensor made is tracked again, error or not
+            PyObject_GC_Track(<object>fresh[i])
+        PyMem_Free(fresh)
     return tensors
 
 
