@@ -100,3 +100,20 @@ def test_unnamed_and_trusted_directories(impl):
     out = impl.decode(impl.encode({"x": ARRAYS}, t), t, trusted=True)
     assert out["x"]._errors == "surrogateescape"
     assert sorted(out["x"].to_dict()) == sorted(ARRAYS)
+
+
+def test_names_that_are_not_utf8_in_a_trusted_decode(impl):
+    buf = bytearray(impl.encode_tensors({"qq": np.zeros(2, np.float32),
+                                         "zz": np.ones(1, np.int8)}))
+    at = bytes(buf).index(b"qqzz")
+    buf[at:at + 2] = b"\xffq"       # still ascending, no longer UTF-8
+    for _ in range(2):              # twice: what the compiled kernels remember
+        d = impl.decode_tensors(bytes(buf), trusted=True)
+        assert d.names == ["\udcffq", "zz"]
+        assert list(d.to_dict()) == ["\udcffq", "zz"]
+        assert [t.name for t in d.values()] == ["\udcffq", "zz"]
+    with pytest.raises(kiln.KilnError) as e:
+        impl.decode_tensors(bytes(buf))
+    assert e.value.code == "UTF8"
+    d = impl.decode_tensors(impl.encode_tensors({"qq": np.zeros(2, np.float32)}))
+    assert d.to_dict()["qq"].tolist() == [0.0, 0.0] and d.values()[0].name == "qq"

@@ -559,12 +559,87 @@ cdef inline object row_int(uint64_t v):
     return PyLong_FromUnsignedLongLong(v)
 
 
+# Tables of one layout repeat their dims, offsets, lengths and names from one
+# decode to the next: a small direct-mapped cache of the int and bytes objects
+# made for them (immutable, so sharing one is invisible).  GIL builds only.
+DEF NCACHE = 256
+cdef PyObject *_int_cache[NCACHE]     # owned
+cdef PyObject *_name_cache[NCACHE]    # owned bytes
+cdef PyObject *_name_str[NCACHE]      # owned str decoded from _name_cache (strict), or NULL
+
+
+cdef inline object cached_int(uint64_t v, bint use):
+    cdef PyObject *o
+    cdef size_t k
+    if v < 256 or not use or KILN_FREE_THREADED:
+        return PyLong_FromUnsignedLongLong(v)
+    k = <size_t>((v * <uint64_t>0x9E3779B97F4A7C15) >> 56)
+    o = _int_cache[k]
+    if o != NULL and PyLong_AsUnsignedLongLong(o) == v:
+        return <object>o
+    r = PyLong_FromUnsignedLongLong(v)
+    Py_XDECREF(o)
+    Py_INCREF(r)
+    _int_cache[k] = <PyObject *>r
+    return r
+
+
+cdef inline size_t name_slot(const char *p, Py_ssize_t n) noexcept:
+    cdef uint64_t h = <uint64_t>n * <uint64_t>0x100000001B3
+    cdef Py_ssize_t i
+    for i in range(n if n < 16 else 16):
+        h = (h ^ <uint8_t>p[i]) * <uint64_t>0x100000001B3
+    return <size_t>(h >> 56)
+
+
+cdef object cached_name(const char *p, Py_ssize_t n, bint use):
+    cdef PyObject *o
+    cdef size_t k
+    if not use or KILN_FREE_THREADED or n > 64:
+        return PyBytes_FromStringAndSize(p, n)
+    k = name_slot(p, n)
+    o = _name_cache[k]
+    if o != NULL and PyBytes_GET_SIZE(o) == n and memcmp(PyBytes_AS_STRING(o), p, n) == 0:
+        return <object>o
+    r = PyBytes_FromStringAndSize(p, n)
+    Py_XDECREF(o)
+    Py_XDECREF(_name_str[k])
+    _name_str[k] = NULL
+    Py_INCREF(r)
+    _name_cache[k] = <PyObject *>r
+    return r
+
+
+cdef object cached_name_str(object b):
+    """The str of a name bytes object that cached_name made (strict UTF-8,
+    which the directory check has proved), else None."""
+    cdef size_t k
+    cdef PyObject *s
+    if KILN_FREE_THREADED or PyBytes_GET_SIZE(<PyObject *>b) > 64:
+        return None
+    k = name_slot(PyBytes_AS_STRING(<PyObject *>b), PyBytes_GET_SIZE(<PyObject *>b))
+    if _name_cache[k] != <PyObject *>b:
+        return None
+    s = _name_str[k]
+    if s == NULL:
+        try:   # (a trusted decode does not check names: they may not be UTF-8)
+            u = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(<PyObject *>b),
+                                     PyBytes_GET_SIZE(<PyObject *>b), "strict")
+        except UnicodeDecodeError:
+            return None
+        Py_INCREF(u)
+        _name_str[k] = <PyObject *>u
+        return u
+    return <object>s
+
+
 cdef object make_table(Dir *st):
     """One row per descriptor, in the layout the kernel interface documents."""
     cdef uint64_t i, rank, llen
     cdef Py_ssize_t k
     cdef const uint8_t *dp
     cdef const uint8_t *prev = NULL
+    cdef bint small = st.count <= 64   # the caches pay off for small, repeated layouts
     table = PyList_New(<Py_ssize_t>st.count)
     shape = None
     for i in range(st.count):
@@ -575,21 +650,22 @@ cdef object make_table(Dir *st):
                 memcmp(prev + D_SHAPE, dp + D_SHAPE, 8 * rank) != 0:
             shape = PyTuple_New(<Py_ssize_t>rank)
             for k in range(<Py_ssize_t>rank):
-                dv = PyLong_FromUnsignedLongLong(kiln_ld_u64(dp + D_SHAPE + 8 * k))
+                dv = cached_int(kiln_ld_u64(dp + D_SHAPE + 8 * k), small)
                 Py_INCREF(dv)
                 PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
             PyObject_GC_UnTrack(shape)   # ints only: no cycle can go through it
         prev = dp
-        nm = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
-                                       kiln_ld_u16(dp + D_NAME_LEN)) if st.named else None
+        nm = cached_name(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
+                         kiln_ld_u16(dp + D_NAME_LEN), small) if st.named else None
         llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
         lay = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_LAYOUT_OFF),
                                         <Py_ssize_t>llen) if llen else None
         row = (kiln_ld_u16(dp + D_DTYPE), shape, nm, lay, kiln_ld_u32(dp + D_BLOCK_SIZE),
                kiln_ld_u16(dp + D_QUANT_SCHEME), row_int(kiln_ld_u16(dp + D_QUANT_AXIS)),
                kiln_ld_u32(dp + D_GROUP_SIZE), row_int(kiln_ld_u32(dp + D_SCALE_INDEX)),
-               row_int(kiln_ld_u32(dp + D_OUTER_INDEX)), kiln_ld_u64(dp + D_BYTE_OFFSET),
-               kiln_ld_u64(dp + D_BYTE_LENGTH))
+               row_int(kiln_ld_u32(dp + D_OUTER_INDEX)),
+               cached_int(kiln_ld_u64(dp + D_BYTE_OFFSET), small),
+               cached_int(kiln_ld_u64(dp + D_BYTE_LENGTH), small))
         PyObject_GC_UnTrack(row)   # ints, bytes, None and the shape: no cycle either
         Py_INCREF(row)
         PyList_SET_ITEM(table, i, <PyObject *>row)

@@ -206,6 +206,9 @@ cdef object name_str(object b, const char *errors):
         return None
     if type(b) is not bytes:
         return b.decode("utf-8", (<bytes>errors).decode())
+    u = cached_name_str(b)   # valid UTF-8: the same str whatever the error handler
+    if u is not None:
+        return u
     return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(<PyObject *>b),
                                 PyBytes_GET_SIZE(<PyObject *>b), errors)
 
@@ -216,8 +219,13 @@ def tensors_fill(d):
     cdef Py_ssize_t i, n, made = 0
     cdef const char *errs
     cdef PyObject **fresh = NULL
-    tensors, rows, buf, own, pb = d._tensors, d._rows, d._buf, d._own, d._pb
-    errs = PyUnicode_AsUTF8(d._errors)
+    if _D_ok and type(d) is _D_cls:
+        tensors, rows, buf, own, pb = d_slot(d, 0), d_slot(d, 1), d_slot(d, 2), d_slot(d, 7), \
+            d_slot(d, 3)
+        errs = PyUnicode_AsUTF8(d_slot(d, 4))
+    else:
+        tensors, rows, buf, own, pb = d._tensors, d._rows, d._buf, d._own, d._pb
+        errs = PyUnicode_AsUTF8(d._errors)
     if not _T_ok or type(tensors) is not list or type(rows) is not list or \
             len(tensors) != len(rows):
         return None
@@ -256,8 +264,12 @@ def tensors_dict(d):
     over its tensors (made by tensors_fill); None when tensors_fill declines."""
     cdef Py_ssize_t i, n
     cdef const char *errs
-    tensors, rows, own, pb = d._tensors, d._rows, d._own, d._pb
-    errs = PyUnicode_AsUTF8(d._errors)
+    if _D_ok and type(d) is _D_cls:
+        tensors, rows, own, pb = d_slot(d, 0), d_slot(d, 1), d_slot(d, 7), d_slot(d, 3)
+        errs = PyUnicode_AsUTF8(d_slot(d, 4))
+    else:
+        tensors, rows, own, pb = d._tensors, d._rows, d._own, d._pb
+        errs = PyUnicode_AsUTF8(d._errors)
     if not _T_ok or type(tensors) is not list or type(rows) is not list or \
             len(tensors) != len(rows):
         return None
@@ -300,6 +312,16 @@ def directory_setup(cls, hooks):
     _D_cls, _D_hooks = cls, hooks
     _D_ok = True
     return True
+
+
+cdef inline object d_slot(object d, int k):
+    """A TensorDirectory slot (by _D_SLOTS index); an empty one is AttributeError."""
+    cdef PyObject *p = kiln_slot_get(d, _D_off[k])
+    if p == NULL:
+        raise AttributeError(_D_SLOTS[k])
+    o = <object>p
+    Py_DECREF(o)  # the cast took its own reference
+    return o
 
 
 cdef object view_directory(object mv, object pb, list table, bint trusted):
