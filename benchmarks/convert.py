@@ -6,7 +6,9 @@ Writes a safetensors file of ``--gib`` GiB (f32/f16/bf16/i8 arrays of 4 MiB),
 then times ``kiln convert`` (in process, the converter tensor by tensor through
 the streaming writer) against ``shutil.copyfile`` of the same file, page cache
 warm, each in a fresh child so that its peak resident memory (``VmHWM``) is
-its own.  The kiln row includes the fsyncs of the atomic replace.
+its own.  The kiln row includes the fsyncs of the atomic replace.  Every run
+starts after ``os.sync()``, so write-back left over from the previous run
+does not land in the next one's fsync.
 """
 
 import argparse
@@ -52,6 +54,8 @@ def main(argv=None):
         for op, dst in (("copy", "c.bin"), ("kiln", "m.kiln")):
             runs = []
             for _ in range(a.repeat):
+                os.sync()   # start each run with no dirty pages queued for the disk, so one
+                #             op's write-back is not charged to the next op's fsync
                 r = subprocess.run([sys.executable, "-c", CHILD, op, src,
                                     os.path.join(folder, dst)], capture_output=True, text=True,
                                    check=True)

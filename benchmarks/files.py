@@ -81,6 +81,7 @@ PAIRS = [("save", "kiln-save", "st-save"), ("load with copies", "kiln-load-copy"
 def measure(op, folder, n, mib, repeat):
     runs = []
     for _ in range(repeat):
+        os.sync()   # no write-back of an earlier run charged to this run's fsync
         r = subprocess.run([sys.executable, "-c", CHILD, op, folder, str(n), str(mib)],
                            capture_output=True, text=True, check=True)
         runs.append(json.loads(r.stdout))
