@@ -201,14 +201,15 @@ cdef object row_array(object row, object own, object offo):
     return kiln_np_view(dt, <int>rank, dims, <char *>h.view.buf + off, own)
 
 
-cdef object name_str(object b, const char *errors):
+cdef object name_str(object b, const char *errors, bint small):
     if b is None:
         return None
     if type(b) is not bytes:
         return b.decode("utf-8", (<bytes>errors).decode())
-    u = cached_name_str(b)   # valid UTF-8: the same str whatever the error handler
-    if u is not None:
-        return u
+    if small:   # (only small directories' names are cached: see make_table)
+        u = cached_name_str(b)   # valid UTF-8: the same str whatever the error handler
+        if u is not None:
+            return u
     return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(<PyObject *>b),
                                 PyBytes_GET_SIZE(<PyObject *>b), errors)
 
@@ -242,8 +243,8 @@ def tensors_fill(d):
             # untracked while they are made: a collection that the allocations
             # start meanwhile does not walk them (they are tracked below)
             PyObject_GC_UnTrack(t)
-            kiln_slot_set(t, _T_off[0], name_str(row[2], errs))
-            kiln_slot_set(t, _T_off[1], name_str(row[3], errs))
+            kiln_slot_set(t, _T_off[0], name_str(row[2], errs, n <= 64))
+            kiln_slot_set(t, _T_off[1], name_str(row[3], errs, False))
             kiln_slot_set(t, _T_off[2], row)
             kiln_slot_set(t, _T_off[3], buf)
             kiln_slot_set(t, _T_off[4], pb + row[10])
@@ -286,7 +287,7 @@ def tensors_dict(d):
         if arr is None:
             t = d._tensor(i)
             arr = t.numpy()
-        PyDict_SetItem(out, name_str(row[2], errs), arr)
+        PyDict_SetItem(out, name_str(row[2], errs, n <= 64), arr)
     return out
 
 
