@@ -11,6 +11,7 @@ operation) belongs to that operation alone.  Ratios are kiln / safetensors.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
