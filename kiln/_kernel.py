@@ -41,7 +41,12 @@ class Kernels(Protocol):
                            max_count: int, max_bytes: int,
                            max_copy: Optional[int] = None) -> Tuple[int, int, List[Row]]: ...
 
+    def validate_directory_copy(self, buf: Any, start: int, standalone: bool, trusted: bool,
+                                max_count: int, max_bytes: int
+                                ) -> Tuple[int, int, int, bool, bytes]: ...
+
     def write_directory(self, records: Sequence[Record], out: bytearray) -> int: ...
 
 
-INTERFACE = ("compile_decoder", "compile_encoder", "validate_directory", "write_directory")
+INTERFACE = ("compile_decoder", "compile_encoder", "validate_directory",
+             "validate_directory_copy", "write_directory")

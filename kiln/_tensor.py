@@ -574,7 +574,8 @@ class TensorDirectory(Mapping):
                 names = [t.name for t in self._tensors]
             else:
                 err = self._errors
-                names = [None if r[2] is None else r[2].decode("utf-8", err) for r in self._rows]
+                names = [None if r is None else r.decode("utf-8", err)
+                         for r in _raw_names(self._rows)]
             self._names = names
         return list(names)
 
@@ -636,9 +637,9 @@ class TensorDirectory(Mapping):
         if self._rows is None:
             return {n: i for i, n in enumerate(self.names) if n is not None}
         out: Dict[Any, int] = {}
-        for i, r in enumerate(self._rows):
-            if r[2] is not None:
-                out.setdefault(r[2], i)
+        for i, r in enumerate(_raw_names(self._rows)):
+            if r is not None:
+                out.setdefault(r, i)
         return out
 
     def __contains__(self, key: object) -> bool:
@@ -692,6 +693,12 @@ def _rebuild_tensor(payload, code, shape, name, layout, block_size, quant_scheme
     return Tensor(payload, dtype=code, shape=shape, name=name, layout=layout,
                   block_size=block_size, quant_scheme=quant_scheme, quant_axis=quant_axis,
                   group_size=group_size, scale_index=scale_index, outer_index=outer_index)
+
+
+def _raw_names(rows):
+    """The rows' raw names: a lazy table gives them without building its rows."""
+    raw = getattr(rows, "raw_names", None)
+    return raw() if raw is not None else [r[2] for r in rows]
 
 
 def _rebuild_directory(tensors):

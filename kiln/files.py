@@ -29,11 +29,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _api, _meta
+from . import _api, _compat, _meta
 from . import _wire as W
-from ._errors import EncodeError, KilnError
+from ._errors import EncodeError, KilnError, frame_hint
+from ._rows import LazyRows
 from ._kernels_py.dirwrite import block_head
-from ._tensor import Tensor, TensorDirectory, normalize_tensors, _code_of, element_count
+from ._tensor import Tensor, TensorDirectory, normalize_tensors, _code_of, element_count, \
+    _raw_names
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -690,8 +692,7 @@ class KilnFile:
         self.path = _name(path)
         mm = _map(path)
         try:
-            d = _api.decode_tensors(mm, trusted=trusted, max_count=max_count,
-                                    max_bytes=max_bytes)
+            d = _open_table(mm, trusted, max_count, max_bytes)
             self._dir, self.metadata = _split_metadata(d, mm, self.path)
         except BaseException:
             _unmap(mm)
@@ -744,15 +745,39 @@ class KilnFile:
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
+def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> TensorDirectory:
+    """The file's tensors as views, its table checked in full now but its rows
+    built when a tensor is asked for (see kiln._rows): opening a file of
+    thousands of tensors to read one builds one row, not thousands."""
+    _api._check_caps(max_count, max_bytes)
+    try:
+        end, base, count, named, blob = _compat.kernels.validate_directory_copy(
+            buf, 0, True, trusted, max_count, max_bytes)
+    except KilnError as e:
+        if bytes(memoryview(buf)[:4]) == W.FRAME_MAGIC:
+            raise frame_hint(e) from None
+        raise
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    return TensorDirectory._from_table(LazyRows(blob, count, named), mv.toreadonly(), base,
+                                       "surrogateescape" if trusted else "strict")
+
+
+def _check_reserved(rows: Any, reserved: bytes, path: str) -> None:
+    for i, raw in enumerate(_raw_names(rows[:-1])):
+        if raw == reserved:
+            raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF,
+                            "%s: the name %r is reserved for the metadata, the last tensor"
+                            % (path, _meta.META_NAME))
+
+
 def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
     """The directory without the metadata tensor, and the metadata dict (or None)."""
     rows = d._rows
     reserved = _meta.META_NAME.encode()
-    for i, row in enumerate(rows[:-1]):
-        if row[2] == reserved:
-            raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF,
-                            "%s: the name %r is reserved for the metadata, the last tensor"
-                            % (path, _meta.META_NAME))
+    if not isinstance(rows, LazyRows) or rows.heap_has(reserved):
+        _check_reserved(rows, reserved, path)   # else the name is nowhere in the heap
     if not rows or rows[-1][2] != reserved:
         return d, None
     row = rows[-1]
@@ -760,7 +785,8 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
         raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
     here = d._pb + row[10]   # in the directory's own buffer: the mapping, or its copy
     blob = bytes(d._buf[here:here + row[11]])
-    heap = sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
+    heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
+        sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
     align = W.DIR_ALIGN - 1
     at = ((W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align) + row[10]
     try:

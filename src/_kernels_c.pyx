@@ -48,7 +48,8 @@ from . import _plan as _P
 from . import _wire as _W
 from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, count_lied
 
-__all__ = ["compile_decoder", "compile_encoder", "validate_directory", "write_directory"]
+__all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
+           "write_directory"]
 
 
 # --- C declarations --------------------------------------------------------

@@ -270,3 +270,31 @@ def test_directory_indexing(impl):
     with pytest.raises(KeyError):
         d["q"]
     assert sorted(d.to_dict()) == ["a", "b"]
+
+
+def test_lazy_rows_are_the_table_rows(impl):
+    """kiln.open builds rows on demand from the kernel's checked copy: every row,
+    slice and name must be what validate_directory's table holds."""
+    from _mutation import directory_tensors
+    from kiln import _kernels_py
+    from kiln._rows import LazyRows
+    M = 1 << 20
+    named = directory_tensors()
+    unnamed = [kiln.Tensor(t.data, dtype=t.dtype, shape=t.shape) for t in named[:6]]
+    for ts in (named, unnamed, []):
+        buf = kiln.encode_tensors(ts)
+        end, base, table = impl.kernels.validate_directory(buf, 0, True, False, M, M)
+        got = impl.kernels.validate_directory_copy(buf, 0, True, False, M, M)
+        assert got[:2] == (end, base) and got[2] == len(table)
+        assert got == _kernels_py.validate_directory_copy(buf, 0, True, False, M, M)
+        rows = LazyRows(got[4], got[2], got[3])
+        assert list(rows) == table and len(rows) == len(table)
+        assert [rows[i] for i in range(-len(table), len(table))] == table + table
+        assert list(rows[1:-1]) == table[1:-1] and rows[::2] == table[::2]
+        assert rows.raw_names() == [r[2] for r in table]
+        assert rows[1:4].raw_names() == [r[2] for r in table[1:4]]
+        with pytest.raises(IndexError):
+            rows[len(table)]
+    with pytest.raises(kiln.KilnError) as e:
+        impl.kernels.validate_directory_copy(buf[:-1], 0, True, False, M, M)
+    assert e.value.code == "EOF"

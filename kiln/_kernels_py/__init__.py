@@ -29,6 +29,7 @@ the tests) is what the layers above call:
     that would change is an EncodeError.
 
 ``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None)``
+``validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes)``
     Check one tensor directory block starting at ``start`` of the byte
     buffer ``buf`` in the spec's check order.  Returns ``(end, payload_base,
     table)`` where ``table`` is a list of descriptor tuples ``(code, shape,
@@ -36,6 +37,10 @@ the tests) is what the layers above call:
     scale_index, outer_index, byte_offset, byte_length)``; ``name``/``layout``
     are raw bytes or None.  Nothing is built per descriptor before the
     directory is known to fit.
+    ``validate_directory_copy`` runs the same checks and returns ``(end,
+    payload_base, count, named, table_bytes)``: the checked copy of the
+    descriptors and the name heap, for rows built on demand
+    (``kiln._rows.LazyRows``).
 
 ``write_directory(records, out)``
     Append the canonical block for normalized tensor records to the bytearray
@@ -47,8 +52,9 @@ loops over elements, fields and descriptors live in the kernels.
 """
 
 from .decode import compile_decoder
-from .directory import validate_directory
+from .directory import validate_directory, validate_directory_copy
 from .dirwrite import write_directory
 from .encode import compile_encoder
 
-__all__ = ["compile_decoder", "compile_encoder", "validate_directory", "write_directory"]
+__all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
+           "write_directory"]

@@ -20,7 +20,7 @@ class Dir:
     __slots__ = ("buf", "n", "s", "standalone", "trusted", "max_count", "max_bytes", "max_copy",
                  "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
                  "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
-                 "counts", "names", "layouts")
+                 "counts", "names", "layouts", "heap")
 
     def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy):
         self.buf = buf
@@ -120,7 +120,7 @@ def read_table(st):
     """The descriptors (one tuple each) and the heap, copied once: only after step 7."""
     buf, s0 = st.buf, st.s + W.HEADER_SIZE
     st.descs = [W.DESC.unpack_from(buf, s0 + _D * i) for i in range(st.count)]
-    st.names = bytes(buf[st.heap0:st.heap0 + st.name_bytes])  # the heap, for now
+    st.heap = st.names = bytes(buf[st.heap0:st.heap0 + st.name_bytes])  # names: for now
 
 
 def step8a_reserved(st):
@@ -387,13 +387,21 @@ def make_table(st):
              dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH]) for i, dsc in enumerate(st.descs)]
 
 
-def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None):
-    """Check the directory at ``start`` step by step; returns (end, payload_base, table).
+def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
+    """Check the directory at ``start`` as validate_directory does; returns
+    (end, payload_base, count, named, table_bytes): the checked copy of the
+    descriptors and the name heap, from which rows are built on demand
+    (kiln._rows.LazyRows).  The descriptors are packed again from the values
+    the steps checked, never read again from ``buf``."""
+    if start < 0 or max_count < 0 or max_bytes < 0:
+        raise ValueError("start, max_count and max_bytes must be non-negative")
+    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None)
+    end = step12_trailing(st)
+    blob = b"".join([W.DESC.pack(*dsc) for dsc in st.descs]) + st.heap
+    return end, st.base, st.count, bool(st.named), blob
 
-    ``max_copy``: when not None, a payload longer than this is LIMIT (a cap
-    for payloads the caller will copy)."""
-    if start < 0 or max_count < 0 or max_bytes < 0 or (max_copy is not None and max_copy < 0):
-        raise ValueError("start, max_count, max_bytes and max_copy must be non-negative")
+
+def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy):
     st = Dir(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
     step2_envelope(st, *step1_magic(st))
     step3_caps(st)
@@ -411,5 +419,16 @@ def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, ma
     step10_placement(st)
     step11a_payload_bytes(st)
     step11b_quantization(st)
+    return st
+
+
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None):
+    """Check the directory at ``start`` step by step; returns (end, payload_base, table).
+
+    ``max_copy``: when not None, a payload longer than this is LIMIT (a cap
+    for payloads the caller will copy)."""
+    if start < 0 or max_count < 0 or max_bytes < 0 or (max_copy is not None and max_copy < 0):
+        raise ValueError("start, max_count, max_bytes and max_copy must be non-negative")
+    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
     end = step12_trailing(st)
     return end, st.base, make_table(st)

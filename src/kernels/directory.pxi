@@ -673,7 +673,7 @@ cdef object make_table(Dir *st):
 
 
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
-                 uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, bint want_table,
+                 uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, int want_table,
                  Py_ssize_t *endp, uint64_t *basep):
     """Run the steps in order over the directory at ``s``; the table when wanted.
 
@@ -712,6 +712,9 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         step11b_quantization(&st)
         endp[0] = step12_trailing(&st)
         basep[0] = st.base
+        if want_table == 2:   # the checked copy itself: rows are built when asked for
+            return (st.count, bool(st.named),
+                    PyBytes_FromStringAndSize(<const char *>st.priv, <Py_ssize_t>st.want))
         return make_table(&st) if want_table else None
     finally:
         PyMem_Free(st.priv)
@@ -736,6 +739,26 @@ def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, ma
     finally:
         PyBuffer_Release(&view)
     return end, base, table
+
+
+def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
+    """Check the tensor directory at ``start`` of ``buf`` as validate_directory
+    does; returns (end, payload_base, count, named, table_bytes): the checked
+    private copy of the descriptors and the name heap, from which rows are
+    built on demand (kiln._rows.LazyRows) instead of all at once."""
+    cdef Py_buffer view
+    cdef Py_ssize_t end = 0
+    cdef uint64_t base = 0
+    if start < 0 or max_count < 0 or max_bytes < 0:
+        raise ValueError("start, max_count and max_bytes must be non-negative")
+    get_view(buf, &view)
+    try:
+        count, named, blob = vdir(<const uint8_t *>view.buf, view.len, start, bool(standalone),
+                                  bool(trusted), _cap(max_count), _cap(max_bytes), U64_MAX, 2,
+                                  &end, &base)
+    finally:
+        PyBuffer_Release(&view)
+    return end, base, count, named, blob
 
 
 cdef int check_written(const uint8_t *b, Py_ssize_t n, Py_ssize_t start) except -1:

@@ -1,0 +1,95 @@
+"""A tensor table whose rows are built when asked for.
+
+``kiln.open`` checks a file's whole table once, but a caller usually reads a
+few tensors of it.  Building every row up front costs two Python objects per
+tensor (the row and its shape), which in a fresh process is enough to set
+off a garbage collection of everything the imports left behind.  The
+kernels' ``validate_directory_copy`` returns instead the checked private copy
+of the descriptors and the name heap as one ``bytes``; this sequence builds a
+row from it on demand, in the layout ``validate_directory``'s table has, and
+the names alone without building rows.
+
+The bytes are the kernel's checked copy, never the caller's buffer again, so
+a file changed while it is open cannot change a row after its check.
+"""
+
+from typing import Any, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from . import _wire as W
+
+_D = W.DESC_SIZE
+_NAME_OFF = W.D_NAME_OFF // 2       # in u16 units; the length follows it
+assert W.D_NAME_LEN == W.D_NAME_OFF + 2
+_unpack = W.DESC.unpack_from
+
+
+class LazyRows:
+    """Rows ``start .. stop`` of a checked table (a read-only sequence)."""
+
+    __slots__ = ("_blob", "_count", "_named", "_start", "_stop")
+
+    def __init__(self, blob: bytes, count: int, named: bool, start: int = 0,
+                 stop: Optional[int] = None) -> None:
+        self._blob = blob
+        self._count = count
+        self._named = named
+        self._start = start
+        self._stop = count if stop is None else stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            a, b, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(a, b, step)]
+            return LazyRows(self._blob, self._count, self._named, self._start + a,
+                            self._start + max(a, b))
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("row index out of range")
+        return self._row(self._start + i)
+
+    def __iter__(self) -> Iterator[Tuple[Any, ...]]:
+        for j in range(self._start, self._stop):
+            yield self._row(j)
+
+    def _row(self, j: int) -> Tuple[Any, ...]:
+        dsc = _unpack(self._blob, _D * j)
+        heap = _D * self._count
+        name = None
+        if self._named:
+            a = heap + dsc[W.I_NAME_OFF]
+            name = self._blob[a:a + dsc[W.I_NAME_LEN]]
+        layout = None
+        if dsc[W.I_LAYOUT_LEN]:
+            a = heap + dsc[W.I_LAYOUT_OFF]
+            layout = self._blob[a:a + dsc[W.I_LAYOUT_LEN]]
+        return (dsc[W.I_DTYPE], dsc[W.I_SHAPE:W.I_SHAPE + dsc[W.I_RANK]], name, layout,
+                dsc[W.I_BLOCK_SIZE], dsc[W.I_QUANT_SCHEME], dsc[W.I_QUANT_AXIS],
+                dsc[W.I_GROUP_SIZE], dsc[W.I_SCALE_INDEX], dsc[W.I_OUTER_INDEX],
+                dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH])
+
+    def raw_names(self) -> List[Optional[bytes]]:
+        """Every row's raw name (or None), without building the rows."""
+        if not self._named:
+            return [None] * len(self)
+        blob, heap = self._blob, _D * self._count
+        # the u16 name offset and length of each descriptor, read as one array
+        pairs = np.frombuffer(blob, "<u2", count=(_D // 2) * self._count).reshape(
+            self._count, _D // 2)[self._start:self._stop, _NAME_OFF:_NAME_OFF + 2].tolist()
+        return [blob[heap + off:heap + off + ln] for off, ln in pairs]
+
+    def heap_has(self, text: bytes) -> bool:
+        """Does ``text`` occur anywhere in the name heap (a quick test before a
+        row by row search)?"""
+        return self._blob.find(text, _D * self._count) >= 0
+
+    def heap_bytes(self) -> int:
+        """The name heap's length."""
+        return len(self._blob) - _D * self._count
