@@ -43,7 +43,8 @@ class Kernels(Protocol):
 
     def validate_directory_copy(self, buf: Any, start: int, standalone: bool, trusted: bool,
                                 max_count: int, max_bytes: int
-                                ) -> Tuple[int, int, int, bool, bytes]: ...
+                                ) -> Tuple[int, int, int, bool, bytes,
+                                           List[Optional[bytes]]]: ...
 
     def write_directory(self, records: Sequence[Record], out: bytearray) -> int: ...
 

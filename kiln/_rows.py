@@ -7,7 +7,7 @@ off a garbage collection of everything the imports left behind.  The
 kernels' ``validate_directory_copy`` returns instead the checked private copy
 of the descriptors and the name heap as one ``bytes``; this sequence builds a
 row from it on demand, in the layout ``validate_directory``'s table has, and
-the names alone without building rows.
+the names (which the kernel gives as a list) without building rows.
 
 The bytes are the kernel's checked copy, never the caller's buffer again, so
 a file changed while it is open cannot change a row after its check.
@@ -15,26 +15,23 @@ a file changed while it is open cannot change a row after its check.
 
 from typing import Any, Iterator, List, Optional, Tuple
 
-import numpy as np
-
 from . import _wire as W
 
 _D = W.DESC_SIZE
-_NAME_OFF = W.D_NAME_OFF // 2       # in u16 units; the length follows it
-assert W.D_NAME_LEN == W.D_NAME_OFF + 2
 _unpack = W.DESC.unpack_from
 
 
 class LazyRows:
     """Rows ``start .. stop`` of a checked table (a read-only sequence)."""
 
-    __slots__ = ("_blob", "_count", "_named", "_start", "_stop")
+    __slots__ = ("_blob", "_count", "_named", "_names", "_start", "_stop")
 
-    def __init__(self, blob: bytes, count: int, named: bool, start: int = 0,
-                 stop: Optional[int] = None) -> None:
+    def __init__(self, blob: bytes, count: int, named: bool, names: List[Optional[bytes]],
+                 start: int = 0, stop: Optional[int] = None) -> None:
         self._blob = blob
         self._count = count
         self._named = named
+        self._names = names
         self._start = start
         self._stop = count if stop is None else stop
 
@@ -46,8 +43,8 @@ class LazyRows:
             a, b, step = i.indices(len(self))
             if step != 1:
                 return [self[k] for k in range(a, b, step)]
-            return LazyRows(self._blob, self._count, self._named, self._start + a,
-                            self._start + max(a, b))
+            return LazyRows(self._blob, self._count, self._named, self._names,
+                            self._start + a, self._start + max(a, b))
         n = len(self)
         if i < 0:
             i += n
@@ -77,13 +74,7 @@ class LazyRows:
 
     def raw_names(self) -> List[Optional[bytes]]:
         """Every row's raw name (or None), without building the rows."""
-        if not self._named:
-            return [None] * len(self)
-        blob, heap = self._blob, _D * self._count
-        # the u16 name offset and length of each descriptor, read as one array
-        pairs = np.frombuffer(blob, "<u2", count=(_D // 2) * self._count).reshape(
-            self._count, _D // 2)[self._start:self._stop, _NAME_OFF:_NAME_OFF + 2].tolist()
-        return [blob[heap + off:heap + off + ln] for off, ln in pairs]
+        return self._names[self._start:self._stop]
 
     def heap_has(self, text: bytes) -> bool:
         """Does ``text`` occur anywhere in the name heap (a quick test before a

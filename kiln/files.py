@@ -751,7 +751,7 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
     thousands of tensors to read one builds one row, not thousands."""
     _api._check_caps(max_count, max_bytes)
     try:
-        end, base, count, named, blob = _compat.kernels.validate_directory_copy(
+        end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
             buf, 0, True, trusted, max_count, max_bytes)
     except KilnError as e:
         if bytes(memoryview(buf)[:4]) == W.FRAME_MAGIC:
@@ -760,7 +760,8 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.format != "B":
         mv = mv.cast("B")
-    return TensorDirectory._from_table(LazyRows(blob, count, named), mv.toreadonly(), base,
+    rows = LazyRows(blob, count, named, names)
+    return TensorDirectory._from_table(rows, mv.toreadonly(), base,
                                        "surrogateescape" if trusted else "strict")
 
 

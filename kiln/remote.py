@@ -45,8 +45,8 @@ __all__ = ["RemoteFile", "RemoteFileChanged", "RowSource", "is_url"]
 
 _HEAD_GUESS = 64 << 10          # first request: the header and, usually, the whole table
 _VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation", "LastModified",
-                 "Last-Modified", "last_modified", "mtime", "created", "Content-MD5", "md5Hash", "Digest",
-                 "crc32c")
+                 "Last-Modified", "last_modified", "mtime", "created", "Content-MD5", "md5Hash",
+                 "Digest", "crc32c")
 _MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0
 
 

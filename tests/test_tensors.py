@@ -287,7 +287,7 @@ def test_lazy_rows_are_the_table_rows(impl):
         got = impl.kernels.validate_directory_copy(buf, 0, True, False, M, M)
         assert got[:2] == (end, base) and got[2] == len(table)
         assert got == _kernels_py.validate_directory_copy(buf, 0, True, False, M, M)
-        rows = LazyRows(got[4], got[2], got[3])
+        rows = LazyRows(got[4], got[2], got[3], got[5])
         assert list(rows) == table and len(rows) == len(table)
         assert [rows[i] for i in range(-len(table), len(table))] == table + table
         assert list(rows[1:-1]) == table[1:-1] and rows[::2] == table[::2]

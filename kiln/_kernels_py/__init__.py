@@ -38,9 +38,9 @@ the tests) is what the layers above call:
     are raw bytes or None.  Nothing is built per descriptor before the
     directory is known to fit.
     ``validate_directory_copy`` runs the same checks and returns ``(end,
-    payload_base, count, named, table_bytes)``: the checked copy of the
+    payload_base, count, named, table_bytes, names)``: the checked copy of the
     descriptors and the name heap, for rows built on demand
-    (``kiln._rows.LazyRows``).
+    (``kiln._rows.LazyRows``), and the names as bytes (None when unnamed).
 
 ``write_directory(records, out)``
     Append the canonical block for normalized tensor records to the bytearray

@@ -389,16 +389,17 @@ def make_table(st):
 
 def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
     """Check the directory at ``start`` as validate_directory does; returns
-    (end, payload_base, count, named, table_bytes): the checked copy of the
-    descriptors and the name heap, from which rows are built on demand
-    (kiln._rows.LazyRows).  The descriptors are packed again from the values
-    the steps checked, never read again from ``buf``."""
+    (end, payload_base, count, named, table_bytes, names): the checked copy of
+    the descriptors and the name heap, from which rows are built on demand
+    (kiln._rows.LazyRows), and every name (bytes, or None when unnamed).  The
+    descriptors are packed again from the values the steps checked, never read
+    again from ``buf``."""
     if start < 0 or max_count < 0 or max_bytes < 0:
         raise ValueError("start, max_count and max_bytes must be non-negative")
     st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None)
     end = step12_trailing(st)
     blob = b"".join([W.DESC.pack(*dsc) for dsc in st.descs]) + st.heap
-    return end, st.base, st.count, bool(st.named), blob
+    return end, st.base, st.count, bool(st.named), blob, list(st.names)
 
 
 def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy):

@@ -672,6 +672,20 @@ cdef object make_table(Dir *st):
     return table
 
 
+cdef object raw_names(Dir *st):
+    """Every descriptor's name as bytes (None when the directory is unnamed)."""
+    cdef uint64_t i
+    cdef const uint8_t *dp
+    names = PyList_New(<Py_ssize_t>st.count)
+    for i in range(st.count):
+        dp = desc(st, i)
+        nm = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
+                                       kiln_ld_u16(dp + D_NAME_LEN)) if st.named else None
+        Py_INCREF(nm)
+        PyList_SET_ITEM(names, i, <PyObject *>nm)
+    return names
+
+
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
                  uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, int want_table,
                  Py_ssize_t *endp, uint64_t *basep):
@@ -714,7 +728,8 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         basep[0] = st.base
         if want_table == 2:   # the checked copy itself: rows are built when asked for
             return (st.count, bool(st.named),
-                    PyBytes_FromStringAndSize(<const char *>st.priv, <Py_ssize_t>st.want))
+                    PyBytes_FromStringAndSize(<const char *>st.priv, <Py_ssize_t>st.want),
+                    raw_names(&st))
         return make_table(&st) if want_table else None
     finally:
         PyMem_Free(st.priv)
@@ -743,9 +758,10 @@ def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, ma
 
 def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
     """Check the tensor directory at ``start`` of ``buf`` as validate_directory
-    does; returns (end, payload_base, count, named, table_bytes): the checked
-    private copy of the descriptors and the name heap, from which rows are
-    built on demand (kiln._rows.LazyRows) instead of all at once."""
+    does; returns (end, payload_base, count, named, table_bytes, names): the
+    checked private copy of the descriptors and the name heap, from which rows
+    are built on demand (kiln._rows.LazyRows) instead of all at once, and
+    every name as bytes (None when unnamed)."""
     cdef Py_buffer view
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
@@ -753,12 +769,12 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
         raise ValueError("start, max_count and max_bytes must be non-negative")
     get_view(buf, &view)
     try:
-        count, named, blob = vdir(<const uint8_t *>view.buf, view.len, start, bool(standalone),
-                                  bool(trusted), _cap(max_count), _cap(max_bytes), U64_MAX, 2,
-                                  &end, &base)
+        count, named, blob, names = vdir(<const uint8_t *>view.buf, view.len, start,
+                                         bool(standalone), bool(trusted), _cap(max_count),
+                                         _cap(max_bytes), U64_MAX, 2, &end, &base)
     finally:
         PyBuffer_Release(&view)
-    return end, base, count, named, blob
+    return end, base, count, named, blob, names
 
 
 cdef int check_written(const uint8_t *b, Py_ssize_t n, Py_ssize_t start) except -1:
