@@ -392,6 +392,18 @@ class TensorWriter:
             raise ValueError("the writer is closed")
         return self._out.f
 
+    def _unwritten(self, name: str, rows: bool = False) -> int:
+        """The index of a declared tensor not written yet (with ``rows``: or
+        written in part by ``write_rows``); the file's head on first use."""
+        if self._places is None:
+            self._start()
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError("tensor %r was not declared" % (name,))
+        if self._written[i] or (not rows and i in self._rows_done):
+            raise ValueError("tensor %r was written already" % (name,))
+        return i
+
     def write(self, name: str, data: Any) -> None:
         """Write the payload of a declared tensor (an array, a Tensor, bytes, or None).
 
@@ -399,13 +411,7 @@ class TensorWriter:
         written twice or data whose dtype, shape or size differs from the
         declaration.
         """
-        if self._places is None:
-            self._start()
-        i = self._index.get(name)
-        if i is None:
-            raise KeyError("tensor %r was not declared" % (name,))
-        if self._written[i] or i in self._rows_done:
-            raise ValueError("tensor %r was written already" % (name,))
+        i = self._unwritten(name)
         decl = self._decl[i]
         if data is not None:
             rec = normalize_tensors({name: data})[0]
@@ -443,13 +449,7 @@ class TensorWriter:
             >>> kiln.load_tensors("rows.kiln")["x"].numpy().tolist()
             [[0, 0], [0, 0], [7, 7], [7, 7]]
         """
-        if self._places is None:
-            self._start()
-        i = self._index.get(name)
-        if i is None:
-            raise KeyError("tensor %r was not declared" % (name,))
-        if self._written[i]:
-            raise ValueError("tensor %r was written already" % (name,))
+        i = self._unwritten(name, rows=True)
         decl = self._decl[i]
         code, shape = decl[0], decl[1]
         if code >= W.OPAQUE_MIN or W.DTYPES[code][1] == 0 or not shape:
@@ -504,13 +504,7 @@ class TensorWriter:
             >>> kiln.load_tensors("copied.kiln")["x"].numpy().tolist()
             [0.0, 1.0, 2.0, 3.0]
         """
-        if self._places is None:
-            self._start()
-        i = self._index.get(name)
-        if i is None:
-            raise KeyError("tensor %r was not declared" % (name,))
-        if self._written[i] or i in self._rows_done:
-            raise ValueError("tensor %r was written already" % (name,))
+        i = self._unwritten(name)
         if type(offset) is not int or offset < 0:
             raise ValueError("offset must be an int >= 0, not %r" % (offset,))
         decl = self._decl[i]
