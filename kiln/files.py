@@ -568,6 +568,24 @@ def _pwrite_all(fd: int, data: bytes, at: int) -> None:
         view, at = view[k:], at + k
 
 
+def _payload_fault(code: int, count: int, data: Any, tail: bool) -> Optional[Tuple[int, str]]:
+    """The first byte of a piece of a payload that the directory check refuses
+    (a bool byte other than 0 or 1; with ``tail``, the piece ending the
+    payload, an odd 4-bit tail's high nibble), as (index in ``data``, reason);
+    None when there is none.  For payload bytes that reach kiln without the
+    directory check: copies between files and remote fetches."""
+    if code == W.DTYPE_BOOL:
+        if len(data):
+            arr = np.frombuffer(data, np.uint8)
+            if int(arr.max()) > 1:
+                at = int(np.argmax(arr > 1))
+                return at, "bool byte is %d, not 0 or 1" % arr[at]
+    elif tail and code <= W.DTYPE_MAX and W.DTYPES[code][1] == 0 and count & 1 and \
+            len(data) and data[-1] & 0xF0:
+        return len(data) - 1, "high nibble of an odd packed tail is not 0"
+    return None
+
+
 def _copy_checked(out: _AtomicFile, fd: int, offset: int, decl: tuple, dst: int,
                   what: str) -> None:
     """Bool and 4-bit payloads through memory, 8 MiB at a time, checked as the
@@ -577,14 +595,10 @@ def _copy_checked(out: _AtomicFile, fd: int, offset: int, decl: tuple, dst: int,
         chunk = os.pread(fd, min(n - done, 8 << 20), offset + done)
         if not chunk:
             raise ValueError("%s: the source ended %d bytes short" % (what, n - done))
-        arr = np.frombuffer(chunk, np.uint8)
-        if code == W.DTYPE_BOOL and arr.size and int(arr.max()) > 1:
-            at = int(np.argmax(arr > 1))
-            raise ValueError("%s: bool byte %d at payload byte %d is not 0 or 1"
-                             % (what, arr[at], done + at))
+        fault = _payload_fault(code, element_count(decl[1]), chunk, done + len(chunk) == n)
+        if fault is not None:
+            raise ValueError("%s: payload byte %d: %s" % (what, done + fault[0], fault[1]))
         done += len(chunk)
-        if code != W.DTYPE_BOOL and done == n and element_count(decl[1]) % 2 and chunk[-1] & 0xF0:
-            raise ValueError("%s: the high nibble of the odd 4-bit tail is not 0" % what)
         out.f.flush()
         _pwrite_all(out.f.fileno(), chunk, dst)
         dst += len(chunk)

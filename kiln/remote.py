@@ -39,7 +39,8 @@ import numpy as np
 from . import _api, _meta
 from . import _wire as W
 from ._errors import KilnError
-from ._tensor import TensorDirectory
+from ._tensor import TensorDirectory, element_count
+from .files import _payload_fault
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RowSource", "is_url"]
 
@@ -186,18 +187,10 @@ class RemoteFile:
         start, end, gap_end = self._spans[i]
         row = self._all._rows[i]
         data = self._read(a, b, "tensor %r" % (_text(row[2]) if row[2] else i))
-        code = row[0]
         body = memoryview(data)[:max(0, min(b, end) - a)]
-        if code == W.DTYPE_BOOL and len(body):
-            arr = np.frombuffer(body, np.uint8)
-            if int(arr.max()) > 1:
-                at = int(np.argmax(arr > 1))
-                raise KilnError("TYPE", a + at, "%s: bool byte is %d, not 0 or 1"
-                                % (self.path, arr[at]))
-        elif code <= W.DTYPE_MAX and W.DTYPES[code][1] == 0 and b >= end > a and \
-                _count(row[1]) & 1 and data[end - 1 - a] & 0xF0:
-            raise KilnError("TYPE", end - 1, "%s: high nibble of an odd packed tail is not 0"
-                            % self.path)
+        fault = _payload_fault(row[0], element_count(row[1]), body, b >= end > a)
+        if fault is not None:
+            raise KilnError("TYPE", a + fault[0], "%s: %s" % (self.path, fault[1]))
         if b > end:
             tail = memoryview(data)[max(end, a) - a:]
             if any(tail):
@@ -359,12 +352,9 @@ class RowSource:
         a = self.offset + start * self.row_bytes
         data = _read(fs, key, self.url, self.version, a, self.offset + stop * self.row_bytes,
                      "rows %d..%d" % (start, stop))
-        if self.code == W.DTYPE_BOOL and data:
-            arr = np.frombuffer(data, np.uint8)
-            if int(arr.max()) > 1:
-                at = int(np.argmax(arr > 1))
-                raise KilnError("TYPE", a + at, "%s: bool byte is %d, not 0 or 1"
-                                % (self.url, arr[at]))
+        fault = _payload_fault(self.code, 0, data, False)   # whole-byte rows: bools only
+        if fault is not None:
+            raise KilnError("TYPE", a + fault[0], "%s: %s" % (self.url, fault[1]))
         return data
 
 
@@ -422,13 +412,6 @@ def _merge(done: List[Tuple[int, int]]) -> None:
             del done[k + 1]
         else:
             k += 1
-
-
-def _count(shape: Tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _text(name: bytes) -> str:

@@ -273,7 +273,7 @@ def test_the_writer_copies_payloads_file_to_file(api, tmp_path, monkeypatch, in_
     # what the directory check would refuse is refused on the way, and nothing is left
     bad = tmp_path / "bad.bin"
     bad.write_bytes(bytes([0, 1, 2, 0]) + bytes([0x31]))
-    for name, dtype, shape, at, words in (("b", "bool", (4,), 0, "bool byte 2 at payload byte 2"),
+    for name, dtype, shape, at, words in (("b", "bool", (4,), 0, "payload byte 2: bool byte is 2"),
                                           ("n", "u4", (1,), 4, "high nibble"),
                                           ("f", "f32", (4,), 0, "ended 11 bytes short")):
         with pytest.raises(ValueError, match=words):
