@@ -73,6 +73,24 @@ class RecL:
     tags: list[kiln.i32]
 
 
+@dataclasses.dataclass(slots=True)
+class RecS:
+    """Rec as a slots dataclass (fixed fields, no instance dict, like a msgspec Struct)."""
+    id: int
+    name: str
+    score: float
+    tags: kiln.list_(kiln.i32)
+
+
+@dataclasses.dataclass(slots=True)
+class RecLS:
+    """RecL as a slots dataclass."""
+    id: int
+    name: str
+    score: float
+    tags: list[kiln.i32]
+
+
 @dataclasses.dataclass
 class Tags3:
     a: kiln.i32
@@ -114,15 +132,18 @@ def records(n, impls):
     parsed = [(r.id, r.name, r.score, r.tags) for r in kiln_recs]
     struct_recs = [RecT(i, nm, s, Tags3(*t)) for i, nm, s, t in fields]
     list_kiln_recs = [RecL(i, nm, s, list(t)) for i, nm, s, t in fields]
+    slots_recs = [RecS(r.id, r.name, r.score, r.tags) for r in kiln_recs]
     dict_recs = [dict(zip(("id", "name", "score", "tags"), p)) for p in parsed]
     m_recs = [MRec(i, nm, s, t) for i, nm, s, t in fields]
     list_recs = [[i, nm, s, t] for i, nm, s, t in fields]
     pickle_recs = [Rec(i, nm, s, t) for i, nm, s, t in fields]   # tags as a list of ints
 
     T, TS, TL = kiln.list_(Rec), kiln.list_(RecT), kiln.list_(RecL)
+    TR, TLS = kiln.list_(RecS), kiln.list_(RecLS)
     kbuf, tbuf = kiln.Encoder(T).encode(kiln_recs), kiln.Encoder(TS).encode(struct_recs)
     assert kbuf == kiln.Encoder(REC_DICT).encode(dict_recs)   # same type, other binding
     assert kbuf == kiln.Encoder(TL).encode(list_kiln_recs)     # tags as a Python list
+    assert kbuf == kiln.Encoder(TR).encode(slots_recs)         # a slots dataclass
 
     menc, mdec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(list[MRec])
     mbuf, pbuf, mpbuf = menc.encode(m_recs), pickle5(pickle_recs), msgpack.packb(list_recs)
@@ -131,6 +152,7 @@ def records(n, impls):
             floor("copy the output bytes", lambda: bytearray(kbuf)),
             *kiln_contenders(impls, encoding(T, kiln_recs)),
             kiln_variant(impls, "[tags=list]", encoding(TL, list_kiln_recs)),
+            kiln_variant(impls, "[slots]", encoding(TR, slots_recs)),
             kiln_variant(impls, "[tags=struct]", encoding(TS, struct_recs)),
             kiln_variant(impls, "[dict]", encoding(REC_DICT, dict_recs)),
             peer("msgspec", lambda: menc.encode(m_recs)),
@@ -143,6 +165,10 @@ def records(n, impls):
             kiln_variant(impls, "[gc off]", decoding(T, kbuf), gc=False),
             kiln_variant(impls, "[tags=list]", decoding(TL, kbuf)),
             kiln_variant(impls, "[tags=list, gc off]", decoding(TL, kbuf), gc=False),
+            kiln_variant(impls, "[slots]", decoding(TR, kbuf)),
+            kiln_variant(impls, "[slots, gc off]", decoding(TR, kbuf), gc=False),
+            kiln_variant(impls, "[tags=list, slots]", decoding(TLS, kbuf)),
+            kiln_variant(impls, "[tags=list, slots, gc off]", decoding(TLS, kbuf), gc=False),
             kiln_variant(impls, "[tags=struct]", decoding(TS, tbuf)),
             kiln_variant(impls, "[dict]", decoding(REC_DICT, kbuf)),
             peer("msgspec", lambda: mdec.decode(mbuf)),
@@ -157,6 +183,8 @@ def records(n, impls):
         "record instead of 46).",
         "[tags=list] declares tags as list[kiln.i32], which decodes to a Python list of "
         "ints (as msgspec's list[int]); same bytes as Rec.",
+        "[slots] binds the same type to @dataclass(slots=True) classes (RecS, RecLS): "
+        "instances without a __dict__, as msgspec's Struct; same bytes as Rec.",
         "[dict] uses the type text instead of a dataclass; records decode to dicts.",
         "Encode inputs are each codec's own decode output (kiln: Rec with an int32 "
         "array; msgspec: array_like Struct; msgpack: lists; pickle: Rec with a list).",

@@ -13,6 +13,8 @@ from ._wire import (  # noqa: F401  (the op codes, re-exported for the plan's re
 
 from ._wire import FORM_DEFAULT, FORM_LIST, FORM_ARRAY  # noqa: F401  (Plan.form)
 
+import dataclasses
+
 
 class Plan:
     """One node of a compiled plan.
@@ -52,6 +54,60 @@ class Plan:
 
     def __repr__(self):
         return "Plan(%d, %r)" % (self.op, self.text)
+
+
+# the names a dataclass-generated __init__ may use besides the fields: the
+# frozen store (``__dataclass_builtins_object__.__setattr__(self, "x", x)``)
+_INIT_NAMES = frozenset({"__dataclass_builtins_object__", "__setattr__"})
+
+
+def direct_build(cls, names):
+    """How a compiled kernel may build ``cls`` from decoded field values
+    without calling Python code, giving what the plan's ``make(*values)``
+    gives.  The kernel asks when it compiles a plan, not when the plan is
+    made, as the class may change in between.
+
+    ``"tuple"``: a NamedTuple (``make`` is ``tuple.__new__(cls, values)``
+    already).  ``"object"``: a dataclass whose instances its generated
+    ``__init__`` builds by nothing but ``object.__new__(cls)`` and one
+    ``object.__setattr__(self, name, value)`` per field in field order, which
+    is what the kernel then does itself.  ``None``: anything else (a custom
+    ``__init__``, ``__new__``, ``__setattr__`` or metaclass ``__call__``, a
+    ``__post_init__``, InitVar pseudo-fields, an abstract class): the kernel
+    calls ``make``.  The kernel checks the class's version tag on every
+    decode, so a class changed after this answer is called again.
+    """
+    if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return "tuple"
+    if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+        return None
+    try:
+        if type(cls).__call__ is not type.__call__ or cls.__new__ is not object.__new__:
+            return None
+        if getattr(cls, "__abstractmethods__", None) or hasattr(cls, "__post_init__"):
+            return None
+        every = getattr(cls, "__dataclass_fields__", {}).values()
+        if any(f._field_type is dataclasses._FIELD_INITVAR for f in every):
+            return None   # InitVar pseudo-fields are parameters of __init__
+        owner = next((k for k in cls.__mro__ if "__init__" in vars(k)), object)
+        params = vars(owner).get("__dataclass_params__")
+        if params is None or not params.init:
+            return None   # __init__ is not one a dataclass decorator wrote
+        if cls.__setattr__ is not object.__setattr__ and not params.frozen:
+            return None   # ``self.x = v`` would run a custom __setattr__
+        init = vars(owner)["__init__"]
+        code = getattr(init, "__code__", None)
+        if (code is None or code.co_filename != "<string>" or code.co_name != "__init__"
+                or getattr(init, "__qualname__", None) != owner.__qualname__ + ".__init__"):
+            return None
+        nargs = code.co_argcount + code.co_kwonlyargcount
+        if (code.co_flags & 0x0C or nargs != len(names) + 1
+                or set(code.co_varnames[1:nargs]) != set(names)
+                or not set(code.co_names) <= set(names) | _INIT_NAMES):
+            return None   # *args/**kwargs, other parameters, or other names used
+    except Exception:   # an exotic class: calling it is always right
+        return None
+    return "object"
 
 
 class Some:

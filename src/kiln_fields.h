@@ -92,6 +92,48 @@ static PyObject *kiln_alloc(PyObject *cls) {
     return ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
 }
 
+/* Building a class-bound struct's instance on decode without calling Python
+   (see dec_struct in src/kernels/decode.pxi and kiln._types._direct_build,
+   which decides in Python that the class's generated __init__ does nothing
+   but these steps):
+
+   - KILN_BUILD_SLOTS: object.__new__(cls), then each field stored in its slot
+     (what object.__setattr__ does for a plain, writable object slot);
+   - KILN_BUILD_ATTRS: object.__new__(cls), then object.__setattr__ per field;
+   - KILN_BUILD_TUPLE: tuple.__new__(cls, values) (a NamedTuple);
+   - KILN_BUILD_CALL: make(*values).
+
+   The decision is kept while the class's version tag stays the one it was
+   made under, and while the metaclass's __call__ is type's. */
+#define KILN_BUILD_CALL 0
+#define KILN_BUILD_ATTRS 1
+#define KILN_BUILD_SLOTS 2
+#define KILN_BUILD_TUPLE 3
+
+/* the offset of a plain object slot that object.__setattr__ may store in, else -1 */
+static Py_ssize_t kiln_slot_offset_w(PyObject *d) {
+    PyMemberDef *m;
+    if (Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+    m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != Py_T_OBJECT_EX || m->flags) return -1;
+    return m->offset;
+}
+
+static int kiln_build_ok(PyObject *cls, unsigned int tag) {
+    return tag != 0 && kiln_type_tag(cls) == tag
+        && Py_TYPE(cls)->tp_call == PyType_Type.tp_call;
+}
+
+/* object.__new__(cls) (its checks included: an abstract class is refused) */
+static PyObject *kiln_object_new(PyObject *cls, PyObject *empty) {
+    return PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty, NULL);
+}
+
+/* tuple.__new__(cls, (values,)) */
+static PyObject *kiln_tuple_new(PyObject *cls, PyObject *args) {
+    return PyTuple_Type.tp_new((PyTypeObject *)cls, args, NULL);
+}
+
 static int kiln_exact_type(PyObject *v, PyObject *cls) {
     return (PyObject *)Py_TYPE(v) == cls;
 }

@@ -278,6 +278,7 @@ cdef object dec_struct(Node nd, DCtx *c):
     cdef Py_ssize_t nf = nd.nf
     cdef FieldInfo *fi = nd.finfo
     cdef int fop
+    cdef int kind = nd.bkind
     if nd.make is None:
         out = {}
         for i in range(nf):
@@ -290,6 +291,25 @@ cdef object dec_struct(Node nd, DCtx *c):
                 v = dec(<Node>fi[i].node, c)
             PyDict_SetItem(out, <object>fi[i].name, v)
         return out
+    if kind == KILN_BUILD_SLOTS or kind == KILN_BUILD_ATTRS:
+        if kiln_build_ok(nd.cls, nd.btag):
+            # what the class's generated __init__ does, without the call
+            # (src/kiln_fields.h): made first, each field stored as decoded
+            out = kiln_object_new(nd.cls, ())
+            for i in range(nf):
+                fop = fi[i].op
+                if fop <= LAST_SCALAR:
+                    v = dec_scalar(fop, c)
+                elif fop == OP_STR:
+                    v = dec_str(c)
+                else:
+                    v = dec(<Node>fi[i].node, c)
+                if kind == KILN_BUILD_SLOTS:
+                    kiln_slot_set(out, fi[i].woff, v)
+                else:
+                    kiln_setattr(out, <object>fi[i].name, v)
+            return out
+        kind = KILN_BUILD_CALL   # the class changed since: call it
     vals = PyTuple_New(nf)
     for i in range(nf):
         fop = fi[i].op
@@ -301,6 +321,8 @@ cdef object dec_struct(Node nd, DCtx *c):
             v = dec(<Node>fi[i].node, c)
         Py_INCREF(v)
         PyTuple_SET_ITEM(vals, i, <PyObject *>v)
+    if kind == KILN_BUILD_TUPLE:
+        return kiln_tuple_new(nd.cls, (vals,))
     return nd.make(*vals)
 
 

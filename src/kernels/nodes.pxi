@@ -8,6 +8,7 @@ cdef struct FieldInfo:
     PyObject *name      # borrowed from Node.names
     int kind            # class-bound struct: how encode reads the field (KILN_FK_*)
     Py_ssize_t off      # KILN_FK_SLOT: the slot's offset; KILN_FK_INDEX: the tuple index
+    Py_ssize_t woff     # KILN_BUILD_SLOTS: the slot decode stores the field in
 
 
 cdef class Node:
@@ -34,12 +35,45 @@ cdef class Node:
     cdef int form           # pod list or list<u8>: the Python value (FORM_*)
     cdef unsigned int ftag  # struct: cls's version tag when finfo's kinds were decided
     cdef bint fdict         # struct: every field's kind is KILN_FK_DICT
+    cdef int bkind          # struct: how decode builds the instance (KILN_BUILD_*)
+    cdef unsigned int btag  # struct: cls's version tag when bkind was decided
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
 
     def __repr__(self):
         return "<kiln._kernels_c.Node %d %r>" % (self.op, self.text)
+
+
+cdef int build_kind(Node nd) except -1:
+    """Decide how dec_struct builds an instance of nd.cls (see src/kiln_fields.h);
+    kiln._types.direct_build says what the class allows."""
+    cdef Py_ssize_t i, off
+    cdef PyObject *d
+    cdef FieldInfo *fi = nd.finfo
+    nd.bkind = KILN_BUILD_CALL
+    nd.btag = 0
+    cls = nd.cls
+    if not isinstance(cls, type):
+        return 0
+    kiln_type_lookup(cls, "__init__")  # gives the class a version tag if it has none
+    nd.btag = kiln_type_tag(cls)       # before the question: a change in between shows
+    direct = _P.direct_build(cls, nd.names)
+    if direct == "tuple" and issubclass(cls, tuple):
+        nd.bkind = KILN_BUILD_TUPLE
+        return 0
+    if direct != "object":
+        return 0
+    nd.bkind = KILN_BUILD_SLOTS
+    for i in range(nd.nf):
+        d = kiln_type_lookup(cls, <object>fi[i].name)
+        off = kiln_slot_offset_w(d) if d != NULL else -1
+        fi[i].woff = off
+        if off < 0:
+            nd.bkind = KILN_BUILD_ATTRS
+    if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
+        nd.bkind = KILN_BUILD_CALL
+    return 0
 
 
 cdef Node compile_node(object plan):
@@ -87,10 +121,12 @@ cdef Node compile_node(object plan):
             nd.finfo[i].name = <PyObject *>nd.names[i]
             nd.finfo[i].kind = KILN_FK_ATTR
             nd.finfo[i].off = 0
+            nd.finfo[i].woff = -1
             if f.has_tensors:
                 nd.has_tensors = True
         if nd.cls is not None:
             field_kinds(nd)
+            build_kind(nd)
     elif op == OP_TENSORS:
         nd.hooks = plan.tensors
         nd.has_tensors = True
