@@ -25,6 +25,7 @@ The ml_dtypes types are in host byte order; on a big-endian host ``numpy()``
 returns a byte-swapped copy for bf16 (one-byte types need no swap).
 """
 
+import functools
 import pickle
 import sys
 from collections.abc import Mapping
@@ -760,6 +761,9 @@ _numpy, _fill, _hold, _to_dict = _numpy_py, None, _no_hold, None
 if _compat.IMPLEMENTATION == "cython" and \
         _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py):
     _numpy = _compat.kernels.tensor_numpy
+    # the method itself is the compiled function (no Python frame per call),
+    # wearing the Python method's name, docstring and signature
+    Tensor.numpy = functools.update_wrapper(_compat.kernels.tensor_numpy_method, Tensor.numpy)
     _fill = _compat.kernels.tensors_fill
     _hold = _compat.kernels.hold_buffer
     _to_dict = _compat.kernels.tensors_dict

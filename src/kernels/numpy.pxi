@@ -163,13 +163,23 @@ cdef inline object t_slot(object t, int k):
     return o
 
 
-def tensor_numpy(t):
-    """Tensor.numpy(): for a decoded tensor of a whole-element dtype the array
-    is made here over the held buffer, shaped, read-only; else the Python one."""
+cdef inline object t_numpy(object t):
     if not _T_ok or not isinstance(t, _T_cls):
         return _T_py(t)
     arr = row_array(t_slot(t, 2), t_slot(t, 5), t_slot(t, 4))
     return _T_py(t) if arr is None else arr
+
+
+def tensor_numpy(t):
+    """Tensor.numpy(): for a decoded tensor of a whole-element dtype the array
+    is made here over the held buffer, shaped, read-only; else the Python one."""
+    return t_numpy(t)
+
+
+def tensor_numpy_method(self):
+    """tensor_numpy as kiln.Tensor's numpy method (a compiled function binds
+    to its instance as a Python function does: no Python frame per call)."""
+    return t_numpy(self)
 
 
 cdef object row_array(object row, object own, object offo):
