@@ -42,6 +42,7 @@ from libc.math cimport isinf
 
 import numpy as _np
 from sys import intern as _intern
+from types import FunctionType as _FunctionType
 
 from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
@@ -170,11 +171,12 @@ cdef extern from "kiln_fields.h":
     bint kiln_exact_type(object v, object cls)
     void kiln_slot_set(object v, Py_ssize_t off, object x)
     object kiln_alloc(object cls)
-    int KILN_BUILD_CALL, KILN_BUILD_ATTRS, KILN_BUILD_SLOTS, KILN_BUILD_TUPLE
+    int KILN_BUILD_CALL, KILN_BUILD_INIT, KILN_BUILD_ATTRS, KILN_BUILD_SLOTS, KILN_BUILD_TUPLE
     Py_ssize_t kiln_slot_offset_w(PyObject *d)
     bint kiln_build_ok(object cls, unsigned int tag)
     object kiln_object_new(object cls, object empty)
     object kiln_tuple_new(object cls, object args)
+    int kiln_call_init(object init, PyObject **args, size_t n) except -1
     int kiln_setattr "PyObject_GenericSetAttr"(object o, object name, object v) except -1
     PyObject *PyObject_GenericGetDict(object o, void *ctx)
     PyObject *kiln_getattr "PyObject_GetAttr"(object o, object name) except NULL

@@ -291,10 +291,13 @@ cdef object dec_struct(Node nd, DCtx *c):
                 v = dec(<Node>fi[i].node, c)
             PyDict_SetItem(out, <object>fi[i].name, v)
         return out
-    if kind == KILN_BUILD_SLOTS or kind == KILN_BUILD_ATTRS:
+    if kind == KILN_BUILD_SLOTS or kind == KILN_BUILD_INIT or kind == KILN_BUILD_ATTRS:
         if kiln_build_ok(nd.cls, nd.btag):
+            if kind == KILN_BUILD_INIT:
+                return build_init(nd, c)
             # what the class's generated __init__ does, without the call
-            # (src/kiln_fields.h): made first, each field stored as decoded
+            # (src/kiln_fields.h): made first, each field stored as decoded,
+            # in its slot or by object.__setattr__
             out = kiln_object_new(nd.cls, ())
             for i in range(nf):
                 fop = fi[i].op
@@ -324,6 +327,42 @@ cdef object dec_struct(Node nd, DCtx *c):
     if kind == KILN_BUILD_TUPLE:
         return kiln_tuple_new(nd.cls, (vals,))
     return nd.make(*vals)
+
+
+cdef object build_init(Node nd, DCtx *c):
+    """object.__new__(cls), then its generated __init__ with the decoded values
+    as a C array (src/kiln_fields.h, KILN_BUILD_INIT)."""
+    cdef Py_ssize_t i, got = 0
+    cdef Py_ssize_t nf = nd.nf
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *stack[17]
+    cdef PyObject **args = stack
+    cdef int fop
+    if nf > 16:
+        args = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * (nf + 1))
+        if args == NULL:
+            raise MemoryError()
+    try:
+        for i in range(nf):
+            fop = fi[i].op
+            if fop <= LAST_SCALAR:
+                v = dec_scalar(fop, c)
+            elif fop == OP_STR:
+                v = dec_str(c)
+            else:
+                v = dec(<Node>fi[i].node, c)
+            Py_INCREF(v)
+            args[i + 1] = <PyObject *>v
+            got = i + 1
+        out = kiln_object_new(nd.cls, ())
+        args[0] = <PyObject *>out
+        kiln_call_init(nd.binit, args, nf + 1)
+        return out
+    finally:
+        for i in range(got):
+            Py_DECREF(<object>args[i + 1])
+        if args != stack:
+            PyMem_Free(args)
 
 
 cdef object ctx_mv(DCtx *c):

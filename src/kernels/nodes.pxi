@@ -37,6 +37,7 @@ cdef class Node:
     cdef bint fdict         # struct: every field's kind is KILN_FK_DICT
     cdef int bkind          # struct: how decode builds the instance (KILN_BUILD_*)
     cdef unsigned int btag  # struct: cls's version tag when bkind was decided
+    cdef object binit       # struct, KILN_BUILD_INIT: the class's generated __init__
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -70,6 +71,16 @@ cdef int build_kind(Node nd) except -1:
         off = kiln_slot_offset_w(d) if d != NULL else -1
         fi[i].woff = off
         if off < 0:
+            nd.bkind = KILN_BUILD_INIT
+    if nd.bkind == KILN_BUILD_INIT:
+        init = cls.__init__
+        # called with the values by position: the parameters must be the fields,
+        # in order; a frozen class's __init__ stores through object.__setattr__
+        if type(init) is _FunctionType and not init.__code__.co_kwonlyargcount and \
+                tuple(init.__code__.co_varnames[1:nd.nf + 1]) == nd.names and \
+                "__setattr__" not in init.__code__.co_names:
+            nd.binit = init
+        else:
             nd.bkind = KILN_BUILD_ATTRS
     if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
         nd.bkind = KILN_BUILD_CALL
