@@ -101,12 +101,13 @@ static PyObject *kiln_alloc(PyObject *cls) {
      (what object.__setattr__ does for a plain, writable object slot);
    - KILN_BUILD_INIT: object.__new__(cls), then the generated __init__
      called with the values straight from a C array (no argument tuple, no
-     type call), for a class whose __init__ stores with ``self.x = x``: the
-     interpreter's specialised attribute store costs less than
-     object.__setattr__ from C (about 180 instructions a field in 3.11);
+     type call), for a class of more than 4 fields whose __init__ stores with
+     ``self.x = x``: the interpreter's specialised attribute store costs less
+     than object.__setattr__ from C (about 180 instructions a field in 3.11),
+     which wins only while there are few fields to pay for the frame;
    - KILN_BUILD_ATTRS: object.__new__(cls), then object.__setattr__ per field
      from C, for a frozen class (whose __init__ calls object.__setattr__ from
-     Python, four times the cost) or keyword-only fields;
+     Python, four times the cost), keyword-only fields or up to 4 fields;
    - KILN_BUILD_TUPLE: tuple.__new__(cls, values) (a NamedTuple);
    - KILN_BUILD_CALL: make(*values).
 

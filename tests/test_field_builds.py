@@ -8,6 +8,7 @@ and classes changed after the decoder was built are called again."""
 import abc
 import dataclasses
 import typing
+from typing import Optional
 
 import pytest
 
@@ -103,6 +104,16 @@ class SelfField:
     other: str
 
 
+@dataclasses.dataclass
+class Wide:
+    a: int
+    b: str
+    c: float
+    d: list[kiln.i32]
+    e: bool
+    f: Optional[str] = None
+
+
 class Sub(Plain):
     """Not decorated: Plain's fields and Plain's generated __init__."""
 
@@ -134,6 +145,7 @@ DIRECT = [
     (WithClassVar, WithClassVar(8), "object"),
     (SelfField, SelfField(9, "f"), "object"),
     (Sub, Sub(10, "g", []), "object"),
+    (Wide, Wide(1, "w", 0.5, [1, 2], True), "object"),
     (Abstract, Abstract(11), "object"),
     (NT, NT(12, "h"), "tuple"),
     (Outer, Outer(Slotted(1, "i"), [Frozen(2), Frozen(3, "j")], NT(4, "k")), "object"),
@@ -376,17 +388,18 @@ def python_calls(fn):
 
 
 def test_the_compiled_kernel_runs_no_python_per_record(impl):
-    """Slots dataclasses, frozen or keyword-only ones and NamedTuples are built
-    without Python code; a plain dict-based dataclass runs its generated
-    __init__ (called directly, which callgrind counts cheaper than
-    object.__setattr__ from C), once a record."""
+    """Slots, frozen, keyword-only and small dataclasses and NamedTuples are
+    built without Python code; a dataclass of more than 4 fields runs its
+    generated __init__ (called directly, which callgrind counts cheaper than
+    object.__setattr__ from C for that many), once a record."""
     per_record = {"python": 1, "cython": 0}[impl.name]
     for cls, value, fn in [(Slotted, Slotted(1, "a"), "__init__"), (NT, NT(1, "a"), "make"),
                            (Frozen, Frozen(1, "a"), "__init__"),
                            (KwOnly, KwOnly(id=1, name="a"), "__init__"),
-                           (Plain, Plain(1, "a", [1]), "__init__")]:
+                           (Plain, Plain(1, "a", [1]), "__init__"),
+                           (Wide, Wide(1, "w", 0.5, [1], False, "x"), "__init__")]:
         t = kiln.list_(cls)
         dec, buf = impl.decoder(t), impl.encode([value] * 50, t)
         assert dec.decode(buf) == [value] * 50
         calls = python_calls(lambda: dec.decode(buf)).count(fn)
-        assert calls == (50 if cls is Plain else 50 * per_record)
+        assert calls == (50 if cls is Wide else 50 * per_record)

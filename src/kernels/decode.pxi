@@ -273,22 +273,25 @@ cdef object dec_dict(Node nd, DCtx *c):
     return out
 
 
+cdef inline object dec_field(FieldInfo *f, DCtx *c):
+    """One struct field (scalars and strings without the dispatch of dec)."""
+    cdef int fop = f.op
+    if fop <= LAST_SCALAR:
+        return dec_scalar(fop, c)
+    if fop == OP_STR:
+        return dec_str(c)
+    return dec(<Node>f.node, c)
+
+
 cdef object dec_struct(Node nd, DCtx *c):
     cdef Py_ssize_t i
     cdef Py_ssize_t nf = nd.nf
     cdef FieldInfo *fi = nd.finfo
-    cdef int fop
     cdef int kind = nd.bkind
     if nd.make is None:
         out = {}
         for i in range(nf):
-            fop = fi[i].op
-            if fop <= LAST_SCALAR:
-                v = dec_scalar(fop, c)
-            elif fop == OP_STR:
-                v = dec_str(c)
-            else:
-                v = dec(<Node>fi[i].node, c)
+            v = dec_field(&fi[i], c)
             PyDict_SetItem(out, <object>fi[i].name, v)
         return out
     if kind == KILN_BUILD_SLOTS or kind == KILN_BUILD_INIT or kind == KILN_BUILD_ATTRS:
@@ -300,13 +303,7 @@ cdef object dec_struct(Node nd, DCtx *c):
             # in its slot or by object.__setattr__
             out = kiln_object_new(nd.cls, ())
             for i in range(nf):
-                fop = fi[i].op
-                if fop <= LAST_SCALAR:
-                    v = dec_scalar(fop, c)
-                elif fop == OP_STR:
-                    v = dec_str(c)
-                else:
-                    v = dec(<Node>fi[i].node, c)
+                v = dec_field(&fi[i], c)
                 if kind == KILN_BUILD_SLOTS:
                     kiln_slot_set(out, fi[i].woff, v)
                 else:
@@ -315,13 +312,7 @@ cdef object dec_struct(Node nd, DCtx *c):
         kind = KILN_BUILD_CALL   # the class changed since: call it
     vals = PyTuple_New(nf)
     for i in range(nf):
-        fop = fi[i].op
-        if fop <= LAST_SCALAR:
-            v = dec_scalar(fop, c)
-        elif fop == OP_STR:
-            v = dec_str(c)
-        else:
-            v = dec(<Node>fi[i].node, c)
+        v = dec_field(&fi[i], c)
         Py_INCREF(v)
         PyTuple_SET_ITEM(vals, i, <PyObject *>v)
     if kind == KILN_BUILD_TUPLE:
@@ -337,20 +328,13 @@ cdef object build_init(Node nd, DCtx *c):
     cdef FieldInfo *fi = nd.finfo
     cdef PyObject *stack[17]
     cdef PyObject **args = stack
-    cdef int fop
     if nf > 16:
         args = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * (nf + 1))
         if args == NULL:
             raise MemoryError()
     try:
         for i in range(nf):
-            fop = fi[i].op
-            if fop <= LAST_SCALAR:
-                v = dec_scalar(fop, c)
-            elif fop == OP_STR:
-                v = dec_str(c)
-            else:
-                v = dec(<Node>fi[i].node, c)
+            v = dec_field(&fi[i], c)
             Py_INCREF(v)
             args[i + 1] = <PyObject *>v
             got = i + 1
