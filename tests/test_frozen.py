@@ -92,6 +92,24 @@ def test_strict_utf8(impl, body, bad_at):
     assert err(impl, buf[:-1], "str", trusted=True) == ("EOF", 0)
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 16, 17, 127, 128, 129, 300])
+def test_every_length_and_place_of_a_non_ascii_byte(impl, n):
+    # the compiled kernel reads short ASCII strings itself (src/kiln_text.h):
+    # a non-ASCII byte anywhere, in any word, must still reach the UTF-8
+    # decoder, and a valid one decode to the same str
+    for at in sorted({0, n // 2, n - 1, min(n - 1, 8), max(0, n - 8)}):
+        ok = "a" * at + "é" + "b" * (n - at - 1)
+        assert impl.decode(kstr(ok), "str") == ok
+        assert type(impl.decode(kstr(ok), "str")) is str
+        bad = b"a" * at + b"\xff" + b"b" * (n - at - 1)
+        assert err(impl, kstr(bad), "str") == ("UTF8", 4 + at)
+        assert impl.decode(kstr(bad), "str", trusted=True) == bad.decode("utf-8",
+                                                                         "surrogateescape")
+    plain = "".join(chr(32 + i % 95) for i in range(n))
+    back = impl.decode(kstr(plain), "str")
+    assert back == plain and back.isascii() and len(back) == n
+
+
 def test_utf8_offset_inside_struct(impl):
     t = "struct{a:i32,s:str,}"
     buf = u32(7) + kstr(b"ok\xc0")

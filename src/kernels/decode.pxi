@@ -42,7 +42,9 @@ cdef inline object dec_text(DCtx *c, Py_ssize_t q, Py_ssize_t ln, int what):
 
 cdef inline object dec_text_at(DCtx *c, const char *src, Py_ssize_t q, Py_ssize_t ln, int what):
     """Decode ``ln`` bytes at ``src``; errors are reported at input offset ``q``."""
-    cdef PyObject *r
+    cdef PyObject *r = NULL
+    if kiln_short_ascii(src, ln, &r):
+        return _take(r)
     if c.trusted:
         r = PyUnicode_DecodeUTF8_raw(src, ln, "surrogateescape")
     else:
