@@ -36,13 +36,19 @@
 #define Py_READONLY READONLY
 #endif
 
-/* the class's version tag, 0 when it has none that is valid */
+/* the class's version tag, 0 when it has none that is valid (up to 3.12 a
+   flag says whether the tag is valid; from 3.13 the flag is never set and an
+   invalid tag is 0) */
 static unsigned int kiln_type_tag(PyObject *cls) {
     PyTypeObject *t = (PyTypeObject *)cls;
-#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+#if PY_VERSION_HEX < 0x030D0000 && defined(Py_TPFLAGS_VALID_VERSION_TAG)
     if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
 #endif
+#ifdef Py_GIL_DISABLED
+    return _Py_atomic_load_uint32_relaxed(&t->tp_version_tag);
+#else
     return t->tp_version_tag;
+#endif
 }
 
 static int kiln_generic_getattr(PyObject *cls) {
