@@ -8,7 +8,8 @@ prints the difference divided by N: the instructions of one OP, repeatable
 whatever else the machine is doing (the garbage collector is off during the
 repetitions and hash randomisation is pinned, so runs agree to the
 instruction).  Ops: records-decode, records-encode (with
-the suffix -list: tags declared list[kiln.i32], decoded to Python lists),
+the suffix -list: tags declared list[kiln.i32], decoded to Python lists;
+then -slots: the record class a slots dataclass),
 tensors-decode, tensors-numpy, tensors-encode, tensors-floor (one
 ``np.frombuffer`` per tensor, the many-tensors decode floor), sample-decode,
 sample-encode (500 samples of the benchmarks' sample workload).  The kernels are whatever
@@ -43,11 +44,17 @@ def build(op):
         tags: list[kiln.i32]
 
     if op.startswith("records"):
+        slots = op.endswith("-slots")  # the class is a slots dataclass
+        op = op[:-6] if slots else op
         lists = op.endswith("-list")   # tags declared list[kiln.i32]: Python lists
         op = op[:-5] if lists else op
-        t = kiln.list_(kiln.struct(RecL if lists else Rec))
-        recs = [(RecL if lists else Rec)(i, "name-%d" % i, i * 0.5, list(range(i % 8)) if lists
-                                         else np.arange(i % 8, dtype=np.int32))
+        cls = RecL if lists else Rec
+        if slots:
+            cls = dataclasses.dataclass(slots=True)(
+                type(cls.__name__ + "S", (), {"__annotations__": dict(cls.__annotations__)}))
+        t = kiln.list_(kiln.struct(cls))
+        recs = [cls(i, "name-%d" % i, i * 0.5, list(range(i % 8)) if lists
+                    else np.arange(i % 8, dtype=np.int32))
                 for i in range(20000)]
         buf = kiln.encode(recs, t)
         if op == "records-decode":
