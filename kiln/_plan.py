@@ -105,9 +105,40 @@ def direct_build(cls, names):
                 or set(code.co_varnames[1:nargs]) != set(names)
                 or not set(code.co_names) <= set(names) | _INIT_NAMES):
             return None   # *args/**kwargs, other parameters, or other names used
+        fields = dataclasses.fields(owner)
+        if tuple(f.name for f in fields) != tuple(names):
+            return None   # make passes the values by position, in names' order
+        if not _same_code(code, _generated_init(fields, params.frozen)):
+            return None   # not the body dataclasses writes (a hand-written __init__
+                          # exec'd from a string, or one a second @dataclass kept)
     except Exception:   # an exotic class: calling it is always right
         return None
     return "object"
+
+
+_GENERATED = {}
+
+
+def _generated_init(fields, frozen):
+    """The code of the __init__ dataclasses writes for these fields (whose
+    defaults, other than a default_factory, do not change the body)."""
+    key = (tuple((f.name, f.kw_only is True, f.default_factory is not dataclasses.MISSING)
+                 for f in fields), bool(frozen))
+    code = _GENERATED.get(key)
+    if code is None:
+        spec = [(name, object, dataclasses.field(kw_only=kw, default_factory=list) if fac
+                 else dataclasses.field(kw_only=kw, default=None))
+                for name, kw, fac in key[0]]
+        ref = dataclasses.make_dataclass("_Generated", spec, frozen=frozen, eq=False,
+                                         repr=False, match_args=False)
+        code = _GENERATED[key] = ref.__init__.__code__
+    return code
+
+
+def _same_code(a, b):
+    return all(getattr(a, k) == getattr(b, k) for k in (
+        "co_code", "co_consts", "co_names", "co_varnames", "co_freevars", "co_cellvars",
+        "co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_flags"))
 
 
 class Some:

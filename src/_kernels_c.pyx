@@ -169,14 +169,15 @@ cdef extern from "kiln_fields.h":
     bint kiln_has_dict(object cls)
     PyObject *kiln_type_lookup(object cls, object name)
     bint kiln_is_data_descr(PyObject *d)
-    Py_ssize_t kiln_slot_offset(PyObject *d)
+    Py_ssize_t kiln_slot_offset(object cls, PyObject *d)
     PyObject *kiln_slot_get(object v, Py_ssize_t off)
     bint kiln_exact_type(object v, object cls)
     void kiln_slot_set(object v, Py_ssize_t off, object x)
+    void kiln_slot_steal(object v, Py_ssize_t off, PyObject *x)
     object kiln_alloc(object cls)
     int KILN_BUILD_CALL, KILN_BUILD_INIT, KILN_BUILD_ATTRS, KILN_BUILD_SLOTS, KILN_BUILD_TUPLE
-    Py_ssize_t kiln_slot_offset_w(PyObject *d)
-    bint kiln_build_ok(object cls, unsigned int tag)
+    Py_ssize_t kiln_slot_offset_w(object cls, PyObject *d)
+    bint kiln_build_ok(object cls, unsigned int tag, object init, object code)
     object kiln_object_new(object cls, object empty)
     object kiln_tuple_new(object cls, object args)
     int kiln_call_init(object init, PyObject **args, size_t n) except -1

@@ -68,10 +68,13 @@ static int kiln_is_data_descr(PyObject *d) {
     return Py_TYPE(d)->tp_descr_set != NULL;
 }
 
-/* the offset of a plain object slot, else -1 */
-static Py_ssize_t kiln_slot_offset(PyObject *d) {
+/* the offset of a plain object slot of cls's instances, else -1 (a slot
+   descriptor of an unrelated class, put in cls's namespace, describes
+   another layout: getattr refuses it, and so must we) */
+static Py_ssize_t kiln_slot_offset(PyObject *cls, PyObject *d) {
     PyMemberDef *m;
     if (Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+    if (!PyType_IsSubtype((PyTypeObject *)cls, PyDescr_TYPE(d))) return -1;
     m = ((PyMemberDescrObject *)d)->d_member;
     if (m->type != Py_T_OBJECT_EX || (m->flags & ~Py_READONLY)) return -1;
     return m->offset;
@@ -89,6 +92,15 @@ static void kiln_slot_set(PyObject *v, Py_ssize_t off, PyObject *x) {
     PyObject **p = (PyObject **)((char *)v + off);
     PyObject *old = *p;
     Py_INCREF(x);
+    *p = x;
+    Py_XDECREF(old);
+}
+
+/* store x in the empty slot at off of a new instance, taking over the
+   caller's reference */
+static void kiln_slot_steal(PyObject *v, Py_ssize_t off, PyObject *x) {
+    PyObject **p = (PyObject **)((char *)v + off);
+    PyObject *old = *p;
     *p = x;
     Py_XDECREF(old);
 }
@@ -118,25 +130,34 @@ static PyObject *kiln_alloc(PyObject *cls) {
    - KILN_BUILD_CALL: make(*values).
 
    The decision is kept while the class's version tag stays the one it was
-   made under, and while the metaclass's __call__ is type's. */
+   made under, the metaclass's __call__ is type's and the __init__ keeps its
+   code (kiln_build_ok); it is checked after the fields are decoded, which
+   may run code (a nested class's __init__) that changes the class. */
 #define KILN_BUILD_CALL 0
 #define KILN_BUILD_INIT 1
 #define KILN_BUILD_ATTRS 4
 #define KILN_BUILD_SLOTS 2
 #define KILN_BUILD_TUPLE 3
 
-/* the offset of a plain object slot that object.__setattr__ may store in, else -1 */
-static Py_ssize_t kiln_slot_offset_w(PyObject *d) {
+/* the offset of a plain object slot that object.__setattr__ may store in for
+   an instance of cls, else -1 (a slot descriptor of an unrelated class, put in
+   cls's namespace, describes another layout: object.__setattr__ refuses it) */
+static Py_ssize_t kiln_slot_offset_w(PyObject *cls, PyObject *d) {
     PyMemberDef *m;
     if (Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+    if (!PyType_IsSubtype((PyTypeObject *)cls, PyDescr_TYPE(d))) return -1;
     m = ((PyMemberDescrObject *)d)->d_member;
     if (m->type != Py_T_OBJECT_EX || m->flags) return -1;
     return m->offset;
 }
 
-static int kiln_build_ok(PyObject *cls, unsigned int tag) {
+/* the decision is still good: the class's version tag is the one it was
+   made under, the metaclass calls as type does, and the generated
+   __init__'s code was not replaced (that changes no version tag) */
+static int kiln_build_ok(PyObject *cls, unsigned int tag, PyObject *init, PyObject *code) {
     return tag != 0 && kiln_type_tag(cls) == tag
-        && Py_TYPE(cls)->tp_call == PyType_Type.tp_call;
+        && Py_TYPE(cls)->tp_call == PyType_Type.tp_call
+        && PyFunction_GET_CODE(init) == code;
 }
 
 /* object.__new__(cls) (its checks included: an abstract class is refused) */

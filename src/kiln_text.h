@@ -26,7 +26,8 @@ static int kiln_short_ascii(const char *s, Py_ssize_t n, PyObject **out) {
     uint64_t acc = 0, w;
     const unsigned char *d;
     PyObject *u;
-    if (n > KILN_SHORT_TEXT) return 0;
+    /* one character: CPython's own decode gives its cached str */
+    if (n < 2 || n > KILN_SHORT_TEXT) return 0;
     u = PyUnicode_New(n, 127);
     if (u == NULL) return -1;
     d = PyUnicode_1BYTE_DATA(u);

@@ -365,6 +365,162 @@ def test_a_base_changed_later_is_seen(impl):
     assert dec.decode(buf).seen is True
 
 
+PAIR = kiln.struct({"x": kiln.i64, "y": kiln.i64})
+
+
+def test_an_init_written_by_hand_and_execd_from_a_string_is_called(impl):
+    """Code exec'd from a string (or run by ``python -c``) is "<string>" too:
+    only the body dataclasses writes may be skipped."""
+    ns = {"dataclasses": dataclasses}
+    exec("@dataclasses.dataclass\n"
+         "class Clamped:\n"
+         "    x: int\n"
+         "    y: int\n"
+         "    def __init__(self, x, y):\n"
+         "        self.x = x if x >= 0 else 0\n"
+         "        self.y = y\n", ns)
+    Clamped = ns["Clamped"]
+    assert direct_build(Clamped, ("x", "y")) is None
+    got = check(impl, Clamped, None, buf=kiln.Encoder(PAIR).encode({"x": -5, "y": 2}))
+    assert got[1] == [("x", 0), ("y", 2)]
+
+
+def test_a_dataclass_decorated_twice_is_called(impl):
+    """The second @dataclass(frozen=True) keeps the first (non-frozen) __init__,
+    whose ``self.x = x`` the frozen __setattr__ refuses."""
+    Twice = type("Twice", (), {"__annotations__": {"x": int, "y": int}})
+    Twice = dataclasses.dataclass(frozen=True)(dataclasses.dataclass(Twice))
+    assert direct_build(Twice, ("x", "y")) is None
+    got = check(impl, Twice, None, buf=kiln.Encoder(PAIR).encode({"x": 1, "y": 2}))
+    assert got[0] == "FrozenInstanceError"
+
+
+def test_a_struct_bound_in_another_field_order_is_called(impl):
+    """make passes the values by position: y's value goes to x, as calling does."""
+    @dataclasses.dataclass
+    class XY:
+        x: int
+        y: int
+    t = kiln.struct({"y": kiln.i64, "x": kiln.i64}, cls=XY)
+    assert direct_build(XY, ("y", "x")) is None
+    buf = kiln.Encoder(kiln.struct({"y": kiln.i64, "x": kiln.i64})).encode({"y": 1, "x": 2})
+    want = state(kiln.Decoder(t, kernels=_kernels_py).decode(buf))
+    assert state(impl.decode(buf, t)) == want == [XY, [("x", 1), ("y", 2)]]
+
+
+def test_a_slot_descriptor_of_another_class_is_not_stored_into(impl):
+    """object.__setattr__ refuses a member descriptor of an unrelated class;
+    its offset is another layout's (storing there wrote past the instance)."""
+    class Other:
+        __slots__ = ("p", "q", "r", "s", "u", "w", "x")
+
+    @dataclasses.dataclass
+    class Foreign:
+        x: int
+        x = Other.__dict__["x"]
+    buf = kiln.Encoder(kiln.struct({"x": kiln.i64})).encode({"x": 7})
+    for _ in range(100):
+        got = check(impl, Foreign, None, buf=buf)
+    assert got[0] == "TypeError"
+
+
+def test_a_foreign_slot_descriptor_is_not_read_by_encode(impl):
+    """The encoder's slot reads check the descriptor's class too."""
+    class Other:
+        __slots__ = ("p", "q", "r", "s", "u", "w", "x")
+
+    class Foreign:
+        x = Other.__dict__["x"]
+    t = kiln.struct({"x": kiln.i64}, cls=Foreign)
+    want = outcome(lambda: kiln.Encoder(t, kernels=_kernels_py).encode(Foreign()))
+    for _ in range(100):
+        got = outcome(lambda: impl.encode(Foreign(), t))
+    assert got == want and got[0] == "TypeError"
+
+
+DELETED = []
+
+
+def finalise(self):
+    DELETED.append((getattr(self, "id", None), getattr(self, "name", None)))
+
+
+@dataclasses.dataclass(slots=True)
+class Finalised:
+    id: int
+    name: str
+
+    __del__ = finalise
+
+
+@pytest.mark.parametrize("cls", [Finalised, dataclasses.dataclass(type(
+    "FinalisedDict", (), {"__annotations__": {"id": int, "name": str}, "__del__": finalise}))])
+def test_no_instance_exists_before_its_fields_decode(impl, cls):
+    """As calling the class: the fields first, then the instance, so a record
+    cut short never makes (and finalises) a half-built instance."""
+    buf = impl.encode([cls(1, "abc"), cls(2, "de")], kiln.list_(cls))
+    del DELETED[:]
+    for cut in range(len(buf)):
+        with pytest.raises(kiln.KilnError):
+            kiln.Decoder(kiln.list_(cls), kernels=_kernels_py).decode(buf[:cut])
+    want = list(DELETED)
+    del DELETED[:]
+    for cut in range(len(buf)):
+        with pytest.raises(kiln.KilnError):
+            impl.decode(buf[:cut], kiln.list_(cls))
+    assert DELETED == want
+    assert want and set(want) == {(1, "abc")}   # whole first records only
+
+
+NESTED_SEEN = []
+
+
+@dataclasses.dataclass
+class Patcher:
+    n: int
+
+    def __post_init__(self):
+        # decoding this field changes the class that holds it
+        def setattr_(obj, name, value):
+            NESTED_SEEN.append(name)
+            object.__setattr__(obj, name, value)
+        Holder.__setattr__ = setattr_
+
+
+@dataclasses.dataclass
+class Holder:
+    id: int
+    inner: Patcher
+
+
+def test_a_class_changed_while_its_fields_decode_is_called(impl):
+    enc = kiln.Encoder(kiln.struct({"id": kiln.i64, "inner": kiln.struct({"n": kiln.i64})}))
+    buf = enc.encode({"id": 1, "inner": {"n": 2}})
+    try:
+        dec = impl.decoder(Holder)   # compiled while Holder has object's __setattr__
+        del NESTED_SEEN[:]
+        out = dec.decode(buf)
+        assert (out.id, out.inner.n) == (1, 2)
+        assert NESTED_SEEN == ["id", "inner"]   # Holder's new __setattr__ ran
+    finally:
+        if "__setattr__" in vars(Holder):
+            del Holder.__setattr__
+
+
+def test_an_init_whose_code_is_replaced_is_called(impl):
+    """Assigning __init__.__code__ changes no version tag: the kernel checks
+    the code object itself."""
+    Late = fresh_class()
+    dec = impl.decoder(Late)
+    buf = impl.encode(Late(1, "a"), Late)
+
+    def other(self, id, name):
+        self.id, self.name, self.extra = id * 10, name, True
+    Late.__init__.__code__ = other.__code__
+    out = dec.decode(buf)
+    assert (out.id, out.name, out.extra) == (10, "a", True)
+
+
 @pytest.mark.parametrize("cls", [Plain, Slotted, Frozen, KwOnly, NT])
 def test_direct_build_answers_from_the_class(cls):
     assert direct_build(cls, names_of(cls)) in ("object", "tuple")

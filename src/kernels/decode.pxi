@@ -318,21 +318,7 @@ cdef object dec_struct(Node nd, DCtx *c):
             PyDict_SetItem(out, <object>fi[i].name, v)
         return out
     if kind == KILN_BUILD_SLOTS or kind == KILN_BUILD_INIT or kind == KILN_BUILD_ATTRS:
-        if kiln_build_ok(nd.cls, nd.btag):
-            if kind == KILN_BUILD_INIT:
-                return build_init(nd, c)
-            # what the class's generated __init__ does, without the call
-            # (src/kiln_fields.h): made first, each field stored as decoded,
-            # in its slot or by object.__setattr__
-            out = kiln_object_new(nd.cls, ())
-            for i in range(nf):
-                v = dec_field(&fi[i], c)
-                if kind == KILN_BUILD_SLOTS:
-                    kiln_slot_set(out, fi[i].woff, v)
-                else:
-                    kiln_setattr(out, <object>fi[i].name, v)
-            return out
-        kind = KILN_BUILD_CALL   # the class changed since: call it
+        return build_direct(nd, c)
     vals = PyTuple_New(nf)
     for i in range(nf):
         v = dec_field(&fi[i], c)
@@ -343,14 +329,18 @@ cdef object dec_struct(Node nd, DCtx *c):
     return nd.make(*vals)
 
 
-cdef object build_init(Node nd, DCtx *c):
-    """object.__new__(cls), then its generated __init__ with the decoded values
-    as a C array (src/kiln_fields.h, KILN_BUILD_INIT)."""
+cdef object build_direct(Node nd, DCtx *c):
+    """An instance of a class that kiln._plan.direct_build lets us build
+    (src/kiln_fields.h): every field decoded first, as calling the class
+    does, then object.__new__(cls) and what its generated __init__ would do:
+    slot stores, object.__setattr__ from C, or the __init__ itself with the
+    values as a C array; the class itself when it changed since."""
     cdef Py_ssize_t i, got = 0
     cdef Py_ssize_t nf = nd.nf
     cdef FieldInfo *fi = nd.finfo
     cdef PyObject *stack[17]
     cdef PyObject **args = stack
+    cdef int kind = nd.bkind
     if nf > 16:
         args = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * (nf + 1))
         if args == NULL:
@@ -361,9 +351,23 @@ cdef object build_init(Node nd, DCtx *c):
             Py_INCREF(v)
             args[i + 1] = <PyObject *>v
             got = i + 1
+        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode):
+            vals = PyTuple_New(nf)   # the class changed since: call it
+            for i in range(nf):
+                Py_INCREF(<object>args[i + 1])
+                PyTuple_SET_ITEM(vals, i, args[i + 1])
+            return nd.make(*vals)
         out = kiln_object_new(nd.cls, ())
-        args[0] = <PyObject *>out
-        kiln_call_init(nd.binit, args, nf + 1)
+        if kind == KILN_BUILD_INIT:
+            args[0] = <PyObject *>out
+            kiln_call_init(nd.binit, args, nf + 1)
+        elif kind == KILN_BUILD_SLOTS:
+            got = 0   # the slots take the references over
+            for i in range(nf):
+                kiln_slot_steal(out, fi[i].woff, args[i + 1])
+        else:
+            for i in range(nf):
+                kiln_setattr(out, <object>fi[i].name, <object>args[i + 1])
         return out
     finally:
         for i in range(got):

@@ -631,7 +631,7 @@ cdef int field_kinds(Node nd) except -1:
             if kiln_has_dict(cls):
                 fi[i].kind = KILN_FK_DICT
             continue
-        off = kiln_slot_offset(d)
+        off = kiln_slot_offset(cls, d)
         if off >= 0:
             if not KILN_FREE_THREADED:  # a slot read there would race a store
                 fi[i].kind = KILN_FK_SLOT

@@ -37,7 +37,8 @@ cdef class Node:
     cdef bint fdict         # struct: every field's kind is KILN_FK_DICT
     cdef int bkind          # struct: how decode builds the instance (KILN_BUILD_*)
     cdef unsigned int btag  # struct: cls's version tag when bkind was decided
-    cdef object binit       # struct, KILN_BUILD_INIT: the class's generated __init__
+    cdef object binit       # struct, built directly: the class's generated __init__
+    cdef object bcode       # ... and its code when bkind was decided
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -65,26 +66,27 @@ cdef int build_kind(Node nd) except -1:
         return 0
     if direct != "object":
         return 0
+    init = cls.__init__
+    if type(init) is not _FunctionType:
+        return 0
+    nd.binit, nd.bcode = init, init.__code__
     nd.bkind = KILN_BUILD_SLOTS
     for i in range(nd.nf):
         d = kiln_type_lookup(cls, <object>fi[i].name)
-        off = kiln_slot_offset_w(d) if d != NULL else -1
+        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
         fi[i].woff = off
         if off < 0:
             nd.bkind = KILN_BUILD_INIT
-    if nd.bkind == KILN_BUILD_INIT:
-        init = cls.__init__
-        # called with the values by position: the parameters must be the fields,
-        # in order; a frozen class's __init__ stores through object.__setattr__.
-        # Up to 4 fields object.__setattr__ from C costs less than the frame
-        # (callgrind, CPython 3.11, a record of 4 fields: 3185 instructions
-        # against 3247; 6 fields, the build alone: 1957 against 1607)
-        if nd.nf > 4 and type(init) is _FunctionType and not init.__code__.co_kwonlyargcount and \
-                tuple(init.__code__.co_varnames[1:nd.nf + 1]) == nd.names and \
-                "__setattr__" not in init.__code__.co_names:
-            nd.binit = init
-        else:
-            nd.bkind = KILN_BUILD_ATTRS
+    # the __init__ is called with the values by position (direct_build has
+    # checked that its parameters are the fields in order) unless it takes
+    # keyword-only ones; a frozen class's __init__ stores through
+    # object.__setattr__ from Python.  Up to 4 fields object.__setattr__ from
+    # C costs less than the frame (callgrind, CPython 3.11, a record of 4
+    # fields: 3185 instructions against 3247; 6 fields, the build alone: 1957
+    # against 1607)
+    if nd.bkind == KILN_BUILD_INIT and (nd.nf <= 4 or init.__code__.co_kwonlyargcount
+                                        or "__setattr__" in init.__code__.co_names):
+        nd.bkind = KILN_BUILD_ATTRS
     if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
         nd.bkind = KILN_BUILD_CALL
     return 0

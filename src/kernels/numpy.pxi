@@ -146,9 +146,9 @@ def tensor_setup(cls, shaped, py_numpy):
         return False
     for i, nm in enumerate(_T_SLOTS):
         d = cls.__dict__.get(nm)
-        if d is None or kiln_slot_offset(<PyObject *>d) < 0:
+        if d is None or kiln_slot_offset(cls, <PyObject *>d) < 0:
             return False
-        _T_off[i] = kiln_slot_offset(<PyObject *>d)
+        _T_off[i] = kiln_slot_offset(cls, <PyObject *>d)
     _T_cls, _T_shaped, _T_py = cls, dict(shaped), py_numpy
     _T_ok = True
     return True
@@ -317,9 +317,9 @@ def directory_setup(cls, hooks):
         return False
     for i, nm in enumerate(_D_SLOTS):
         d = cls.__dict__.get(nm)
-        if d is None or kiln_slot_offset(<PyObject *>d) < 0:
+        if d is None or kiln_slot_offset(cls, <PyObject *>d) < 0:
             return False
-        _D_off[i] = kiln_slot_offset(<PyObject *>d)
+        _D_off[i] = kiln_slot_offset(cls, <PyObject *>d)
     _D_cls, _D_hooks = cls, hooks
     _D_ok = True
     return True
