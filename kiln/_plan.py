@@ -73,9 +73,12 @@ def direct_build(cls, names):
     ``object.__setattr__(self, name, value)`` per field in field order, which
     is what the kernel then does itself.  ``None``: anything else (a custom
     ``__init__``, ``__new__``, ``__setattr__`` or metaclass ``__call__``, a
-    ``__post_init__``, InitVar pseudo-fields, an abstract class): the kernel
-    calls ``make``.  The kernel checks the class's version tag on every
-    decode, so a class changed after this answer is called again.
+    ``__post_init__``, InitVar pseudo-fields, an abstract class, fields in
+    another order than ``names``, an ``__init__`` whose code is not what
+    ``dataclasses`` writes for the fields): the kernel calls ``make``.  The
+    kernel checks the class's version tag and the ``__init__``'s code object
+    on every decode, after the fields, so a class changed after this answer
+    is called again.
     """
     if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "tuple"
