@@ -673,6 +673,9 @@ class TensorDirectory(Mapping):
             out = _to_dict(self)   # the compiled kernels: tensors and arrays made in C
             if out is not None:
                 return out
+        return self._to_dict_py()
+
+    def _to_dict_py(self):
         return {t.name: t.numpy() for t in self.values()}
 
     def __eq__(self, other):
@@ -768,6 +771,8 @@ if _compat.IMPLEMENTATION == "cython" and \
     _hold = _compat.kernels.hold_buffer
     _to_dict = _compat.kernels.tensors_dict
     _compat.kernels.directory_setup(TensorDirectory, HOOKS)
+    TensorDirectory.to_dict = functools.update_wrapper(_compat.kernels.tensors_dict_method,
+                                                       TensorDirectory.to_dict)
 
 
 _LE_ORDERS = ("<", "|") + (("=",) if sys.byteorder == "little" else ())

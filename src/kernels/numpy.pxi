@@ -270,9 +270,24 @@ def tensors_fill(d):
     return tensors
 
 
+def tensors_dict_method(self):
+    """TensorDirectory.to_dict as the compiled function itself (it binds to
+    its instance as a Python function does): the arrays made here for a
+    decoded directory, else the Python way."""
+    if (d_slot(self, 1) if _D_ok and type(self) is _D_cls else self._rows) is not None:
+        out = t_dict(self)
+        if out is not None:
+            return out
+    return self._to_dict_py()
+
+
 def tensors_dict(d):
     """TensorDirectory.to_dict() of a decoded directory: {t.name: t.numpy()}
     over its tensors (made by tensors_fill); None when tensors_fill declines."""
+    return t_dict(d)
+
+
+cdef object t_dict(object d):
     cdef Py_ssize_t i, n
     cdef const char *errs
     if _D_ok and type(d) is _D_cls:
