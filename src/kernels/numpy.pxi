@@ -249,15 +249,20 @@ def tensors_fill(d):
             if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
                 continue
             row = <object>PyList_GET_ITEM(rows, i)
+            if type(row) is tuple and PyTuple_GET_SIZE(row) == 12:   # (make_table's rows)
+                nm, kd, off = <object>PyTuple_GET_ITEM(row, 2), \
+                    <object>PyTuple_GET_ITEM(row, 3), <object>PyTuple_GET_ITEM(row, 10)
+            else:
+                nm, kd, off = row[2], row[3], row[10]
             t = kiln_alloc(_T_cls)
             # untracked while they are made: a collection that the allocations
             # start meanwhile does not walk them (they are tracked below)
             PyObject_GC_UnTrack(t)
-            kiln_slot_set(t, _T_off[0], name_str(row[2], errs, n <= 64))
-            kiln_slot_set(t, _T_off[1], name_str(row[3], errs, False))
+            kiln_slot_set(t, _T_off[0], name_str(nm, errs, n <= 64))
+            kiln_slot_set(t, _T_off[1], name_str(kd, errs, False))
             kiln_slot_set(t, _T_off[2], row)
             kiln_slot_set(t, _T_off[3], buf)
-            kiln_slot_set(t, _T_off[4], pb + row[10])
+            kiln_slot_set(t, _T_off[4], pb + off)
             kiln_slot_set(t, _T_off[5], own)
             tensors[i] = t      # the list owns it from here
             fresh[made] = <PyObject *>t
