@@ -100,8 +100,8 @@ def count(op, reps):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         # the same dict layouts every run; no OpenBLAS worker threads, whose
-        # spin-waiting after numpy's import callgrind would count (thousands of
-        # instructions an op, differing from run to run)
+        # spin-waiting after numpy's import callgrind would count (up to about
+        # 10 million instructions an op, differing from run to run)
         env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
         subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
                         sys.executable, "-c", code], check=True, capture_output=True, env=env)
