@@ -3,8 +3,12 @@
 A :class:`Plan` node is built by the type model (``kiln._types``) and handed to
 a kernel module (``kiln._kernels_py`` or ``kiln._kernels_c``), which compiles it
 into its own fast program.  Plans are plain data: an op code, the minimum wire
-size, children, and for structs the names and the Python constructors.
+size, children, and for structs the names and the Python constructors;
+:func:`direct_build` tells a compiled kernel when it may build a struct's
+class without calling that constructor.
 """
+
+import dataclasses
 
 from ._wire import (  # noqa: F401  (the op codes, re-exported for the plan's readers)
     OP_BOOL, OP_I8, OP_U8, OP_I16, OP_U16, OP_I32, OP_U32, OP_I64, OP_U64, OP_F32, OP_F64,
@@ -12,8 +16,6 @@ from ._wire import (  # noqa: F401  (the op codes, re-exported for the plan's re
 
 
 from ._wire import FORM_DEFAULT, FORM_LIST, FORM_ARRAY  # noqa: F401  (Plan.form)
-
-import dataclasses
 
 
 class Plan:
@@ -54,11 +56,6 @@ class Plan:
 
     def __repr__(self):
         return "Plan(%d, %r)" % (self.op, self.text)
-
-
-# the names a dataclass-generated __init__ may use besides the fields: the
-# frozen store (``__dataclass_builtins_object__.__setattr__(self, "x", x)``)
-_INIT_NAMES = frozenset({"__dataclass_builtins_object__", "__setattr__"})
 
 
 def direct_build(cls, names):
@@ -103,17 +100,13 @@ def direct_build(cls, names):
         if (code is None or code.co_filename != "<string>" or code.co_name != "__init__"
                 or getattr(init, "__qualname__", None) != owner.__qualname__ + ".__init__"):
             return None
-        nargs = code.co_argcount + code.co_kwonlyargcount
-        if (code.co_flags & 0x0C or nargs != len(names) + 1
-                or set(code.co_varnames[1:nargs]) != set(names)
-                or not set(code.co_names) <= set(names) | _INIT_NAMES):
-            return None   # *args/**kwargs, other parameters, or other names used
         fields = dataclasses.fields(owner)
         if tuple(f.name for f in fields) != tuple(names):
             return None   # make passes the values by position, in names' order
         if not _same_code(code, _generated_init(fields, params.frozen)):
-            return None   # not the body dataclasses writes (a hand-written __init__
-                          # exec'd from a string, or one a second @dataclass kept)
+            return None   # not the body dataclasses writes for these fields (its
+                          # parameters, names and flags included): a hand-written
+                          # __init__ exec'd from a string, one a second @dataclass kept
     except Exception:   # an exotic class: calling it is always right
         return None
     return "object"

@@ -326,7 +326,7 @@ class Tensor:
             >>> a.dtype, a.shape, a.flags.writeable
             (dtype('int32'), (2, 3), False)
         """
-        return _numpy(self)
+        return _numpy_py(self)
 
     def _numpy_slow(self, row):
         code = row[0]
@@ -422,8 +422,8 @@ _frombuffer = np.frombuffer
 
 
 def _numpy_py(t):
-    """Tensor.numpy() in Python (the compiled kernel's tensor_numpy makes the
-    arrays of decoded tensors itself, and calls this for the others)."""
+    """Tensor.numpy() in Python (the compiled kernel's tensor_numpy_method
+    makes the arrays of decoded tensors itself, and calls this for the others)."""
     row = t._row
     dt = _SHAPED.get(row[0])
     if dt is not None and row[11]:
@@ -669,13 +669,6 @@ class TensorDirectory(Mapping):
             >>> d.to_dict()["w"].tolist()
             [1.0, 1.0]
         """
-        if self._rows is not None and _to_dict is not None:
-            out = _to_dict(self)   # the compiled kernels: tensors and arrays made in C
-            if out is not None:
-                return out
-        return self._to_dict_py()
-
-    def _to_dict_py(self):
         return {t.name: t.numpy() for t in self.values()}
 
     def __eq__(self, other):
@@ -757,19 +750,18 @@ def _no_hold(buf):
     return None
 
 
-# With the compiled kernels, Tensor.numpy() and TensorDirectory.values() of a
-# decoded directory run in C (kiln._kernels_c: tensor_numpy, tensors_fill):
-# the same objects and arrays, without np.frombuffer's buffer round trip.
-_numpy, _fill, _hold, _to_dict = _numpy_py, None, _no_hold, None
+# With the compiled kernels, Tensor.numpy(), TensorDirectory.values() and
+# to_dict() of a decoded directory run in C (kiln._kernels_c:
+# tensor_numpy_method, tensors_fill, tensors_dict_method): the same objects
+# and arrays, without np.frombuffer's buffer round trip.  The two methods are
+# the compiled functions themselves (no Python frame per call), wearing the
+# Python methods' names, docstrings and signatures.
+_fill, _hold = None, _no_hold
 if _compat.IMPLEMENTATION == "cython" and \
         _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py):
-    _numpy = _compat.kernels.tensor_numpy
-    # the method itself is the compiled function (no Python frame per call),
-    # wearing the Python method's name, docstring and signature
     Tensor.numpy = functools.update_wrapper(_compat.kernels.tensor_numpy_method, Tensor.numpy)
     _fill = _compat.kernels.tensors_fill
     _hold = _compat.kernels.hold_buffer
-    _to_dict = _compat.kernels.tensors_dict
     _compat.kernels.directory_setup(TensorDirectory, HOOKS)
     TensorDirectory.to_dict = functools.update_wrapper(_compat.kernels.tensors_dict_method,
                                                        TensorDirectory.to_dict)

@@ -68,16 +68,22 @@ static int kiln_is_data_descr(PyObject *d) {
     return Py_TYPE(d)->tp_descr_set != NULL;
 }
 
-/* the offset of a plain object slot of cls's instances, else -1 (a slot
-   descriptor of an unrelated class, put in cls's namespace, describes
-   another layout: getattr refuses it, and so must we) */
-static Py_ssize_t kiln_slot_offset(PyObject *cls, PyObject *d) {
+/* the offset of a plain object slot of cls's instances whose flags are
+   within `allowed`, else -1 (a slot descriptor of an unrelated class, put in
+   cls's namespace, describes another layout: getattr and object.__setattr__
+   refuse it, and so must we) */
+static Py_ssize_t kiln_member_offset(PyObject *cls, PyObject *d, int allowed) {
     PyMemberDef *m;
     if (Py_TYPE(d) != &PyMemberDescr_Type) return -1;
     if (!PyType_IsSubtype((PyTypeObject *)cls, PyDescr_TYPE(d))) return -1;
     m = ((PyMemberDescrObject *)d)->d_member;
-    if (m->type != Py_T_OBJECT_EX || (m->flags & ~Py_READONLY)) return -1;
+    if (m->type != Py_T_OBJECT_EX || (m->flags & ~allowed)) return -1;
     return m->offset;
+}
+
+/* a slot to read (a read-only one too) */
+static Py_ssize_t kiln_slot_offset(PyObject *cls, PyObject *d) {
+    return kiln_member_offset(cls, d, Py_READONLY);
 }
 
 /* the object in a slot, owned, or NULL when the slot is empty (no error) */
@@ -139,16 +145,9 @@ static PyObject *kiln_alloc(PyObject *cls) {
 #define KILN_BUILD_SLOTS 2
 #define KILN_BUILD_TUPLE 3
 
-/* the offset of a plain object slot that object.__setattr__ may store in for
-   an instance of cls, else -1 (a slot descriptor of an unrelated class, put in
-   cls's namespace, describes another layout: object.__setattr__ refuses it) */
+/* a slot object.__setattr__ may store in (not a read-only one) */
 static Py_ssize_t kiln_slot_offset_w(PyObject *cls, PyObject *d) {
-    PyMemberDef *m;
-    if (Py_TYPE(d) != &PyMemberDescr_Type) return -1;
-    if (!PyType_IsSubtype((PyTypeObject *)cls, PyDescr_TYPE(d))) return -1;
-    m = ((PyMemberDescrObject *)d)->d_member;
-    if (m->type != Py_T_OBJECT_EX || m->flags) return -1;
-    return m->offset;
+    return kiln_member_offset(cls, d, 0);
 }
 
 /* the decision is still good: the class's version tag is the one it was

@@ -139,7 +139,7 @@ _T_SLOTS = ("name", "layout", "_row", "_buf", "_off", "_own")
 
 def tensor_setup(cls, shaped, py_numpy):
     """Take kiln.Tensor, its whole-element dtypes and its Python numpy();
-    True when tensor_numpy and tensors_fill are in use."""
+    True when tensor_numpy_method and tensors_fill are in use."""
     global _T_cls, _T_shaped, _T_py, _T_ok
     _T_ok = False
     if not _np_fast or KILN_FREE_THREADED or cls.__new__ is not object.__new__:
@@ -170,15 +170,11 @@ cdef inline object t_numpy(object t):
     return _T_py(t) if arr is None else arr
 
 
-def tensor_numpy(t):
-    """Tensor.numpy(): for a decoded tensor of a whole-element dtype the array
-    is made here over the held buffer, shaped, read-only; else the Python one."""
-    return t_numpy(t)
-
-
 def tensor_numpy_method(self):
-    """tensor_numpy as kiln.Tensor's numpy method (a compiled function binds
-    to its instance as a Python function does: no Python frame per call)."""
+    """kiln.Tensor.numpy with the compiled kernels (a compiled function binds
+    to its instance as a Python function does: no Python frame per call):
+    for a decoded tensor of a whole-element dtype the array is made here over
+    the held buffer, shaped, read-only; else the Python one."""
     return t_numpy(self)
 
 
@@ -276,23 +272,19 @@ def tensors_fill(d):
 
 
 def tensors_dict_method(self):
-    """TensorDirectory.to_dict as the compiled function itself (it binds to
-    its instance as a Python function does): the arrays made here for a
-    decoded directory, else the Python way."""
+    """kiln.TensorDirectory.to_dict with the compiled kernels (bound as a
+    Python function is): {t.name: t.numpy()}, the tensors and arrays of a
+    decoded directory made here (by tensors_fill's rules)."""
     if (d_slot(self, 1) if _D_ok and type(self) is _D_cls else self._rows) is not None:
         out = t_dict(self)
         if out is not None:
             return out
-    return self._to_dict_py()
-
-
-def tensors_dict(d):
-    """TensorDirectory.to_dict() of a decoded directory: {t.name: t.numpy()}
-    over its tensors (made by tensors_fill); None when tensors_fill declines."""
-    return t_dict(d)
+    return {t.name: t.numpy() for t in self.values()}
 
 
 cdef object t_dict(object d):
+    """{t.name: t.numpy()} of a decoded directory, or None when tensors_fill
+    would decline it."""
     cdef Py_ssize_t i, n
     cdef const char *errs
     if _D_ok and type(d) is _D_cls:
