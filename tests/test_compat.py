@@ -5,7 +5,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 
 import kiln
 from _util import ROOT
