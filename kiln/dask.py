@@ -6,9 +6,10 @@ workers, see ``kiln/_dask_hook.py``; ``import kiln.dask`` does it at once): a
 :class:`kiln.Tensor` or :class:`kiln.TensorDirectory` goes over the wire as a
 small header (dtypes, shapes, names, links) and one frame per payload, the
 payload's own memory with no copy; on arrival the tensors view the received
-frames (read-only or not, as they come).  Everything else that holds tensors
-(records, lists) travels through pickle protocol 5, whose out-of-band buffers
-are the same payload frames.
+frames (read-only or not, as they come); a list of them goes one item at a
+time.  Everything else that holds tensors (records as dicts, dataclasses)
+travels through pickle protocol 5, whose out-of-band buffers are the same
+payload frames.  ``dask.sizeof`` counts a tensor's payload bytes.
 
 ``from_kiln(path, name, chunks=...)`` is a dask array over one tensor of a
 Kiln file: each chunk is read by the worker that computes it, through its own

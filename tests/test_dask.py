@@ -217,27 +217,30 @@ def test_a_plain_cluster_takes_kiln_values_without_a_preload(cluster, tmp_path):
 
 def test_kiln_registers_with_distributed_in_either_import_order(tmp_path):
     """distributed imported before kiln (a worker) or after it (a client script):
-    kiln's serializer runs without kiln.dask imported by anyone but the hook, and
-    the meta path finder that waited for distributed is gone."""
+    kiln's serializer runs without kiln.dask imported by anyone but the hook, Dask's
+    memory accounting counts the payload bytes, and the meta path finder that
+    waited for distributed is gone."""
     body = r"""
 import json, sys
 ORDER
 import numpy as np
+from dask.sizeof import sizeof
 from distributed.protocol import serialize, deserialize
-d = kiln.decode_tensors(kiln.encode_tensors({"w": np.arange(6, dtype=np.float32)}))
+d = kiln.decode_tensors(kiln.encode_tensors({"w": np.arange(1000, dtype=np.float32)}))
+sizes = [sizeof(d), sizeof(d["w"])]     # before any serializer: the lazy sizeof hook
 h, f = serialize(d, serializers=["dask"])
 t, g = serialize(d["w"], serializers=["dask"])
 back = deserialize(h, [bytes(x) for x in f])
 print(json.dumps({"h": [h["serializer"], h["type"], sorted(h["sub-header"])],
                   "t": [t["serializer"], t["type"], sorted(t["sub-header"])],
                   "back": back == d and deserialize(t, g) == d["w"],
+                  "sizes": [n >= 4000 for n in sizes],
                   "watching": any(type(x).__module__ == "kiln._dask_hook" or
                                   getattr(x, "__module__", "") == "kiln._dask_hook"
                                   for x in sys.meta_path)}))
 """
     outs = []
-    for order in ("import kiln\nimport distributed", "import distributed\nimport kiln",
-                  "import kiln\nimport distributed.protocol.serialize"):
+    for order in ("import kiln\nimport distributed", "import distributed\nimport kiln"):
         r = subprocess.run([sys.executable, "-c", body.replace("ORDER", order)],
                            cwd=str(tmp_path), env=plain_env(str(tmp_path)),
                            capture_output=True, text=True, timeout=120)
@@ -246,7 +249,7 @@ print(json.dumps({"h": [h["serializer"], h["type"], sorted(h["sub-header"])],
     for out in outs:
         assert out == {"h": ["dask", DIRECTORY, ["kiln-tensors"]],
                        "t": ["dask", "kiln._tensor.Tensor", ["kiln-tensor"]],
-                       "back": True, "watching": False}
+                       "back": True, "sizes": [True, True], "watching": False}
 
 
 def _installed_spies(client):
