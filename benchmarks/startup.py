@@ -3,7 +3,7 @@
     python -m benchmarks.startup [--repeat 15] [--json PATH]
 
 Each row is the median wall time of ``--repeat`` fresh interpreter starts
-(``subprocess.run`` from start to exit), the rows interleaved round by round
+(from the child's start to its exit), the rows interleaved round by round
 so a neighbour's load falls on all of them alike.  Bytecode caches are on, as
 for an installed package (``PYTHONDONTWRITEBYTECODE`` is dropped, and
 ``PYTHONPYCACHEPREFIX`` points at a temporary folder, so numpy's and kiln's
@@ -11,7 +11,9 @@ for an installed package (``PYTHONDONTWRITEBYTECODE`` is dropped, and
 round first writes them and warms the page cache.  The kiln rows run the
 ``kiln`` of this checkout, or of ``--root`` (``PYTHONPATH`` is set to it), with
 the kernels it picks by itself; ``--pure`` sets ``KILN_PUREPYTHON=1``.  Ratios
-are each row's median over the ``import numpy`` median.
+are each row's median over the ``import numpy`` median; the targets are judged
+on them.  The user plus system CPU time of each child (``os.wait4``) is shown
+beside the wall time as a check on load from other processes.
 
 The command-line rows run ``python -m kiln inspect`` and ``python -m kiln
 check`` on a file holding one 4-byte tensor, written once into a temporary
@@ -46,14 +48,17 @@ def rows(small):
 
 
 def once(cmd, env, cwd):
+    """(wall seconds, user+system CPU seconds) of one run of ``cmd``."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise SystemExit("%s failed (%d): %s" % (" ".join(cmd), r.returncode,
-                                                  r.stderr.decode(errors="replace")))
-    return dt
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+        raise SystemExit("%s failed (%d): %s" % (" ".join(cmd), p.returncode, r.stderr))
+    return dt, usage.ru_utime + usage.ru_stime
 
 
 def measure(repeat, pure=False, root=ROOT):
@@ -71,18 +76,24 @@ def measure(repeat, pure=False, root=ROOT):
                        env=env, check=True)
         table = rows(small)
         samples = {name: [] for name, _ in table}
-        for name, cmd in table:          # untimed: page cache, __pycache__
+        cpu = {name: [] for name, _ in table}
+        for name, cmd in table:          # untimed: page cache, .pyc files
             once(cmd, env, d)
         for _ in range(repeat):
             for name, cmd in table:
-                samples[name].append(once(cmd, env, d))
+                wall, used = once(cmd, env, d)
+                samples[name].append(wall)
+                cpu[name].append(used)
     base = statistics.median(samples["import numpy"])
+    base_cpu = statistics.median(cpu["import numpy"])
     out = []
     for name, _ in table:
         med = statistics.median(samples[name])
+        med_cpu = statistics.median(cpu[name])
         out.append({"row": name, "median_s": med, "min_s": min(samples[name]),
                     "max_s": max(samples[name]), "ratio": med / base,
-                    "target": TARGETS.get(name), "samples": samples[name]})
+                    "cpu_median_s": med_cpu, "cpu_ratio": med_cpu / base_cpu,
+                    "target": TARGETS.get(name), "samples": samples[name], "cpu": cpu[name]})
     return out
 
 
@@ -96,13 +107,15 @@ def main(argv=None):
     ap.add_argument("--json", metavar="PATH", help="also write every sample to PATH")
     args = ap.parse_args(argv)
     result = measure(args.repeat, args.pure, args.root)
-    print("| row | median s | min-max s | / import numpy | target |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| row | median s | min-max s | / import numpy | CPU median s | CPU / import numpy "
+          "| target |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in result:
         target = "" if r["target"] is None else "<= %.2f %s" % (
             r["target"], "met" if r["ratio"] <= r["target"] else "not met")
-        print("| %s | %.3f | %.3f-%.3f | %.2f | %s |" % (r["row"], r["median_s"], r["min_s"],
-                                                      r["max_s"], r["ratio"], target))
+        print("| %s | %.3f | %.3f-%.3f | %.2f | %.3f | %.2f | %s |" % (
+            r["row"], r["median_s"], r["min_s"], r["max_s"], r["ratio"], r["cpu_median_s"],
+            r["cpu_ratio"], target))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
