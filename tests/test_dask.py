@@ -184,8 +184,9 @@ print(json.dumps(out))
 
 
 def test_a_plain_cluster_takes_kiln_values_without_a_preload(cluster, tmp_path):
-    """scatter, worker to worker, task results (alone, in a list, in a record) and
-    gather, with kiln's serializers on both ends and nothing preloaded."""
+    """scatter, worker to worker, task results (alone and in a list) and gather, with
+    kiln's serializers on both ends and nothing preloaded; a record (a dict whose
+    first value is an int) goes by pickle as a whole, and arrives equal."""
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
     env = plain_env(str(tmp_path))
