@@ -88,6 +88,7 @@ x = ml_dtypes.bfloat16
 report(({"impl": kiln.IMPLEMENTATION, "before": before,
                   "dtypes": [str(a.dtype) for a in first + again],
                   "values": [a.astype("float32").tolist() for a in first + again],
+                  "bases": [type(a.base).__name__ for a in again],
                   "encoded": kiln.encode_tensors([first[0], first[1]]) == buf,
                   "code": kiln.Tensor.from_numpy(first[0]).dtype}))
 """)
@@ -95,6 +96,10 @@ report(({"impl": kiln.IMPLEMENTATION, "before": before,
     assert out["dtypes"] == ["bfloat16", "float8_e5m2"] * 2
     assert out["values"] == [[1.0, -1.5], [1.0, 2.0]] * 2
     assert out["encoded"] is True and out["code"] == "bf16"
+    # f8e5m2 (a numpy kind "f" type) then takes the compiled Tensor.numpy, handed
+    # the new dtypes when ml_dtypes came in; bf16 (kind "V") stays on the Python path
+    held = "HeldBuffer" if impl.name == "cython" else "memoryview"
+    assert out["bases"] == ["memoryview", held]
 
 
 def test_without_ml_dtypes_its_tensors_are_the_unsigned_bits(impl):
