@@ -6,7 +6,18 @@ Quick use::
     t = kiln.parse_type("struct{id:i64,values:list<f64>,}")
     buf = kiln.encode({"id": 7, "values": [1.0, 2.5]}, t)
     kiln.decode(buf, t)   # {'id': 7, 'values': array([1. , 2.5])}
+
+``import kiln`` loads the records and tensors core only.  The files
+(``kiln.save_tensors``, ``kiln.open``...), the schemas
+(``kiln.schema_from_json``...) and the modules ``kiln.files``,
+``kiln.schema``, ``kiln.remote``, ``kiln.convert``, ``kiln.dask`` and
+``kiln.cli`` are imported the first time one of their names is used (module
+``__getattr__``, PEP 562): ``kiln.open(...)`` works as before, and so does
+``import kiln.dask``.  ``ml_dtypes`` is imported when a bf16 or float8
+tensor first becomes a numpy array.
 """
+
+from typing import TYPE_CHECKING, Any, List
 
 from ._errors import KilnError, EncodeError
 from ._plan import Some
@@ -17,12 +28,16 @@ from ._tensor import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, nump
 from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION
-from .schema import SchemaError, schema_from_json, to_json_schema
-from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
-                    TensorWriter)
 from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
                        I32Array, I64Array, U8Array, U16Array, U32Array, U64Array, F32Array,
                        F64Array, BoolArray)
+from . import _dask_hook
+
+if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
+    from .schema import SchemaError, schema_from_json, to_json_schema
+    from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
+                        TensorWriter)
+    from . import cli, convert, dask, files, remote, schema
 
 __version__ = "0.1.0"
 
@@ -38,3 +53,32 @@ __all__ = [
     "save", "load", "open", "KilnFile", "TensorWriter", "SchemaError", "schema_from_json",
     "to_json_schema",
 ]
+
+# name -> the submodule that defines it, imported on first use
+_LAZY = {
+    "save_tensors": "files", "load_tensors": "files", "load_metadata": "files", "save": "files",
+    "load": "files", "open": "files", "KilnFile": "files", "TensorWriter": "files",
+    "SchemaError": "schema", "schema_from_json": "schema", "to_json_schema": "schema",
+}
+_SUBMODULES = ("cli", "convert", "dask", "files", "remote", "schema")
+
+
+def __getattr__(name: str) -> Any:
+    """``kiln.open``, ``kiln.schema_from_json``, ``kiln.dask``...: imported on first use."""
+    import importlib
+    where = _LAZY.get(name)
+    if where is not None:
+        value = getattr(importlib.import_module("." + where, __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module("." + name, __name__)
+    else:
+        raise AttributeError("module 'kiln' has no attribute %r" % name)
+    globals()[name] = value   # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
+
+_dask_hook.install()   # distributed finds kiln's serializers (see kiln/_dask_hook.py)

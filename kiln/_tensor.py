@@ -36,10 +36,25 @@ import numpy as np
 from . import _compat, _dlpack
 from ._errors import EncodeError
 
-try:  # optional extra kiln[ml]
-    import ml_dtypes as _ml
-except ImportError:  # pragma: no cover - depends on the environment
-    _ml = None
+# ml_dtypes (optional extra kiln[ml]) is imported the first time a tensor of
+# one of its dtypes becomes an array (_ml_dtypes); an array of its dtypes to
+# encode means something imported it already (sys.modules).
+_ml: Any = None   # the module once imported, False when it is not installed
+
+
+def _ml_dtypes() -> Any:
+    """ml_dtypes, imported now if need be, or None when it is not installed."""
+    global _ml
+    if _ml is None:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - depends on the environment
+            ml_dtypes = False
+        _ml = ml_dtypes
+        _SHAPED.update(_shaped_dtypes())
+        if _fill is not None:   # the compiled Tensor.numpy: hand it the new dtypes
+            _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py)
+    return _ml or None
 
 from . import _wire as W
 from ._wire import U32_MAX, U64_MAX, DTYPE_CODES, PACKED
@@ -65,8 +80,10 @@ def numpy_dtype(code: int) -> np.dtype:
         >>> kiln.numpy_dtype(2), kiln.numpy_dtype(16)
         (dtype('float32'), dtype('uint8'))
     """
-    if code in _ML_NAMES and _ml is not None and hasattr(_ml, _ML_NAMES[code]):
-        return np.dtype(getattr(_ml, _ML_NAMES[code]))
+    if code in _ML_NAMES:
+        ml = _ml_dtypes()
+        if ml is not None and hasattr(ml, _ML_NAMES[code]):
+            return np.dtype(getattr(ml, _ML_NAMES[code]))
     if code in W.DTYPES:
         return np.dtype(W.DTYPES[code][2])
     return np.dtype("|u1")  # an opaque dtype: the raw bytes
@@ -451,8 +468,8 @@ def _view(buf, dt, count, off, shape):
 def _shaped_dtypes():
     out = {}
     for code in W.DTYPES:
-        if code in PACKED:
-            continue
+        if code in PACKED or (code in _ML_NAMES and _ml is None):
+            continue   # (ml_dtypes' codes: once _ml_dtypes has looked)
         dt = numpy_dtype(code)
         if code in _ML_NAMES and (dt.kind == "V" or sys.byteorder == "big") and dt.itemsize > 1:
             continue  # host-ordered ml_dtypes need the slow path on big-endian hosts
@@ -491,9 +508,10 @@ def _dtype_code_of_numpy(dt):
 
 def _dtype_code_lookup(dt):
     dt = np.dtype(dt)
-    if _ml is not None:
+    ml = sys.modules.get("ml_dtypes")   # (an array of its dtypes means it is imported)
+    if ml is not None:
         for code, nm in _ML_NAMES.items():
-            t = getattr(_ml, nm, None)
+            t = getattr(ml, nm, None)
             if t is not None and dt == np.dtype(t):
                 return code
     code = _CODE_BY_KIND.get((dt.kind, dt.itemsize))

@@ -6,11 +6,8 @@ line on stderr, never a traceback.
 """
 
 import argparse
-import json
 import os
 import sys
-import tempfile
-import time
 from typing import Any, Dict, List, Optional
 
 EPILOG = """examples:
@@ -61,6 +58,7 @@ def run_case(case: Dict[str, Any], kiln: Any) -> Any:
 
 
 def cmd_cases(args: Any) -> int:
+    import json
     import kiln
     path = args.file or _cases_path()
     try:
@@ -183,6 +181,7 @@ def _table_text(rows: List[Dict[str, Any]]) -> str:
 
 
 def cmd_inspect(args: Any) -> int:
+    import json
     import kiln
     kind = _kind(args.file)
     report: Dict[str, Any] = {"file": args.file, "size": _size(args.file)}
@@ -250,6 +249,7 @@ def cmd_check(args: Any) -> int:
 # --- convert -------------------------------------------------------------------
 
 def cmd_convert(args: Any) -> int:
+    import time
     import kiln
     from .convert import ConvertError, convert
     t = time.perf_counter()
@@ -298,6 +298,7 @@ SAMPLE_TYPE = "struct{id:i64,text:str,weights:tensors,}"
 
 
 def _best(fn: Any, n: int = 5) -> float:
+    import time
     times = []
     for _ in range(n):
         t = time.perf_counter()
@@ -307,6 +308,7 @@ def _best(fn: Any, n: int = 5) -> float:
 
 
 def cmd_demo(args: Any) -> int:
+    import tempfile
     import pickle
     import kiln
     value = sample()

@@ -1,12 +1,15 @@
 """Kiln on Dask: tensors travel as frames, files become lazy dask arrays.
 
-``import kiln.dask`` registers serializers with ``distributed.protocol``: a
+Serializers registered with ``distributed.protocol`` (by ``import kiln`` in a
+process that has distributed, or that imports it later: nothing to preload on
+workers, see ``kiln/_dask_hook.py``; ``import kiln.dask`` does it at once): a
 :class:`kiln.Tensor` or :class:`kiln.TensorDirectory` goes over the wire as a
 small header (dtypes, shapes, names, links) and one frame per payload, the
 payload's own memory with no copy; on arrival the tensors view the received
-frames (read-only or not, as they come).  Everything else that holds tensors
-(records, lists) travels through pickle protocol 5, whose out-of-band buffers
-are the same payload frames.
+frames (read-only or not, as they come); a list of them goes one item at a
+time.  Everything else that holds tensors (records as dicts, dataclasses)
+travels through pickle protocol 5, whose out-of-band buffers are the same
+payload frames.  ``dask.sizeof`` counts a tensor's payload bytes.
 
 ``from_kiln(path, name, chunks=...)`` is a dask array over one tensor of a
 Kiln file: each chunk is read by the worker that computes it, through its own
@@ -18,8 +21,9 @@ Needs the ``dask`` extra: ``pip install "kiln-wire[dask]"``.
 
 from typing import Any, Dict, List, Optional, Tuple
 
-try:
-    import dask.array as _da
+try:   # (dask.array is imported by from_kiln and to_kiln: a worker meeting a
+    # kiln value imports this module, see kiln/_dask_hook.py, and needs only these)
+    from dask.sizeof import sizeof as _sizeof
     from distributed.protocol import dask_deserialize, dask_serialize
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("kiln.dask needs dask and distributed: pip install "
@@ -169,6 +173,7 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
         >>> a.chunks, float(a.sum().compute(scheduler="sync"))
         (((2, 2), (3,)), 66.0)
     """
+    import dask.array as _da
     from . import files
     from .remote import is_url
     import os
@@ -230,6 +235,7 @@ def to_kiln(path: Any, arrays: Dict[str, Any], *, metadata: Optional[Dict[str, A
         [9, 10, 11]
     """
     import dask
+    import dask.array as _da
     from .files import TensorWriter
     if blocks_at_once < 1:
         raise ValueError("blocks_at_once must be at least 1")
@@ -260,3 +266,14 @@ def to_kiln(path: Any, arrays: Dict[str, Any], *, metadata: Optional[Dict[str, A
                     w.write_rows(name, starts[j + k], np.ascontiguousarray(part))
             if not blocks:   # no chunks at all along a zero-length axis
                 w.write_rows(name, 0, np.empty(x.shape, x.dtype))
+
+
+@_sizeof.register(Tensor)
+def _sizeof_tensor(t: Tensor) -> int:
+    # what a worker's memory accounting counts: the payload, not the small object
+    return t.nbytes + 100
+
+
+@_sizeof.register(TensorDirectory)
+def _sizeof_directory(d: TensorDirectory) -> int:
+    return sum(t.nbytes + 100 for t in d.values()) + 100

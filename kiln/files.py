@@ -33,7 +33,7 @@ from . import _api, _compat, _meta
 from . import _wire as W
 from ._errors import EncodeError, KilnError, frame_hint
 from ._rows import LazyRows
-from ._kernels_py.dirwrite import block_head
+from ._dirhead import block_head
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, _code_of, element_count, \
     _raw_names
 

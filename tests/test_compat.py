@@ -5,8 +5,6 @@ import re
 import subprocess
 import sys
 
-import numpy as np
-import pytest
 
 import kiln
 from _util import ROOT
@@ -54,14 +52,3 @@ def test_readme_examples_run(impl):
         _compat.kernels, _compat.IMPLEMENTATION = saved
     assert ns["r"].id == 7 and ns["r"].values.tolist() == [1.0, -2.5]
     assert ns["r"].tags == [1, 2]
-
-
-def test_ml_dtypes_fallback(monkeypatch):
-    from kiln import _tensor
-    monkeypatch.setattr(_tensor, "_ml", None)
-    monkeypatch.setattr(_tensor, "_SHAPED", _tensor._shaped_dtypes())
-    monkeypatch.setattr(_tensor, "_CODE_BY_DTYPE", {})
-    assert kiln.numpy_dtype(4) == np.dtype("<u2")
-    assert kiln.numpy_dtype(5) == np.dtype("u1")
-    t = kiln.Tensor(b"\x80\x3f", dtype="bf16", shape=[1])
-    assert t.numpy().tolist() == [0x3F80]

@@ -68,8 +68,29 @@ def tensors() -> None:
     assert shared.flags.writeable is False
 
 
+def files_and_schemas(folder: str) -> None:
+    # names that kiln/__init__.py imports on first use (module __getattr__)
+    path = folder + "/m.kiln"
+    kiln.save_tensors(path, {"w": np.arange(4, dtype=np.int16)}, metadata={"v": 1})
+    d: kiln.TensorDirectory = kiln.load_tensors(path)
+    assert d["w"].numpy().tolist() == [0, 1, 2, 3]
+    with kiln.TensorWriter(folder + "/s.kiln") as w:
+        w.add("x", "f32", (2,))
+        w.write("x", np.array([1, 2], dtype=np.float32))
+    t: kiln.Type = kiln.schema_from_json({"type": "integer", "format": "int32"})
+    assert kiln.to_json_schema(t)["format"] == "int32"
+    try:
+        kiln.schema_from_json({"type": "nothing"})
+    except kiln.SchemaError as e:
+        assert isinstance(str(e), str)
+    assert kiln.files.load_metadata(path) == {"v": 1}
+
+
 if __name__ == "__main__":
+    import tempfile
     round_trip()
     dynamic()
     tensors()
+    with tempfile.TemporaryDirectory() as folder:
+        files_and_schemas(folder)
     print("ok")

@@ -15,3 +15,4 @@ kiln.decode(123, Rec)  # E: buffer
 n: int = kiln.decode(b"", Rec)  # E: result
 s: str = kiln.Decoder(Rec).decode(b"")  # E: decoder result
 kiln.decode_tensors(b"").names.append(3)  # E: names
+m: int = kiln.load_tensors("m.kiln")  # E: a name kiln imports on first use

@@ -1,0 +1,193 @@
+"""What ``import kiln`` loads, proved in fresh interpreters (issue 31).
+
+``import kiln`` and a records round trip load the records and tensors core
+only: no ml_dtypes (until a tensor of its dtypes becomes an array), no pure
+kernel on the compiled path, none of the optional parts (files, schemas,
+converters, remote reads, Dask, the command line) and none of the optional
+packages.  Every ``kiln.name`` still works, loading its part on first use.
+Each child runs on the kernel ``impl`` names and says which it ran.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+
+from _util import ROOT
+
+OPTIONAL_PARTS = ("kiln.files", "kiln.schema", "kiln.convert", "kiln.remote", "kiln.dask",
+                  "kiln.cli", "kiln._meta", "kiln._rows")
+OPTIONAL_PACKAGES = ("ml_dtypes", "fsspec", "jsonschema", "dask", "distributed", "safetensors",
+                     "gguf", "msgspec")
+
+PRELUDE = r"""
+import sys
+def loaded(prefixes):
+    return sorted(m for m in sys.modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+def report(d):
+    import json   # (only now: the command line's own imports are under test)
+    print(json.dumps(d))
+"""
+
+
+def _child(impl, body):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("KILN_PUREPYTHON", None)
+    if impl.name == "python":
+        env["KILN_PUREPYTHON"] = "1"
+    r = subprocess.run([sys.executable, "-c", PRELUDE + body], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out.pop("impl") == impl.name
+    return out
+
+
+def _watched(impl):
+    names = list(OPTIONAL_PARTS + OPTIONAL_PACKAGES)
+    if impl.name == "cython":
+        names.append("kiln._kernels_py")
+    return names
+
+
+def test_import_kiln_and_a_records_round_trip_load_only_the_core(impl):
+    watched = _watched(impl)
+    out = _child(impl, r"""
+import kiln
+after_import = loaded(%r)
+t = kiln.parse_type("struct{id:i64,name:str,xs:list<f64>,tags:list<i32>,t:tensors,}")
+value = {"id": 7, "name": "r\u00e9cord", "xs": [1.5, -2.0], "tags": [1, 2, 3],
+         "t": {"w": __import__("numpy").arange(6, dtype="float32").reshape(2, 3)}}
+back = kiln.decode(kiln.encode(value, t), t)
+arr = back["t"]["w"].numpy()
+assert back["id"] == 7 and back["name"] == "r\u00e9cord" and arr.tolist() == [[0, 1, 2], [3, 4, 5]]
+report(({"impl": kiln.IMPLEMENTATION, "import": after_import,
+                  "round trip": loaded(%r)}))
+""" % (watched, watched))
+    assert out == {"import": [], "round trip": []}
+
+
+def test_ml_dtypes_loads_when_one_of_its_tensors_becomes_an_array(impl):
+    pytest.importorskip("ml_dtypes")
+    out = _child(impl, r"""
+import kiln
+bits = bytes.fromhex("803fc0bf")            # bf16 1.0, -1.5
+buf = kiln.encode_tensors([kiln.Tensor(bits, dtype="bf16", shape=(2,)),
+                           kiln.Tensor(b"\x3c\x40", dtype="f8e5m2", shape=(2,))])
+d = kiln.decode_tensors(buf)
+before = "ml_dtypes" in sys.modules
+first = [d[0].numpy(), d[1].numpy()]        # the first arrays import ml_dtypes
+again = [t.numpy() for t in kiln.decode_tensors(buf).values()]   # and later ones use it
+import ml_dtypes
+x = ml_dtypes.bfloat16
+report(({"impl": kiln.IMPLEMENTATION, "before": before,
+                  "dtypes": [str(a.dtype) for a in first + again],
+                  "values": [a.astype("float32").tolist() for a in first + again],
+                  "bases": [type(a.base).__name__ for a in again],
+                  "encoded": kiln.encode_tensors([first[0], first[1]]) == buf,
+                  "code": kiln.Tensor.from_numpy(first[0]).dtype}))
+""")
+    assert out["before"] is False
+    assert out["dtypes"] == ["bfloat16", "float8_e5m2"] * 2
+    assert out["values"] == [[1.0, -1.5], [1.0, 2.0]] * 2
+    assert out["encoded"] is True and out["code"] == "bf16"
+    # f8e5m2 (a numpy kind "f" type) then takes the compiled Tensor.numpy, handed
+    # the new dtypes when ml_dtypes came in; bf16 (kind "V") stays on the Python path
+    held = "HeldBuffer" if impl.name == "cython" else "memoryview"
+    assert out["bases"] == ["memoryview", held]
+
+
+def test_without_ml_dtypes_its_tensors_are_the_unsigned_bits(impl):
+    # sys.modules["ml_dtypes"] = None: "import ml_dtypes" raises ImportError, as
+    # when it is not installed
+    out = _child(impl, r"""
+sys.modules["ml_dtypes"] = None
+import kiln
+d = kiln.decode_tensors(kiln.encode_tensors([kiln.Tensor(b"\x80\x3f", dtype="bf16", shape=(1,)),
+                                             kiln.Tensor(b"\x3c", dtype="f8e4m3", shape=(1,))]))
+arrays = [d[0].numpy(), d[1].numpy(), kiln.decode_tensors(kiln.encode_tensors(d))[0].numpy()]
+report(({"impl": kiln.IMPLEMENTATION, "codes": [str(kiln.numpy_dtype(4)),
+                  str(kiln.numpy_dtype(5))], "dtypes": [str(a.dtype) for a in arrays],
+                  "values": [a.tolist() for a in arrays]}))
+""")
+    assert out == {"codes": ["uint16", "uint8"], "dtypes": ["uint16", "uint8", "uint16"],
+                   "values": [[0x3F80], [0x3C], [0x3F80]]}
+
+
+def test_every_public_name_works_and_loads_its_part_on_first_use(impl):
+    out = _child(impl, r"""
+import kiln
+seen = {}
+for name in kiln.__all__:
+    before = set(sys.modules)
+    getattr(kiln, name)
+    seen[name] = sorted(m for m in set(sys.modules) - before if m.startswith("kiln."))
+mods = {}
+for name in ("files", "schema", "remote", "convert", "cli", "dask"):
+    mods[name] = getattr(kiln, name).__name__
+report(({"impl": kiln.IMPLEMENTATION, "seen": seen, "mods": mods,
+                  "dir": sorted(set(kiln.__all__) - set(dir(kiln))),
+                  "open is files.open": kiln.open is kiln.files.open}))
+""")
+    assert "kiln.files" in out["seen"]["save_tensors"]     # the first name of each part
+    assert "kiln.schema" in out["seen"]["SchemaError"]
+    assert {k: v for k, v in out["seen"].items() if v} == {
+        "save_tensors": out["seen"]["save_tensors"], "SchemaError": out["seen"]["SchemaError"]}
+    assert out["mods"] == {n: "kiln." + n for n in out["mods"]}
+    assert out["dir"] == [] and out["open is files.open"] is True
+
+
+def test_unknown_names_raise_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        kiln.nope
+    assert not hasattr(kiln, "_kernels_nope")
+
+
+def test_writing_files_imports_the_pure_kernel_only_when_it_is_in_use(tmp_path, impl):
+    a, b = str(tmp_path / "a.kiln"), str(tmp_path / "b.kiln")
+    out = _child(impl, r"""
+import numpy as np, kiln
+kiln.save_tensors(%r, {"a": np.arange(4, dtype=np.int16)})
+with kiln.TensorWriter(%r) as w:
+    w.add("b", "f32", (2,))
+    w.write("b", np.float32([1, 2]))
+report(({"impl": kiln.IMPLEMENTATION, "pure": "kiln._kernels_py" in sys.modules,
+                  "read": kiln.load_tensors(%r)["a"].numpy().tolist()}))
+""" % (a, b, a))
+    assert out == {"pure": impl.name == "python", "read": [0, 1, 2, 3]}
+    assert (tmp_path / "a.kiln").read_bytes() == \
+        kiln.encode_tensors({"a": np.arange(4, dtype=np.int16)})
+    assert (tmp_path / "b.kiln").read_bytes() == kiln.encode_tensors({"b": np.float32([1, 2])})
+
+
+@pytest.mark.parametrize("argv", [["check"], ["inspect"], ["inspect", "--json"]])
+def test_the_command_line_loads_what_its_command_needs(tmp_path, impl, argv):
+    p = tmp_path / "small.kiln"
+    kiln.save_tensors(p, {"x": np.float32([1.5])})
+    watched = [m for m in _watched(impl) if m not in ("kiln.files", "kiln.cli", "kiln._meta",
+                                                       "kiln._rows", "kiln.remote")]
+    out = _child(impl, r"""
+import runpy, io, contextlib
+sys.argv = ["kiln"] + %r + [%r]
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    try:
+        runpy.run_module("kiln", run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+import kiln
+report(({"impl": kiln.IMPLEMENTATION, "code": code, "out": buf.getvalue(),
+                  "loaded": loaded(%r)}))
+""" % (argv, str(p), watched + ["tempfile"] + (["json"] if argv == ["check"] else [])))
+    assert out["code"] == 0 and out["loaded"] == []
+    if argv == ["check"]:
+        assert out["out"] == "%s: valid\n" % p
+    elif "--json" in argv:
+        assert json.loads(out["out"])["tensors"][0]["name"] == "x"
+    else:
+        assert "tensor directory" in out["out"]
