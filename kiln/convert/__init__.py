@@ -3,17 +3,42 @@
 Each converter reads its source through a checked table (nothing is
 allocated for a count or length the file cannot hold) and writes with
 :class:`kiln.TensorWriter`, so memory stays flat whatever the file size.
-Errors in a source file are :class:`ConvertError` (a ``ValueError``) naming
-the file and what is wrong.
+Errors in a source file are :class:`ConvertError`, a :class:`kiln.KilnError`
+with a code and the byte offset in the source where the fault was found.
+
+Memory: a conversion holds the source's table (bounded by its size: see
+``docs/security.md``, "Converters"), one tensor's payload at most and
+usually one chunk of :data:`CHUNK` bytes; never an amount a length, count or
+compression ratio in the source claims.
 """
 
 import os
 import sys
 from typing import Any, Iterable
 
+from .._errors import KilnError
 
-class ConvertError(ValueError):
-    """A source file that cannot be converted (malformed, or a type with no twin)."""
+CHUNK = 8 << 20   # bytes of one payload held at a time where a payload streams
+
+
+class ConvertError(KilnError):
+    """A source file that cannot be converted (malformed, or a type with no twin).
+
+    A :class:`kiln.KilnError` (so a ``ValueError``): ``code`` is one of the
+    kiln error codes, ``offset`` the byte of the source (for npz: of the
+    member's decompressed bytes) where the fault was found, ``path`` the
+    source file.  ``str(e)`` is ``"PATH: CODE at byte N: reason"``.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str, code: str = "FRAME") -> None:
+        self.path = path
+        KilnError.__init__(self, code, offset, reason)
+
+    def __str__(self) -> str:
+        return "%s: %s at byte %d: %s" % (self.path, self.code, self.offset, self.reason)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.path, self.offset, self.reason, self.code))
 
 
 def progress(items: Iterable[Any], total: int, what: str) -> Iterable[Any]:
@@ -37,7 +62,7 @@ def map_source(path: str, f: Any = None) -> Any:
         with open(path, "rb") as f:
             return map_source(path, f)
     if os.fstat(f.fileno()).st_size == 0:
-        raise ConvertError("%s is empty" % path)
+        raise ConvertError(path, 0, "the file is empty", "EOF")
     return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
@@ -46,8 +71,8 @@ def kind_of(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     kinds = {".kiln": "kiln", ".safetensors": "safetensors", ".gguf": "gguf", ".npz": "npz"}
     if ext not in kinds:
-        raise ConvertError("%s: unknown format %r (use .kiln, .safetensors, .gguf or .npz)"
-                           % (path, ext))
+        raise ConvertError(path, 0, "unknown format %r (use .kiln, .safetensors, .gguf or .npz)"
+                           % ext)
     return kinds[ext]
 
 
@@ -55,17 +80,14 @@ def convert(src: str, dst: str) -> int:
     """Convert ``src`` to ``dst`` by their extensions; returns the tensor count."""
     try:
         return _convert(src, dst)
-    except (ConvertError, OSError):
+    except (KilnError, OSError):
         raise
     except (TypeError, RecursionError, MemoryError, UnicodeError, OverflowError, KeyError,
             BufferError) as e:
-        raise ConvertError("%s: cannot be converted (%s: %s)" % (src, type(e).__name__, e)) \
-            from None
+        raise ConvertError(src, 0, "cannot be converted (%s: %s)" % (type(e).__name__, e),
+                           "TYPE") from None
     except ValueError as e:
-        from .._errors import KilnError
-        if isinstance(e, KilnError):
-            raise
-        raise ConvertError("%s: %s" % (src, e)) from None
+        raise ConvertError(src, 0, str(e), "TYPE") from None
 
 
 def _convert(src: str, dst: str) -> int:
@@ -85,9 +107,9 @@ def _convert(src: str, dst: str) -> int:
     if a == "kiln" and b == "npz":
         from .npz import kiln_to_npz
         return kiln_to_npz(src, dst)
-    raise ConvertError("no conversion from %s to %s" % (a, b))
+    raise ConvertError(src, 0, "no conversion from %s to %s" % (a, b))
 
 
-__all__ = ["ConvertError", "convert"]
+__all__ = ["CHUNK", "ConvertError", "convert"]
 
 
