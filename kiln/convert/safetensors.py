@@ -37,9 +37,9 @@ ST_TO_KILN = {
 KILN_TO_ST = {v: k for k, v in ST_TO_KILN.items()}
 MAX_HEADER = 100_000_000   # safetensors' own limit on the JSON header (tensor.rs)
 # at most this many JSON values (commas + opening brackets + 1 bound them from
-# above): about 12 per tensor, so 87,000 tensors; the parse builds at most
-# about 100 bytes a value (see docs/security.md, "Converters")
-MAX_VALUES = 1 << 20
+# above): a tensor takes about 8, so this is some 32,000 tensors; the parse
+# builds at most about 170 bytes a value (see docs/security.md, "Converters")
+MAX_VALUES = 1 << 18
 
 
 def _no_constant(name: str) -> Any:
@@ -60,13 +60,14 @@ def _count(x: Any) -> bool:
     return type(x) is int and 0 <= x <= W.U64_MAX
 
 
-def _parse(path: str, raw: bytes) -> Dict[str, Any]:
-    """The header object, or ConvertError (offsets are of the whole file)."""
+def _parse(path: str, raw: Any) -> Dict[str, Any]:
+    """The header object from its bytes ``raw`` (a view), or ConvertError
+    (offsets are of the whole file)."""
     try:
-        text = raw.decode("utf-8")
+        text = str(raw, "utf-8")   # one copy: the decoded text
     except UnicodeDecodeError as e:
         raise ConvertError(path, 8 + e.start, "the header is not UTF-8", "UTF8") from None
-    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{") + 1
+    values = text.count(",") + text.count("[") + text.count("{") + 1
     if values > MAX_VALUES:
         raise ConvertError(path, 8, "the header may hold %d JSON values, above kiln's cap of "
                            "%d" % (values, MAX_VALUES), "LIMIT")
@@ -101,7 +102,9 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
     if n > size - 8:
         raise ConvertError(path, 0, "header length %d is past the file's %d bytes" % (n, size),
                            "EOF")
-    header = _parse(path, bytes(mm[8:8 + n]))
+    with memoryview(mm) as view:
+        with view[8:8 + n] as raw:
+            header = _parse(path, raw)
     start = 8 + n
     meta = header.pop("__metadata__", None)
     if meta is None:
