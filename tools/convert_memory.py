@@ -41,7 +41,7 @@ def cases(folder):
     yield "gguf: a metadata array of 2**20 bools", H.gguf_bool_array(folder / "b.gguf")
     yield "npz: 512 MiB of zeros, deflated", H.npz_zeros(folder / "z.npz")
     yield "npz: 64 MiB of zeros in 2 rows, deflated", H.npz_zeros_2d(folder / "r.npz")
-    yield "safetensors: 2**22 values in the header", H.safetensors_values(
+    yield "safetensors: 2**21 dicts in the header", H.safetensors_values(
         folder / "v.safetensors")
 
 
