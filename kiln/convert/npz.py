@@ -16,6 +16,7 @@ import ast
 import struct
 import tempfile
 import zipfile
+import zlib
 from typing import Any, List, Tuple
 
 import numpy as np
@@ -27,6 +28,9 @@ from . import CHUNK, ConvertError, progress
 MAGIC = b"\x93NUMPY"
 MAX_NPY_HEADER = 10000     # numpy's own default cap (read_array_header's max_header_size)
 DEFLATE_RATIO = 1032       # the most deflate can expand a stream (258 bytes from 2 bits)
+# what zipfile and zlib raise for a broken archive or stream
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError,
+               OSError, ValueError, NotImplementedError, OverflowError)
 
 
 class _Member:
@@ -46,8 +50,7 @@ def npz_to_kiln(src: str, dst: str) -> int:
             raise ConvertError(src, 0, "a single .npy array, not an .npz archive")
         try:
             zf = zipfile.ZipFile(f)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError,
-                NotImplementedError) as e:
+        except _ZIP_ERRORS as e:
             raise ConvertError(src, 0, "not a readable npz file (%s)" % e) from None
         with zf:
             members = [_member(zf, info, src) for info in _entries(zf, src)]
@@ -95,7 +98,7 @@ def _member(zf: Any, info: Any, src: str) -> _Member:
     try:
         with zf.open(info) as fh:
             shape, fortran, dtype, header_end = read_npy_header(fh, src, name)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
+    except _ZIP_ERRORS as e:
         if isinstance(e, ConvertError):
             raise
         raise ConvertError(src, info.header_offset, "member %r cannot be read (%s)"
@@ -210,7 +213,7 @@ def _stream(zf: Any, m: _Member, w: Any, src: str) -> None:
                         tmp.write(memoryview(arr).cast("B"))
                     tmp.flush()
                     w.write_from(m.name, tmp, 0)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+    except _ZIP_ERRORS as e:
         if isinstance(e, ConvertError):
             raise
         raise ConvertError(src, m.info.header_offset, "member %r cannot be read (%s)"
