@@ -275,3 +275,22 @@ def test_gguf_overlap_output_is_bounded(tmp_path, impl):
     src = H.gguf_overlapping(tmp_path / "o.gguf", n=2048)
     grew, out = _peak(impl, src, tmp_path / "o.kiln")
     assert out == "TYPE" and not (tmp_path / "o.kiln").exists()
+
+
+def test_a_bool_payload_kiln_cannot_hold_is_refused_at_its_byte(tmp_path):
+    # the safetensors library reads any byte as a bool; a Kiln bool is 0 or 1
+    raw = H.st({"f": {"dtype": "BOOL", "shape": [4], "data_offsets": [0, 4]}}, b"\1\0\7\1")
+    src = tmp_path / "b.safetensors"
+    src.write_bytes(raw)
+    e = _refused(tmp_path, src)
+    assert (e.code, e.offset) == ("TYPE", len(raw) - 2)
+
+
+def test_convert_errors_pickle_with_their_fields():
+    import pickle
+    e = ConvertError("m.gguf", 24, "tensor 'a' repeats", "TYPE")
+    back = pickle.loads(pickle.dumps(e))
+    assert (back.path, back.offset, back.code, back.reason) == ("m.gguf", 24, "TYPE",
+                                                               "tensor 'a' repeats")
+    assert str(back) == "m.gguf: TYPE at byte 24: tensor 'a' repeats"
+    assert isinstance(back, kiln.KilnError) and isinstance(back, ValueError)

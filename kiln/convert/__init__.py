@@ -66,6 +66,23 @@ def map_source(path: str, f: Any = None) -> Any:
     return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def check_bools(path: str, fd: int, at: int, n: int) -> None:
+    """ConvertError at the source byte of the first bool byte other than 0 or 1
+    in ``n`` bytes at ``at`` of ``fd``, read a CHUNK at a time (a Kiln bool
+    is one byte, 0 or 1; other formats may hold any byte)."""
+    done = 0
+    while done < n:
+        piece = os.pread(fd, min(CHUNK, n - done), at + done)
+        if not piece:
+            raise ConvertError(path, at + done, "the file ends inside a tensor's data", "EOF")
+        if piece.translate(None, b"\0\1"):
+            import numpy as np
+            k = int(np.argmax(np.frombuffer(piece, np.uint8) > 1))
+            raise ConvertError(path, at + done + k, "bool byte is %d, not 0 or 1" % piece[k],
+                               "TYPE")
+        done += len(piece)
+
+
 def kind_of(path: str) -> str:
     """The format of ``path`` by its extension: kiln, safetensors, gguf or npz."""
     ext = os.path.splitext(path)[1].lower()

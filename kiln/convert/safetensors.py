@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
 from ..files import KilnFile, TensorWriter
-from . import ConvertError, map_source, progress
+from . import ConvertError, check_bools, map_source, progress
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -174,6 +174,8 @@ def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
             for name, kd, shape, _, _ in table:
                 w.add(name, kd, shape)
             for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
+                if kd == "bool":
+                    check_bools(src, source.fileno(), start + b, e - b)
                 w.write_from(name, source, start + b)   # file to file, not through memory
         return len(table)
     finally:
