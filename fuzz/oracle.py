@@ -186,3 +186,85 @@ def check_directory_input(data):
     if sel & 4:
         kw.update(max_count=3, max_bytes=40)
     check("tensors", bytes(data[1:]), **kw)
+
+
+# --- converters (issue 26 point 3) ---------------------------------------------
+# One source file per input, converted to a Kiln file.  The converter may only
+# raise KilnError (its ConvertError); when it succeeds the output must pass
+# every check of kiln.load_tensors with the tensor count it returned; and what
+# tracemalloc sees allocated stays under CONVERT_SLACK + CONVERT_FACTOR bytes
+# per input byte (docs/security.md, "Converters": the JSON header's parse and
+# GGUF metadata are the proportional parts; payloads stream a chunk at a time).
+# With the safetensors package installed, a safetensors file kiln accepts must
+# be one the package accepts too, holding the same tensors.
+CONVERT_KINDS = ("safetensors", "gguf", "npz")
+CONVERT_FACTOR = 512
+CONVERT_SLACK = 48 << 20
+_WORK = []
+
+
+def _workdir():
+    if not _WORK:
+        import tempfile
+        _WORK.append(tempfile.mkdtemp(prefix="kiln-fuzz-convert-"))
+    return _WORK[0]
+
+
+def check_convert_input(kind, data):
+    import os
+    from kiln.convert import convert
+    folder = _workdir()
+    src = os.path.join(folder, "in." + kind)
+    dst = os.path.join(folder, "out.kiln")
+    with open(src, "wb") as f:
+        f.write(data)
+    fresh = not tracemalloc.is_tracing()
+    if fresh:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        try:
+            n = convert(src, dst)
+        except kiln.KilnError:
+            n = None
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if fresh:
+            tracemalloc.stop()
+    bound = CONVERT_SLACK + CONVERT_FACTOR * len(data)
+    if peak > bound:
+        raise AssertionError("converting %d bytes of %s allocated %d bytes, above %d"
+                             % (len(data), kind, peak, bound))
+    if n is None:
+        if os.path.exists(dst):
+            raise AssertionError("a refused %s conversion left its output" % kind)
+        return ("err",)
+    got = kiln.load_tensors(dst)   # every check; a KilnError here is a finding
+    if len(got) != n:
+        raise AssertionError("%s: convert said %d tensors, the file holds %d" % (kind, n, len(got)))
+    if kind == "safetensors":
+        _same_as_safetensors(src, got)
+    os.unlink(dst)
+    return ("ok", n)
+
+
+def _same_as_safetensors(src, got):
+    try:
+        from safetensors import safe_open
+    except ImportError:  # pragma: no cover - the fuzzing venv has no safetensors
+        return
+    try:
+        with safe_open(src, framework="np") as f:
+            names = sorted(f.keys())
+            raws = {k: f.get_slice(k) for k in names}
+            shapes = {k: tuple(raws[k].get_shape()) for k in names}
+    except Exception as e:
+        raise AssertionError("kiln converted a safetensors file the library refuses: %s" % e)
+    if names != sorted(got.keys()):
+        raise AssertionError("tensor names differ from the safetensors library's")
+    for k in names:
+        if got[k].shape != shapes[k]:
+            raise AssertionError("tensor %r: shape %s, the library says %s"
+                                 % (k, got[k].shape, shapes[k]))
+

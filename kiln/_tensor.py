@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _compat, _dlpack
+from ._construct import check_directory, check_tensor
 from ._errors import EncodeError
 
 # ml_dtypes (optional extra kiln[ml]) is imported the first time a tensor of
@@ -205,10 +206,16 @@ class Tensor:
     Raises:
         ValueError: an unknown dtype name or code, a rank above 8, a bad
             dimension, or ``data`` of the wrong length for dtype and shape.
+        EncodeError: (a ``ValueError``) what the wire's directory check
+            would refuse in this tensor: a bool byte other than 0 or 1, an
+            odd 4-bit tail with its high nibble set, an opaque dtype without
+            a layout or block size, a quantization field out of its range.
         TypeError: a non-str name or layout.
 
-    The links are checked when the directory is encoded (see
-    :doc:`tensors`).
+    The links between tensors are checked when they are put in a
+    :class:`TensorDirectory` or encoded (see :doc:`tensors`); unpickling
+    and kiln's Dask deserializer build through this constructor, so a
+    hostile pickle or frame is refused where it arrives.
 
     Example:
         >>> t = kiln.Tensor(bytes(range(6)), dtype="u8", shape=(2, 3), name="a")
@@ -256,12 +263,14 @@ class Tensor:
             if len(mv) != need:
                 raise ValueError("%s tensor of shape %s needs %d bytes, data has %d"
                                  % (DTYPE_NAMES[code], shape, need, len(mv)))
+        row = (code, shape, None, None, int(block_size), int(quant_scheme),
+               _NO_AXIS if quant_axis is None else int(quant_axis), int(group_size),
+               U32_MAX if scale_index is None else _link(scale_index),
+               U32_MAX if outer_index is None else _link(outer_index), 0, len(mv))
+        check_tensor(code, shape, name, layout, row, mv)   # what the wire check would refuse
         self.name = name
         self.layout = layout
-        self._row = (code, shape, None, None, int(block_size), int(quant_scheme),
-                     _NO_AXIS if quant_axis is None else int(quant_axis), int(group_size),
-                     U32_MAX if scale_index is None else scale_index,
-                     U32_MAX if outer_index is None else outer_index, 0, len(mv))
+        self._row = row
         self._buf = mv.toreadonly()
         self._off = 0
         self._own = None
@@ -541,6 +550,12 @@ class TensorDirectory(Mapping):
     Args:
         tensors: the :class:`Tensor` objects, in directory order.
 
+    Raises:
+        EncodeError: what the wire's directory check would refuse: names
+            not all present or all absent, an empty or repeated name, a
+            scale or outer link to a missing or unsuitable tensor.
+        TypeError: an item that is not a :class:`Tensor`.
+
     Example:
         >>> d = kiln.TensorDirectory([kiln.Tensor.from_numpy(np.ones(2, np.float32), name="b")])
         >>> d.keys(), d["b"].shape, "b" in d, d.get("c")
@@ -551,7 +566,13 @@ class TensorDirectory(Mapping):
                  "__weakref__")
 
     def __init__(self, tensors: Iterable["Tensor"] = ()) -> None:
-        self._tensors = list(tensors)
+        ts = list(tensors)
+        for i, t in enumerate(ts):
+            if not isinstance(t, Tensor):
+                raise TypeError("TensorDirectory item %d is %s, not a kiln.Tensor"
+                                % (i, type(t).__name__))
+        check_directory(ts)   # names and links, as the wire check would
+        self._tensors = ts
         self._rows = None
         self._index = None
         self._names = None
@@ -701,6 +722,11 @@ class TensorDirectory(Mapping):
 
 
 _new_tensor = Tensor.__new__
+
+
+def _link(ref):
+    """A scale or outer link as given: a name (str) or a position (int)."""
+    return ref if isinstance(ref, str) else int(ref)
 
 
 def _rebuild_tensor(payload, code, shape, name, layout, block_size, quant_scheme, quant_axis,

@@ -1,6 +1,8 @@
 """Replay the committed fuzz corpus (golden cases plus minimized findings)
 through the fuzzing oracle: both implementations agree, accepted inputs
-re-encode exactly, and nothing but KilnError is raised."""
+re-encode exactly, and nothing but KilnError is raised.  The converter
+corpora (safetensors, gguf, npz) go through kiln convert: only KilnError,
+and every output passes kiln.load_tensors."""
 
 import os
 import sys
@@ -13,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "fuzz"))
 import oracle  # noqa: E402
 
 CORPUS = os.path.join(ROOT, "fuzz", "corpus")
-FILES = [(kind, name) for kind in ("frozen", "directory")
+FILES = [(kind, name) for kind in ("frozen", "directory") + oracle.CONVERT_KINDS
          for name in sorted(os.listdir(os.path.join(CORPUS, kind)))]
 
 
@@ -34,5 +36,16 @@ def test_replay(kind, name):
         data = f.read()
     if kind == "frozen":
         oracle.check_frozen_input(data)
-    else:
+    elif kind == "directory":
         oracle.check_directory_input(data)
+    else:
+        oracle.check_convert_input(kind, data)
+
+
+@pytest.mark.parametrize("kind", oracle.CONVERT_KINDS)
+def test_each_converter_has_accepted_and_refused_seeds(kind):
+    outcomes = set()
+    for name in sorted(os.listdir(os.path.join(CORPUS, kind))):
+        with open(os.path.join(CORPUS, kind, name), "rb") as f:
+            outcomes.add(oracle.check_convert_input(kind, f.read())[0])
+    assert outcomes == {"ok", "err"}

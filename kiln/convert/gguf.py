@@ -6,7 +6,11 @@ the tensor infos (name, rank u32, dims u64 in ggml order, ggml type u32,
 offset u64), then the data, aligned to ``general.alignment`` (default 32).
 
 Every count and length is checked against the bytes left before anything is
-allocated for it.  F32, F16, BF16, F64 and the integer types become typed
+allocated for it, and the tensors' byte ranges must lie inside the data
+section without overlapping (so the output is never larger than the input
+plus its table).  A metadata array of numbers is read in one step from its
+bytes (a bool array becomes 0/1 integers, so it is stored compactly), and
+costs memory in proportion to those bytes.  F32, F16, BF16, F64 and the integer types become typed
 Kiln tensors; the block-quantized types keep their bits as an opaque dtype
 (4096 + the ggml type id) with the layout ``ggml.<TYPE>`` and the block's byte
 size as the block size.  Dimensions are reversed into numpy order; every
@@ -15,6 +19,8 @@ metadata key and value is kept (arrays included).
 
 import struct
 from typing import Any, Dict, List, Tuple
+
+import numpy as np
 
 from .. import _wire as W
 from ..files import TensorWriter
@@ -36,7 +42,7 @@ GGML_TYPES = {
 # the ggml types with a typed Kiln twin
 TYPED = {0: "f32", 1: "f16", 30: "bf16", 28: "f64", 24: "i8", 25: "i16", 26: "i32", 27: "i64"}
 
-# metadata value types: id -> (struct format or None, size)
+# metadata value types: id -> (struct format, size)
 _SCALARS = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4),
             5: ("<i", 4), 6: ("<f", 4), 7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8),
             12: ("<d", 8)}
@@ -47,12 +53,12 @@ class _Reader:
     def __init__(self, path: str, mm: Any) -> None:
         self.path, self.b, self.p, self.n = path, mm, 0, len(mm)
 
-    def fail(self, what: str) -> ConvertError:
-        return ConvertError("%s: at byte %d: %s" % (self.path, self.p, what))
+    def fail(self, what: str, code: str = "TYPE") -> ConvertError:
+        return ConvertError(self.path, self.p, what, code)
 
     def take(self, size: int) -> Any:
         if size > self.n - self.p:
-            raise self.fail("needs %d bytes, %d remain" % (size, self.n - self.p))
+            raise self.fail("needs %d bytes, %d remain" % (size, self.n - self.p), "EOF")
         out = self.b[self.p:self.p + size]
         self.p += size
         return out
@@ -68,20 +74,24 @@ class _Reader:
         c = self.u64()
         if c * min_size > self.n - self.p:
             raise self.fail("%s count %d cannot fit in the %d bytes left"
-                            % (what, c, self.n - self.p))
+                            % (what, c, self.n - self.p), "EOF")
         return c
 
     def string(self) -> str:
         raw = self.take(self.count(1, "string length"))
         try:
             return bytes(raw).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self.fail("a string is not UTF-8") from None
+        except UnicodeDecodeError as e:
+            self.p -= len(raw) - e.start
+            raise self.fail("a string is not UTF-8", "UTF8") from None
 
     def value(self, vtype: int, depth: int = 0) -> Any:
         if vtype in _SCALARS:
             fmt, size = _SCALARS[vtype]
             v = struct.unpack(fmt, self.take(size))[0]
+            if vtype == 7 and self.b[self.p - 1] > 1:
+                self.p -= 1
+                raise self.fail("a bool is %d, not 0 or 1" % self.b[self.p])
             if vtype == 10 and v > (1 << 63) - 1:
                 raise self.fail("a uint64 value %d does not fit the metadata's i64" % v)
             return v
@@ -89,36 +99,60 @@ class _Reader:
             return self.string()
         if vtype == _ARRAY:
             if depth > 8:
-                raise self.fail("arrays nest too deep")
+                raise self.fail("arrays nest too deep", "DEPTH")
             item = self.u32()
-            size = _SCALARS[item][1] if item in _SCALARS else (8 if item == _STRING else 12)
             if item not in _SCALARS and item not in (_STRING, _ARRAY):
                 raise self.fail("unknown metadata value type %d" % item)
-            return [self.value(item, depth + 1) for _ in range(self.count(size, "array"))]
+            size = _SCALARS[item][1] if item in _SCALARS else (8 if item == _STRING else 12)
+            n = self.count(size, "array")
+            if item in _SCALARS:
+                return self.numbers(item, n)
+            return [self.value(item, depth + 1) for _ in range(n)]
         raise self.fail("unknown metadata value type %d" % vtype)
+
+    def numbers(self, item: int, n: int) -> List[Any]:
+        """An array of ``n`` scalars, from its bytes in one step (no object per
+        item while reading): ints, floats, or 0/1 ints for bools."""
+        at = self.p
+        fmt = _SCALARS[item][0]
+        arr = np.frombuffer(self.take(n * _SCALARS[item][1]),
+                            "|u1" if item == 7 else fmt.replace("?", "u1"))
+        if item == 7 and n and int(arr.max()) > 1:
+            self.p = at + int(np.argmax(arr > 1))
+            raise self.fail("a bool is %d, not 0 or 1" % arr[self.p - at])
+        if item == 10 and n and int(arr.max()) > (1 << 63) - 1:
+            self.p = at + 8 * int(np.argmax(arr > (1 << 63) - 1))
+            raise self.fail("a uint64 value does not fit the metadata's i64")
+        return arr.tolist()
 
 
 def read_gguf(path: str, mm: Any) -> Tuple[Dict[str, Any], List[Tuple], int]:
     """(metadata, [(name, dims numpy order, ggml type, offset, nbytes)], data start)."""
     r = _Reader(path, mm)
     if bytes(r.take(4)) != b"GGUF":
-        raise ConvertError("%s: not a GGUF file (no GGUF magic)" % path)
+        raise ConvertError(path, 0, "not a GGUF file (no GGUF magic)")
     version = r.u32()
     if version not in (2, 3):
-        raise ConvertError("%s: GGUF version %d (kiln reads 2 and 3)" % (path, version))
+        raise ConvertError(path, 4, "GGUF version %d (kiln reads 2 and 3)" % version)
     n_tensors = r.u64()
     n_kv = r.count(8 + 4 + 1, "metadata")
     if n_tensors * (8 + 4 + 4 + 8) > r.n - r.p:
-        raise r.fail("tensor count %d cannot fit in the %d bytes left" % (n_tensors, r.n - r.p))
+        raise r.fail("tensor count %d cannot fit in the %d bytes left"
+                     % (n_tensors, r.n - r.p), "EOF")
     meta: Dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
         if key in meta:
             raise r.fail("metadata key %r repeats" % key)
         meta[key] = r.value(r.u32())
-    infos = []
+    infos, places, seen = [], [], set()
     for _ in range(n_tensors):
+        places.append(r.p)
         name = r.string()
+        if name in seen:
+            r.p = places[-1]
+            raise r.fail("tensor name %r repeats" % name)
+        seen.add(name)
         rank = r.u32()
         if rank > W.MAX_RANK:
             raise r.fail("tensor %r has rank %d" % (name, rank))
@@ -135,14 +169,31 @@ def read_gguf(path: str, mm: Any) -> Tuple[Dict[str, Any], List[Tuple], int]:
             raise r.fail("tensor %r: %d elements are not whole %s blocks" % (name, count, gname))
         infos.append((name, tuple(reversed(dims)), gtype, offset, count // block * bsize))
     align = meta.get("general.alignment", 32)
-    if not isinstance(align, int) or align <= 0 or align & (align - 1):
-        raise ConvertError("%s: general.alignment %r is not a power of two" % (path, align))
+    if type(align) is not int or align <= 0 or align & (align - 1):
+        raise ConvertError(path, 0, "general.alignment %r is not a power of two" % (align,),
+                           "TYPE")
     start = (r.p + align - 1) // align * align
-    for name, _, _, offset, nbytes in infos:
-        if offset % align or start + offset + nbytes > r.n:
-            raise ConvertError("%s: tensor %r: its %d bytes at offset %d are not inside the "
-                               "file, aligned" % (path, name, nbytes, offset))
+    _check_ranges(path, infos, places, start, align, r.n)
     return meta, infos, start
+
+
+def _check_ranges(path: str, infos: List[Tuple], places: List[int], start: int, align: int,
+                  n: int) -> None:
+    """Every tensor's bytes aligned, inside the data section, and apart from
+    every other tensor's (the output is then no larger than the input)."""
+    for (name, _, _, offset, nbytes), at in zip(infos, places):
+        if offset % align or start + offset + nbytes > n:
+            raise ConvertError(path, at, "tensor %r: its %d bytes at data offset %d are not "
+                               "inside the data section's %d bytes, aligned to %d"
+                               % (name, nbytes, offset, max(n - start, 0), align), "TYPE")
+    order = sorted((infos[i][3], i) for i in range(len(infos)) if infos[i][4])
+    top, owner = 0, -1
+    for offset, i in order:   # against the furthest end so far, not only the neighbour
+        if offset < top:
+            raise ConvertError(path, places[i], "tensors %r and %r overlap in the data section"
+                               % (infos[owner][0], infos[i][0]), "TYPE")
+        if offset + infos[i][4] > top:
+            top, owner = offset + infos[i][4], i
 
 
 def gguf_to_kiln(src: str, dst: str) -> int:
@@ -153,9 +204,6 @@ def gguf_to_kiln(src: str, dst: str) -> int:
 def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
     try:
         meta, infos, start = read_gguf(src, mm)
-        names = [i[0] for i in infos]
-        if len(set(names)) != len(names):
-            raise ConvertError("%s: a tensor name repeats" % src)
         with TensorWriter(dst, metadata={"gguf": meta}) as w:
             for name, shape, gtype, _, nbytes in infos:
                 if gtype in TYPED:

@@ -3,8 +3,22 @@
 A safetensors file is an 8-byte little-endian header length, a JSON header
 (``name -> {"dtype", "shape", "data_offsets": [begin, end]}`` and an optional
 ``"__metadata__"`` of strings), then the payloads.  The header is checked
-before anything is read past it: its length against the file, every range
-inside the data and not overlapping, every length equal to the shape's.
+before anything is read past it, with the rules of the safetensors library
+itself (its ``tensor.rs``), so kiln converts no file that library refuses:
+
+* the header length is at most 100,000,000 bytes and inside the file; the
+  header is strict UTF-8 JSON (no byte order mark, no NaN, no lone
+  surrogate, no repeated key in any object) and a JSON object;
+* ``__metadata__`` is null or maps strings to strings;
+* every tensor has a known dtype, a shape of non-negative integers (not
+  booleans or floats) and ``data_offsets`` of exactly two such integers;
+* sorted by offsets, the ranges start at 0, each begins where the previous
+  one ends, each holds exactly its shape's bytes, and the last ends at the
+  end of the file (no gap, no overlap, no byte after the data).
+
+Beyond that, kiln refuses what a Kiln directory cannot hold: an empty name,
+a rank above 8, and a header of more than :data:`MAX_VALUES` JSON values
+(what the parser builds is bounded by this count, not by the header length).
 """
 
 import json
@@ -12,7 +26,7 @@ from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
 from ..files import KilnFile, TensorWriter
-from . import ConvertError, map_source, progress
+from . import ConvertError, check_bools, map_source, progress
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -21,7 +35,58 @@ ST_TO_KILN = {
     "I16": "i16", "U16": "u16", "I32": "i32", "U32": "u32", "I64": "i64", "U64": "u64",
 }
 KILN_TO_ST = {v: k for k, v in ST_TO_KILN.items()}
-MAX_HEADER = 100 << 20   # safetensors' own limit on the JSON header
+MAX_HEADER = 100_000_000   # safetensors' own limit on the JSON header (tensor.rs)
+# at most this many JSON values (commas + opening brackets + 1 bound them from
+# above): a tensor takes about 8, so this is some 32,000 tensors; the parse
+# builds at most about 170 bytes a value (see docs/security.md, "Converters")
+MAX_VALUES = 1 << 18
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError("%s is not JSON" % name)
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError("the key %r repeats in one object" % k)
+        out[k] = v
+    return out
+
+
+def _count(x: Any) -> bool:
+    """A JSON number safetensors reads as a usize: an int (not a bool) in 0..2**64-1."""
+    return type(x) is int and 0 <= x <= W.U64_MAX
+
+
+def _parse(path: str, raw: Any) -> Dict[str, Any]:
+    """The header object from its bytes ``raw`` (a view), or ConvertError
+    (offsets are of the whole file)."""
+    try:
+        text = str(raw, "utf-8")   # one copy: the decoded text
+    except UnicodeDecodeError as e:
+        raise ConvertError(path, 8 + e.start, "the header is not UTF-8", "UTF8") from None
+    values = text.count(",") + text.count("[") + text.count("{") + 1
+    if values > MAX_VALUES:
+        raise ConvertError(path, 8, "the header may hold %d JSON values, above kiln's cap of "
+                           "%d" % (values, MAX_VALUES), "LIMIT")
+    try:
+        header = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise ConvertError(path, 8 + len(text[:e.pos].encode("utf-8")),
+                           "the header is not JSON (%s)" % e.msg) from None
+    except (ValueError, RecursionError) as e:
+        raise ConvertError(path, 8, "the header is not safetensors JSON (%s)"
+                           % (e if isinstance(e, ValueError) else "nested too deep")) from None
+    if not isinstance(header, dict):
+        raise ConvertError(path, 8, "the header is not a JSON object", "TYPE")
+    try:   # a lone surrogate escape (\ud800) decodes in Python, not in safetensors
+        if "\\u" in text:
+            json.dumps(header, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConvertError(path, 8, "the header holds a lone surrogate escape", "UTF8") from None
+    return header
 
 
 def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int, ...], int, int]],
@@ -29,54 +94,71 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
     """(data start, [(name, kiln dtype, shape, begin, end)] in file order, metadata)."""
     size = len(mm)
     if size < 8:
-        raise ConvertError("%s: %d bytes, too short for a safetensors header" % (path, size))
+        raise ConvertError(path, 0, "%d bytes, too short for a safetensors header" % size, "EOF")
     n = int.from_bytes(mm[:8], "little")
-    if n > size - 8 or n > MAX_HEADER:
-        raise ConvertError("%s: header length %d is past the file's %d bytes" % (path, n, size))
-    try:
-        header = json.loads(bytes(mm[8:8 + n]))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConvertError("%s: the header is not JSON (%s)" % (path, e)) from None
-    if not isinstance(header, dict):
-        raise ConvertError("%s: the header is not a JSON object" % path)
+    if n > MAX_HEADER:
+        raise ConvertError(path, 0, "header length %d is above safetensors' limit of %d"
+                           % (n, MAX_HEADER), "LIMIT")
+    if n > size - 8:
+        raise ConvertError(path, 0, "header length %d is past the file's %d bytes" % (n, size),
+                           "EOF")
+    with memoryview(mm) as view:
+        with view[8:8 + n] as raw:
+            header = _parse(path, raw)
     start = 8 + n
-    meta = header.pop("__metadata__", {})
-    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                             for k, v in meta.items()):
-        raise ConvertError("%s: __metadata__ must map strings to strings" % path)
+    meta = header.pop("__metadata__", None)
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ConvertError(path, 8, "__metadata__ must map strings to strings", "TYPE")
     out = []
     for name, info in header.items():
-        try:
-            st_dtype, shape, (b, e) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ConvertError("%s: tensor %r has no dtype, shape and data_offsets"
-                               % (path, name)) from None
-        if st_dtype not in ST_TO_KILN:
-            raise ConvertError("%s: tensor %r has dtype %s, which Kiln has no twin for"
-                               % (path, name, st_dtype))
-        if not isinstance(st_dtype, str) or not isinstance(name, str) or not name:
-            raise ConvertError("%s: tensor %r has a bad name or dtype" % (path, name))
-        if not all(type(d) is int and 0 <= d <= W.U64_MAX for d in shape) or \
-                len(shape) > W.MAX_RANK or not all(isinstance(x, int) for x in (b, e)):
-            raise ConvertError("%s: tensor %r has a bad shape or offsets" % (path, name))
+        if not isinstance(info, dict) or not all(k in info for k in
+                                                 ("dtype", "shape", "data_offsets")):
+            raise ConvertError(path, 8, "tensor %r has no dtype, shape and data_offsets"
+                               % name, "TYPE")
+        st_dtype, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+        if not isinstance(st_dtype, str) or st_dtype not in ST_TO_KILN:
+            raise ConvertError(path, 8, "tensor %r has dtype %r, which Kiln has no twin for"
+                               % (name, st_dtype), "TYPE")
+        if not name:
+            raise ConvertError(path, 8, "a tensor has an empty name (Kiln names are not "
+                               "empty)", "TYPE")
+        if not isinstance(shape, list) or not all(_count(d) for d in shape) or \
+                len(shape) > W.MAX_RANK:
+            raise ConvertError(path, 8, "tensor %r: shape %r is not at most 8 integers >= 0"
+                               % (name, shape), "TYPE")
+        if not isinstance(offs, list) or len(offs) != 2 or not all(_count(x) for x in offs):
+            raise ConvertError(path, 8, "tensor %r: data_offsets %r are not two integers >= 0"
+                               % (name, offs), "TYPE")
         kd = ST_TO_KILN[st_dtype]
         count = 1
         for d in shape:
             count *= d
         need = count * W.DTYPES[W.DTYPE_CODES[kd]][1]
-        if not 0 <= b <= e <= size - start or e - b != need:
-            raise ConvertError("%s: tensor %r: data_offsets [%d, %d) do not hold its %d bytes "
-                               "inside the file" % (path, name, b, e, need))
-        out.append((name, kd, shape, b, e))
+        if need > W.U64_MAX:
+            raise ConvertError(path, 8, "tensor %r: the byte size of shape %r overflows"
+                               % (name, shape), "LIMIT")
+        out.append((name, kd, tuple(shape), offs[0], offs[1], need))
     ordered = sorted(out, key=lambda t: (t[3], t[4]))
-    top, owner = 0, None
-    for cur in ordered:   # against the furthest end so far, not only the neighbour
-        if cur[4] > cur[3]:
-            if cur[3] < top:
-                raise ConvertError("%s: tensors %r and %r overlap" % (path, owner, cur[0]))
-            if cur[4] > top:
-                top, owner = cur[4], cur[0]
-    return start, ordered, meta
+    at = 0
+    for name, kd, shape, b, e, need in ordered:   # contiguous from 0, as safetensors wants
+        if b != at or e < b:
+            raise ConvertError(path, start + min(b, size - start), "tensor %r: data_offsets "
+                               "[%d, %d) do not begin where the data before them ends (%d)"
+                               % (name, b, e, at), "TYPE")
+        if e - b != need:
+            raise ConvertError(path, start + b, "tensor %r: data_offsets [%d, %d) hold %d "
+                               "bytes, its dtype and shape need %d" % (name, b, e, e - b, need),
+                               "TYPE")
+        if e > size - start:
+            raise ConvertError(path, size, "tensor %r: data_offsets [%d, %d) end past the "
+                               "file's %d data bytes" % (name, b, e, size - start), "EOF")
+        at = e
+    if at != size - start:
+        raise ConvertError(path, start + at, "%d bytes follow the last tensor's data"
+                           % (size - start - at), "TRAILING")
+    return start, [t[:5] for t in ordered], meta
 
 
 def safetensors_to_kiln(src: str, dst: str) -> int:
@@ -92,6 +174,8 @@ def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
             for name, kd, shape, _, _ in table:
                 w.add(name, kd, shape)
             for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
+                if kd == "bool":
+                    check_bools(src, source.fileno(), start + b, e - b)
                 w.write_from(name, source, start + b)   # file to file, not through memory
         return len(table)
     finally:
@@ -115,8 +199,8 @@ def kiln_to_safetensors(src: str, dst: str) -> int:
         for name in names:
             t = f[name]
             if not isinstance(t.dtype, str) or t.dtype not in KILN_TO_ST:
-                raise ConvertError("%s: tensor %r is %s, which safetensors has no dtype for"
-                                   % (src, name, t.dtype))
+                raise ConvertError(src, 0, "tensor %r is %s, which safetensors has no dtype "
+                                   "for" % (name, t.dtype), "TYPE")
             header[name] = {"dtype": KILN_TO_ST[t.dtype], "shape": list(t.shape),
                             "data_offsets": [off, off + t.nbytes]}
             off += t.nbytes
