@@ -744,9 +744,10 @@ class KilnFile:
         self._mm: Any = mm
 
     def _d(self) -> TensorDirectory:
-        if self._mm is None:
+        d = self._dir   # read once: another thread may close the file meanwhile
+        if d is None:
             raise ValueError("%s is closed" % self.path)
-        return self._dir
+        return d
 
     def keys(self) -> List[Any]:
         return self._d().keys()
@@ -772,10 +773,14 @@ class KilnFile:
         return self._d()[name].numpy()[start:stop]
 
     def close(self) -> None:
-        """Stop using the file; views already taken stay valid (see the module doc)."""
+        """Stop using the file; views already taken stay valid (see the module doc).
+
+        Safe while other threads read: a read that starts after the close raises
+        ``ValueError``; an array or tensor already handed out keeps the mapping,
+        which is unmapped when the last of them goes."""
+        self._dir = None  # type: ignore[assignment]  # first: no new reads
         mm, self._mm = self._mm, None
         if mm is not None:
-            self._dir = None  # type: ignore[assignment]
             _unmap(mm)
 
     def __enter__(self) -> "KilnFile":
@@ -785,7 +790,8 @@ class KilnFile:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._mm is None else "%d tensors" % len(self._dir)
+        d = self._dir
+        state = "closed" if d is None else "%d tensors" % len(d)
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 

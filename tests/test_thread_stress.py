@@ -44,3 +44,23 @@ def test_threads_sharing_kiln_objects(kernel_env, case):
     assert r.returncode == 0, "%s, %s kernels: exit %d\n%s" % (case, name, r.returncode,
                                                                 r.stderr[-3000:])
     assert r.stdout.split() == ["ok", case, "cython" if name == "cython" else "python"]
+
+
+def test_a_closed_file_refuses_reads_and_keeps_what_it_handed_out(tmp_path):
+    import gc
+    import numpy as np
+    import kiln
+    p = tmp_path / "c.kiln"
+    kiln.save_tensors(p, {"a": np.arange(4, dtype=np.float32)}, metadata={"m": 1})
+    f = kiln.open(p)
+    a, t = f["a"].numpy(), f["a"]
+    f.close()
+    for read in (lambda: f["a"], f.keys, lambda: len(f), lambda: list(f), lambda: "a" in f,
+                 f.tensors, lambda: f.rows("a", 0, 1)):
+        with pytest.raises(ValueError, match="closed"):
+            read()
+    assert repr(f).endswith("closed>") and f.metadata == {"m": 1}
+    f.close()   # again: nothing
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0] and t.numpy().tolist() == a.tolist()
+    del a, t
+    gc.collect()
