@@ -18,7 +18,7 @@ from conftest import compiled_kernels
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(ROOT, "tests", "_stress_child.py")
 ROUNDS = int(os.environ.get("KILN_STRESS_ROUNDS", "1"))
-CASES = {"saves": 3, "writer": 6, "close_under_readers": 8, "shared_directory": 3}
+CASES = {"saves": 2, "writer": 6, "close_under_readers": 5, "shared_directory": 2}
 
 
 @pytest.fixture(params=["cython", "python"])
