@@ -420,6 +420,7 @@ class Tensor:
 
 
 _frombuffer = np.frombuffer
+_ndarray = np.ndarray
 
 
 def _numpy_py(t):
@@ -445,10 +446,8 @@ def _view(buf, dt, count, off, shape):
     then holds an export of it.  Either way the array is read-only.
     """
     if type(buf) is np.ndarray:
-        n = count * dt.itemsize
-        arr = buf[off:off + n].view(dt)
-    else:
-        arr = _frombuffer(buf, dt, count, off)
+        return _ndarray(shape, dt, buf, off)   # its base is the owner itself
+    arr = _frombuffer(buf, dt, count, off)
     return arr if len(shape) == 1 else arr.reshape(shape)
 
 

@@ -121,3 +121,16 @@ def test_names_that_are_not_utf8_in_a_trusted_decode(impl):
     assert e.value.code == "UTF8"
     d = impl.decode_tensors(impl.encode_tensors({"qq": np.zeros(2, np.float32)}))
     assert d.to_dict()["qq"].tolist() == [0.0, 0.0] and d.values()[0].name == "qq"
+
+
+def test_every_array_and_view_stays_read_only(impl):
+    b = bytearray(impl.encode_tensors(ARRAYS))
+    made = kiln.Tensor(bytearray(b"\x01\x02\x03\x04"), dtype="u8", shape=(2, 2))
+    for t in (impl.decode_tensors(b, copy=True)["a"], impl.decode_tensors(b)["a"], made):
+        a = t.numpy()
+        with pytest.raises(ValueError):
+            a.flags.writeable = True
+        assert t.data.readonly
+        with pytest.raises(TypeError):
+            t.data[0] = 1
+    assert made.numpy().tolist() == [[1, 2], [3, 4]]
