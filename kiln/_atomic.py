@@ -6,9 +6,11 @@ replaced, under a name no other thread or process can have chosen
 grants more than the file it replaces:
 
 * when the target exists, the temporary file is created ``0600`` and then
-  given the target's permission bits (``fchmod``; set-user-ID, set-group-ID
-  and sticky bits are not copied), so at no moment can someone read the new
-  bytes who could not read the old ones;
+  given the target's group (where the writer may: else the group bits are
+  dropped, since they would name the writer's group) and permission bits
+  (``fchmod``; set-user-ID, set-group-ID and sticky bits are not copied),
+  so at no moment can someone read the new bytes who could not read the
+  old ones;
 * a new target gets the mode any new file gets (``0666`` less the umask),
   applied by the kernel as the file is created.
 
@@ -76,15 +78,15 @@ class _AtomicFile:
         folder, base = os.path.split(self.target)
         _remove_stale(folder, base)
         try:
-            keep: Optional[int] = stat.S_IMODE(os.stat(self.target).st_mode) & 0o777
+            old: Optional[os.stat_result] = os.stat(self.target)
         except FileNotFoundError:
-            keep = None
-        # an existing target: 0600 first, its own bits once the file is ours;
-        # a new one: what any new file gets (the umask applies)
-        fd, self.tmp = _create(folder, base, 0o600 if keep is not None else 0o666)
+            old = None
+        # an existing target: 0600 first, its group and bits once the file is
+        # ours; a new one: what any new file gets (the umask applies)
+        fd, self.tmp = _create(folder, base, 0o600 if old is not None else 0o666)
         try:
-            if keep is not None and keep != 0o600:
-                _fchmod(fd, self.tmp, keep)
+            if old is not None:
+                _keep_mode(fd, self.tmp, old)
             self.f = os.fdopen(fd, "wb")
         except BaseException:
             os.close(fd)
@@ -169,7 +171,15 @@ class _AtomicFile:
                 pass
 
 
-def _fchmod(fd: int, path: str, mode: int) -> None:
+def _keep_mode(fd: int, path: str, old: os.stat_result) -> None:
+    """The old file's group (where the writer may set it) and permission bits."""
+    mode = stat.S_IMODE(old.st_mode) & 0o777
+    fchown = getattr(os, "fchown", None)
+    if fchown is not None and old.st_gid != os.fstat(fd).st_gid:
+        try:
+            fchown(fd, -1, old.st_gid)
+        except OSError:   # not a member of that group: the group bits then
+            mode &= ~0o070   # name the writer's group, so they are left out
     fchmod = getattr(os, "fchmod", None)
     if fchmod is not None:
         fchmod(fd, mode)

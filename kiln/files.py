@@ -290,8 +290,7 @@ class TensorWriter:
         if i is None:
             raise KeyError("tensor %r was not declared" % (name,))
         state = self._state[i]
-        if state == _DONE or (state == _BUSY and not rows) or \
-                (not rows and i in self._rows_done):
+        if state != _TODO or (not rows and i in self._rows_done):
             raise ValueError("tensor %r was written already" % (name,)
                              if state == _DONE or i in self._rows_done else
                              "tensor %r is being written by another thread" % (name,))
