@@ -123,12 +123,12 @@ def save_tensors(path: PathLike, tensors: Any, *,
             raise EncodeError("TYPE", 0, "metadata needs named tensors")
         records.append(meta)
     metas = [r[:10] + (len(r[10]),) for r in records]
+    for i, m in enumerate(metas):
+        _check_meta(m, i)
     if hasattr(path, "write"):
         # a binary file object: written in place, from its current position
         _write_stream(path, metas, [r[10] for r in records])
         return
-    for i, m in enumerate(metas):
-        _check_meta(m, i)
     out = _AtomicFile(path)
     try:
         _write_block(out, metas, [r[10] for r in records])
