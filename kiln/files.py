@@ -547,6 +547,9 @@ def _declaration(i: int, name: Any, dtype: Any, shape: Any, layout: Any, nbytes:
         w = W.DTYPES[code][1]
         n = element_count(dims)
         need = (n + 1) // 2 if w == 0 else n * w
+        if nbytes is not None and nbytes != need:
+            raise EncodeError("TYPE", _desc_at(i, W.D_BYTE_LENGTH), "nbytes %r, but %d "
+                              "elements of %s need %d" % (nbytes, n, W.DTYPES[code][0], need))
     else:
         if nbytes is None or lay is None or block_size == 0:
             raise EncodeError("TYPE", _desc_at(i, W.D_BYTE_LENGTH if nbytes is None else

@@ -191,6 +191,7 @@ D0 = 64   # the first descriptor's offset in the file
     (("x", "f33", (2,)), {}, "TYPE", D0),
     (("x", 99, (2,)), {}, "TYPE", D0),
     (("x", "f32", (2.5,)), {}, "TYPE", D0),
+    (("x", "f32", (2,)), dict(nbytes=9), "TYPE", D0 + 40),
 ])
 def test_the_writer_refuses_a_declaration_a_reader_would_refuse(api, tmp_path, args, kw, code,
                                                                  offset):
