@@ -27,7 +27,6 @@ next writer into that folder removes those of processes that are gone.
 import errno
 import os
 import re
-import secrets
 import stat
 import sys
 import threading
@@ -57,7 +56,7 @@ def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
     """A new file in ``folder`` under a name unique across threads and processes."""
     for _ in range(_TRIES):
         tmp = os.path.join(folder, ".%s.%d.%s.kiln-tmp" % (base, os.getpid(),
-                                                         secrets.token_hex(8)))
+                                                         os.urandom(8).hex()))
         try:
             return os.open(tmp, _OPEN_FLAGS, mode), tmp
         except FileExistsError:   # pragma: no cover - 64 random bits
