@@ -312,7 +312,7 @@ class Tensor:
         """A read-only memoryview of the payload bytes (its own buffer export)."""
         off = self._off
         v = self._buf[off:off + self._row[11]]
-        return v if type(v) is memoryview else memoryview(v)
+        return v if type(v) is memoryview else v.data   # a view of a private slice
 
     def numpy(self) -> np.ndarray:
         """An array over the payload (no copy), shaped, with a little-endian dtype.
@@ -467,7 +467,8 @@ def _owner(buf):
             not buf.flags.writeable:
         return buf
     arr = np.frombuffer(buf, np.uint8)
-    arr.flags.writeable = False
+    if arr.flags.writeable:
+        arr.flags.writeable = False
     return arr
 
 
