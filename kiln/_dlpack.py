@@ -1,4 +1,4 @@
-"""DLPack export of a tensor's payload, with no copy and no compiled code.
+"""DLPack export of a tensor's payload, with no copy and no compiled code of kiln's.
 
 A versioned capsule (``"dltensor_versioned"``, DLPack 1.0) carries the
 read-only flag, so a consumer such as ``numpy.from_dlpack`` or
@@ -6,17 +6,31 @@ read-only flag, so a consumer such as ``numpy.from_dlpack`` or
 that only understands the old unversioned capsule gets one only for a
 writable payload: the old form has no way to say read-only.
 
-The capsule's manager context keeps the numpy view of the payload alive, and
-that view holds a buffer export of the caller's buffer, so the memory stays
-valid and unresized for as long as the consumer holds the tensor.
+The capsule keeps the numpy view of the payload alive, and that view holds a
+buffer export of the caller's buffer, so the memory stays valid and
+unresized for as long as the consumer holds the tensor.  A capsule nobody
+consumes releases the view when it is collected.
+
+With numpy 2.1 or later (whose arrays export versioned capsules) the capsule
+is numpy's own, made from the view, so its destructor and deleter are
+numpy's compiled ones: collecting an unused capsule releases the view, with
+or without an exception in flight, in both kernels and in the pure wheel.
+kiln then only corrects the type code of bf16 (numpy sees its bits as
+``uint16``) and sets the copied flag.  With an older numpy the capsule is
+built here with ctypes; its destructor is then the compiled kernels' C one
+when those kernels are in use, and with the pure kernels there is none (an
+unused capsule keeps its payload alive until the process ends), since a
+ctypes callback cannot keep a pending exception across the release.
 """
 
 import ctypes
 import sys
 import threading
+import weakref
 
 import numpy as np
 
+from . import _compat
 from . import _wire as W
 
 KDL_CPU = 1
@@ -93,19 +107,64 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 def _destructors():
-    """The capsule destructor: the compiled module's C one when it is there (it
-    keeps an exception pending while the capsule dies across the release); in
-    the pure-Python build none, and a capsule that no consumer ever takes keeps
-    its payload alive until the process ends."""
-    try:
-        from . import _kernels_c
-        address = _kernels_c._dlpack_destructor()
-    except (ImportError, AttributeError):
-        return {_NAME_VERSIONED: None, _NAME_LEGACY: None}
+    """The capsule destructor of the ctypes-built capsules: the compiled module's
+    C one when the compiled kernels are in use (it keeps an exception pending
+    while the capsule dies across the release); with the pure kernels none,
+    and nothing compiled of kiln's is imported."""
+    if _compat.IMPLEMENTATION == "cython":
+        try:
+            from . import _kernels_c
+            address = _kernels_c._dlpack_destructor()
+        except (ImportError, AttributeError):  # pragma: no cover - a partial build
+            address = None
+    else:
+        address = None
     return {_NAME_VERSIONED: address, _NAME_LEGACY: address}
 
 
 _DESTROY = _destructors()
+
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# the views numpy-made capsules (or their consumers) hold, by id
+_held = {}
+_NUMPY_EXPORTS = []
+
+
+def numpy_exports():
+    """True when numpy's arrays export versioned capsules (numpy 2.1 and later)."""
+    if not _NUMPY_EXPORTS:
+        try:
+            np.empty(1, np.uint8).__dlpack__(max_version=(1, 0))
+            ok = True
+        except TypeError:  # pragma: no cover - numpy before 2.1
+            ok = False
+        _NUMPY_EXPORTS.append(ok)
+    return _NUMPY_EXPORTS[0]
+
+
+def _forget(key):
+    return lambda ref: _held.pop(key, None)
+
+
+def _numpy_export(arr, code, copied, versioned):
+    """numpy's capsule over ``arr`` (its compiled destructor and deleter release
+    ``arr``), with kiln's type code and the copied flag set."""
+    dl = _DL_TYPES[code]
+    view = arr.view(np.uint16) if dl[0] == _BFLOAT else arr
+    cap = view.__dlpack__(max_version=(1, 0) if versioned else None)
+    name = _NAME_VERSIONED if versioned else _NAME_LEGACY
+    addr = _PyCapsule_GetPointer(cap, name)
+    m = (_ManagedVersioned if versioned else _Managed).from_address(addr)
+    if (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits) != dl:
+        m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits = dl
+    if versioned and copied:
+        m.flags |= _IS_COPIED
+    key = id(view)
+    _held[key] = weakref.ref(view, _forget(key))
+    return cap
 
 
 def dlpack_code(code):
@@ -117,6 +176,8 @@ def export(arr, code, read_only, copied, versioned):
     """A DLPack capsule over the C-contiguous little-endian array ``arr``."""
     if sys.byteorder != "little" and arr.dtype.itemsize > 1:  # pragma: no cover
         arr = arr.astype(arr.dtype.newbyteorder("="))  # DLPack data is in host order
+    if numpy_exports():
+        return _numpy_export(arr, code, copied, versioned)
     dl = _DL_TYPES[code]
     shape = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
     if versioned:
@@ -147,5 +208,5 @@ def export(arr, code, read_only, copied, versioned):
 
 
 def live_exports():
-    """How many exports a consumer still holds (for tests)."""
-    return len(_live)
+    """How many exports a consumer (or an unconsumed capsule) still holds (for tests)."""
+    return len(_live) + sum(1 for r in list(_held.values()) if r() is not None)

@@ -54,7 +54,7 @@ def _ml_dtypes() -> Any:
         _ml = ml_dtypes
         _SHAPED.update(_shaped_dtypes())
         if _fill is not None:   # the compiled Tensor.numpy: hand it the new dtypes
-            _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py)
+            _tk.tensor_setup(Tensor, _SHAPED, _numpy_py)
     return _ml or None
 
 from . import _wire as W
@@ -271,7 +271,7 @@ class Tensor:
         self.name = name
         self.layout = layout
         self._row = row
-        self._buf = mv.toreadonly()
+        self._buf = _owner(mv.toreadonly())
         self._off = 0
         self._own = None
 
@@ -335,9 +335,10 @@ class Tensor:
 
     @property
     def data(self) -> memoryview:
-        """A read-only memoryview of the payload bytes."""
+        """A read-only memoryview of the payload bytes (its own buffer export)."""
         off = self._off
-        return self._buf[off:off + self._row[11]]
+        v = self._buf[off:off + self._row[11]]
+        return v if type(v) is memoryview else v.data   # a view of a private slice
 
     def numpy(self) -> np.ndarray:
         """An array over the payload (no copy), shaped, with a little-endian dtype.
@@ -359,7 +360,7 @@ class Tensor:
         dt = numpy_dtype(code)
         n = row[11]
         if code in PACKED or code >= W.OPAQUE_MIN:
-            return np.frombuffer(self._buf, dt, n, self._off) if n else np.empty(0, dt)
+            return _view(self._buf, dt, n, self._off, (n,)) if n else np.empty(0, dt)
         if not n:
             return np.empty(row[1], dt)
         arr = _view(self._buf, dt, n // dt.itemsize, self._off, row[1])
@@ -445,6 +446,7 @@ class Tensor:
 
 
 _frombuffer = np.frombuffer
+_ndarray = np.ndarray
 
 
 def _numpy_py(t):
@@ -453,25 +455,47 @@ def _numpy_py(t):
     row = t._row
     dt = _SHAPED.get(row[0])
     if dt is not None and row[11]:
-        # whole-element dtypes: one array over the payload (holding a buffer
-        # export, see _view), then shaped
-        arr = _frombuffer(t._buf, dt, row[11] // dt.itemsize, t._off)
-        shape = row[1]
-        return arr if len(shape) == 1 else arr.reshape(shape)
+        # whole-element dtypes: one view of the payload (see _view), shaped
+        return _view(t._buf, dt, row[11] // dt.itemsize, t._off, row[1])
     return t._numpy_slow(row)
 
 
 def _view(buf, dt, count, off, shape):
     """An array over ``count`` items of ``buf`` from byte ``off``, shaped.
 
-    ``np.frombuffer`` keeps a memoryview of ``buf`` as the array's base, so
-    the array holds a buffer export of the caller's object for its whole life
-    (a bytearray cannot be resized nor an mmap closed under it).  ``np.ndarray
-    (buffer=...)`` would not: it keeps the bare object and drops the export.
-    ``buf`` is a read-only view, so the array cannot be made writable.
+    ``buf`` is the payload's owner (see _owner): the array is a numpy view of
+    it, so it holds the owner by reference, and through it the one buffer
+    export of the caller's object (a bytearray cannot be resized nor an mmap
+    unmapped under it) for its whole life; releasing the array releases
+    nothing but its reference.  A memoryview ``buf`` (the compiled kernels'
+    directories, with the GIL) goes through ``np.frombuffer``, whose base
+    then holds an export of it.  Either way the array is read-only.
     """
+    if type(buf) is np.ndarray:
+        return _ndarray(shape, dt, buf, off)   # its base is the owner itself
     arr = _frombuffer(buf, dt, count, off)
     return arr if len(shape) == 1 else arr.reshape(shape)
+
+
+def _owner(buf):
+    """The one object that holds the buffer export of a directory's (or a
+    hand-made tensor's) bytes: a read-only 1-D uint8 array over ``buf``.
+
+    Every array, ``data`` view and DLPack export handed out is made from it
+    by numpy slicing (a reference to the owner, which CPython counts
+    atomically, free-threaded builds included), never by a new export of one
+    memoryview shared between threads: CPython keeps a memoryview's export
+    count without a lock on free-threaded builds, and numpy releases its
+    arrays' exports outside kiln, so a shared view could lose an export (and
+    the caller's buffer be resized under a live array).
+    """
+    if type(buf) is np.ndarray and buf.dtype == np.uint8 and buf.ndim == 1 and \
+            not buf.flags.writeable:
+        return buf
+    arr = np.frombuffer(buf, np.uint8)
+    if arr.flags.writeable:
+        arr.flags.writeable = False
+    return arr
 
 
 def _shaped_dtypes():
@@ -582,7 +606,7 @@ class TensorDirectory(Mapping):
     def _from_table(cls, rows, buf, pb, errors):
         d = cls.__new__(cls)
         d._rows = rows
-        d._buf = buf
+        d._buf = buf = _owner(buf)
         d._pb = pb
         d._errors = errors
         d._tensors = [None] * len(rows)
@@ -766,7 +790,7 @@ class _Hooks:
         if end:
             owned[:] = mv[pb:pb + end]
         owned.flags.writeable = False
-        return TensorDirectory._from_table(table, memoryview(owned), 0, errors)
+        return TensorDirectory._from_table(table, owned, 0, errors)
 
     @staticmethod
     def normalize(value):
@@ -801,6 +825,7 @@ def _no_hold(buf):
 # the compiled functions themselves (no Python frame per call), wearing the
 # Python methods' names, docstrings and signatures.
 _fill, _hold = None, _no_hold
+_tk = _compat.kernels   # the kernels the tensor layer was set up with (tests swap _compat.kernels)
 if _compat.IMPLEMENTATION == "cython" and \
         _compat.kernels.tensor_setup(Tensor, _SHAPED, _numpy_py):
     Tensor.numpy = functools.update_wrapper(_compat.kernels.tensor_numpy_method, Tensor.numpy)

@@ -7,12 +7,15 @@ when given, is one more tensor, the last, named ``__metadata__``: a ``u8``
 payload holding a framed Kiln value (see ``kiln._meta`` and spec/kiln-v2.md,
 "Tensor files").
 
-Writes are atomic: a temporary file in the target's directory, flushed and
-fsynced, then ``os.replace`` and an fsync of the directory.  A reader that has
-the old file mapped keeps reading the old bytes (on Windows a mapped file
-cannot be replaced: close readers first).  A writer killed half way leaves
-the old file intact; its temporary file is removed by the next save into that
-directory.
+Writes are atomic (``kiln._atomic``): a temporary file in the target's
+directory, under a name unique across threads and processes, with the
+target's permission bits, flushed and fsynced, then ``os.replace`` and an
+fsync of the directory; a symbolic link is written through to its target.  A
+reader that has the old file mapped keeps reading the old bytes (on Windows a
+mapped file cannot be replaced: close readers first).  A writer killed half
+way leaves the old file intact; its temporary file is removed by the next
+save into that directory.  A tensor file is checked as a reader checks it
+before it replaces anything.
 
 Reading maps the file (``mmap``).  Views keep the mapping alive: closing a
 file, or leaving its ``with`` block, while views live never raises and never
@@ -20,163 +23,26 @@ unmaps under them; the mapping goes when the last view goes.
 """
 
 import builtins
-import errno
 import mmap
 import os
-import re
-import sys
+import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _api, _compat, _meta
 from . import _wire as W
+from ._atomic import _AtomicFile, _WRITEBACK_STEP
+from ._declare import _check_file, _check_meta, _declaration, _desc_at
 from ._errors import EncodeError, KilnError, frame_hint
 from ._rows import LazyRows
 from ._dirhead import block_head
-from ._tensor import Tensor, TensorDirectory, normalize_tensors, _code_of, element_count, \
+from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
     _raw_names
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.(?P<n>\d+)\.kiln-tmp$")
-_counter = [0]
-
-
 # --- writing ------------------------------------------------------------------
-
-class _AtomicFile:
-    """A temporary file beside ``path`` that replaces it on commit."""
-
-    def __init__(self, path: PathLike) -> None:
-        self.path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(self.path))
-        base = os.path.basename(self.path)
-        _remove_stale(folder, base)
-        _counter[0] += 1
-        self.tmp = os.path.join(folder, ".%s.%d.%d.kiln-tmp" % (base, os.getpid(), _counter[0]))
-        self.f = builtins.open(self.tmp, "xb")
-        self._unsynced = 0
-
-    def wrote(self, n: int) -> None:
-        """Count bytes written; every few MiB, start their write-back without waiting,
-        so the fsync of ``commit`` overlaps the writing instead of following it."""
-        self._unsynced += n
-        if self._unsynced >= _WRITEBACK_STEP:
-            self._unsynced = 0
-            self.f.flush()
-            _start_writeback(self.f.fileno())
-
-    def copy_in(self, src: int, src_offset: int, n: int, dst_offset: int, what: str) -> None:
-        """``n`` bytes of the file ``src`` (a descriptor) from ``src_offset`` to our
-        ``dst_offset``, inside the kernel where it can (``copy_file_range``), else
-        through a bounded buffer."""
-        self.f.flush()
-        fd = self.f.fileno()
-        copy = _copy_file_range
-        while n > 0:
-            step = min(n, _COPY_STEP)
-            k = -1
-            if copy is not None:
-                try:
-                    k = copy(src, fd, step, src_offset, dst_offset)
-                except OSError as e:
-                    if e.errno not in _NO_COPY:
-                        raise
-                    copy = None   # another file system or a pipe: copy through memory
-            if k < 0:
-                chunk = os.pread(src, min(step, 8 << 20), src_offset)
-                k = len(chunk)
-                _pwrite_all(fd, chunk, dst_offset)
-            if k == 0:
-                raise ValueError("%s: the source ended %d bytes short" % (what, n))
-            n -= k
-            src_offset += k
-            dst_offset += k
-            self.wrote(k)
-
-    def commit(self) -> None:
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.path)
-        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-
-    def discard(self) -> None:
-        try:
-            self.f.close()
-        finally:
-            try:
-                os.unlink(self.tmp)
-            except FileNotFoundError:
-                pass
-
-
-def _remove_stale(folder: str, base: str) -> None:
-    """Temporary files of writers that died: their process is gone."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        m = _TMP.match(name)
-        if m is None or m.group("base") != base:
-            continue
-        pid = int(m.group("pid"))
-        if pid == os.getpid() or _alive(pid):
-            continue
-        try:
-            os.unlink(os.path.join(folder, name))
-        except OSError:
-            pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True   # exists, not ours
-    return True
-
-
-_WRITEBACK_STEP = 8 << 20
-_COPY_STEP = 1 << 30
-_copy_file_range = getattr(os, "copy_file_range", None)
-_NO_COPY = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "EBADF",
-                                        "ENOTSUP", "ESPIPE") if hasattr(errno, n)}
-_writeback: List[Any] = []
-
-
-def _start_writeback(fd: int) -> None:
-    """Linux ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)``: start writing the
-    file's dirty pages to disk and return at once.  Elsewhere nothing."""
-    if not _writeback:
-        fn = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-                fn.restype = ctypes.c_int
-            except (OSError, AttributeError):  # pragma: no cover - a libc without it
-                fn = None
-        _writeback.append(fn)
-    fn = _writeback[0]
-    if fn is not None:
-        fn(fd, 0, 0, 2)   # a failure only means the fsync does all the work
-
-
-def _fsync_dir(folder: str) -> None:
-    if os.name != "posix":  # pragma: no cover - Windows has no directory fsync
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
     """Head, then each payload straight from its buffer (None: left as zeros)."""
@@ -257,6 +123,8 @@ def save_tensors(path: PathLike, tensors: Any, *,
             raise EncodeError("TYPE", 0, "metadata needs named tensors")
         records.append(meta)
     metas = [r[:10] + (len(r[10]),) for r in records]
+    for i, m in enumerate(metas):
+        _check_meta(m, i)
     if hasattr(path, "write"):
         # a binary file object: written in place, from its current position
         _write_stream(path, metas, [r[10] for r in records])
@@ -264,6 +132,7 @@ def save_tensors(path: PathLike, tensors: Any, *,
     out = _AtomicFile(path)
     try:
         _write_block(out, metas, [r[10] for r in records])
+        _check_file(out)   # never commit what a reader would refuse
         out.commit()
     except BaseException:
         out.discard()
@@ -310,14 +179,29 @@ class TensorWriter:
     """Write a tensor file one tensor at a time, in constant memory.
 
     Declare every tensor first (``add(name, dtype, shape)``), then write each
-    payload (``write(name, data)`` or ``write_from(name, source, offset)``)
-    in any order, then ``close()`` (or leave the ``with`` block) to replace
-    the target atomically.  ``write(name, None)`` leaves that payload as
-    zeros (a hole in the file where the file system allows).  An exception
-    inside the ``with`` block discards the file.
+    payload (``write(name, data)``, ``write_rows`` or ``write_from(name,
+    source, offset)``) in any order, then ``close()`` (or leave the ``with``
+    block) to replace the target atomically.  ``write(name, None)`` leaves
+    that payload as zeros (a hole in the file where the file system allows).
+    An exception inside the ``with`` block discards the file.
+
+    The writer never commits a file kiln would refuse: ``add`` checks each
+    declaration, the first write runs the decoder's directory check over the
+    table just written, and ``close`` runs it again over the whole file
+    before the replace.  A refusal is an :class:`kiln.EncodeError` with the
+    code and the byte offset the fault has in the file; the target is then
+    left as it was.
+
+    One writer may be shared by threads: payloads go to their places with
+    positional writes (``os.pwrite``), the table is written once, and
+    different tensors (or different rows of one tensor, with
+    ``write_rows``) may be written at the same time.  Writing one tensor
+    twice raises ``ValueError`` in the second writer; ``close`` waits for the
+    writes in progress.
 
     Args:
-        path: the target file (a temporary file is written beside it).
+        path: the target file (a temporary file is written beside it, or
+            beside the file a symbolic link names: see :doc:`files`).
         metadata: as for :func:`kiln.save_tensors`.
 
     Raises:
@@ -338,10 +222,12 @@ class TensorWriter:
         self._meta = _meta_record(metadata)   # before the file: a bad value leaves nothing
         self._decl: List[tuple] = []
         self._index: Dict[str, int] = {}
-        self._written: List[bool] = []
+        self._state: List[int] = []   # per tensor: _TODO, _BUSY (a thread writes it), _DONE
         self._rows_done: Dict[int, List[Tuple[int, int]]] = {}   # write_rows, tensor by tensor
         self._places: Optional[List[int]] = None
         self._base = 0
+        self._cv = threading.Condition()
+        self._busy = 0                # writes in progress
         self._out: Optional[_AtomicFile] = _AtomicFile(path)
 
     def add(self, name: str, dtype: Union[str, int], shape: Sequence[int], *,
@@ -350,87 +236,107 @@ class TensorWriter:
         """Declare one tensor (before the first ``write``).  An opaque dtype (a code
         4096..32767) also needs ``layout``, ``block_size`` and ``nbytes``.
 
-        Raises ``RuntimeError`` after the first write, ``ValueError`` for an empty,
-        reserved or repeated name, an unknown dtype or an opaque one without
-        ``nbytes``.
+        Raises ``RuntimeError`` after the first write; :class:`kiln.EncodeError`
+        (a ``ValueError``) with the code and the file offset the reader would
+        report, for an empty, reserved, repeated or non-UTF-8 name, an unknown
+        dtype, a rank above 8, a dimension outside 0..2**64-1, a size that
+        overflows u64, an opaque dtype without ``layout``, ``block_size`` or
+        ``nbytes`` (or ``nbytes`` not a multiple of ``block_size``), or a layout
+        or block size on a dtype that is not opaque.
         """
-        if self._places is not None:
-            raise RuntimeError("declare every tensor before the first write")
-        if not isinstance(name, str) or not name or name == _meta.META_NAME \
-                or name in self._index:
-            raise ValueError("tensor name %r is empty, reserved or declared twice" % (name,))
-        code = _code_of(dtype)
-        shape = tuple(int(d) for d in shape)
-        if code < W.OPAQUE_MIN:
-            w = W.DTYPES[code][1]
-            n = element_count(shape)
-            need = (n + 1) // 2 if w == 0 else n * w
-        elif nbytes is None:
-            raise ValueError("an opaque dtype needs nbytes")
-        else:
-            need = nbytes
-        self._index[name] = len(self._decl)
-        self._decl.append((code, shape, name.encode("utf-8"),
-                           None if layout is None else layout.encode("utf-8"), int(block_size),
-                           0, W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, need))
-        self._written.append(False)
+        with self._cv:
+            if self._places is not None:
+                raise RuntimeError("declare every tensor before the first write")
+            if self._out is None:
+                raise ValueError("the writer is closed")
+            i = len(self._decl)
+            rec = _declaration(i, name, dtype, shape, layout, nbytes, block_size)
+            if name in self._index:
+                raise EncodeError("TYPE", _desc_at(i, W.D_NAME_OFF),
+                                  "tensor name %r is declared twice" % (name,))
+            self._index[name] = i
+            self._decl.append(rec)
+            self._state.append(_TODO)
 
     def _start(self) -> None:
+        """The header, table and metadata, once (under the lock), checked as a
+        reader checks them before any payload is written."""
         metas = self._decl + ([self._meta[:10] + (len(self._meta[10]),)] if self._meta else [])
+        for i, m in enumerate(metas):
+            _check_meta(m, i)
         head, places, total = block_head(metas, 0)
-        f = self._file()
-        f.write(head)
+        out = self._live()
+        out.pwrite(head, 0)
+        os.ftruncate(out.fd, len(head) + total)
+        if self._meta is not None:
+            out.pwrite(self._meta[10], len(head) + places[-1])
+        _check_file(out)          # the table as the decoder would see it (payloads zero)
         self._base = len(head)
         self._places = places
-        f.truncate(self._base + total)
-        if self._meta is not None:
-            f.seek(self._base + places[-1])
-            f.write(self._meta[10])
 
-    def _file(self) -> Any:
+    def _live(self) -> _AtomicFile:
         if self._out is None:
             raise ValueError("the writer is closed")
-        return self._out.f
+        return self._out
 
-    def _unwritten(self, name: str, rows: bool = False) -> int:
-        """The index of a declared tensor not written yet (with ``rows``: or
-        written in part by ``write_rows``); the file's head on first use."""
+    def _claim(self, name: str, rows: bool = False) -> int:
+        """Under the lock: the index of a declared tensor nobody has written or is
+        writing (with ``rows``: or one written in part by ``write_rows``), marked
+        as being written; the file's head on first use."""
+        self._live()
         if self._places is None:
             self._start()
-        i = self._index.get(name)
+        i = self._index.get(name) if isinstance(name, str) else None
         if i is None:
             raise KeyError("tensor %r was not declared" % (name,))
-        if self._written[i] or (not rows and i in self._rows_done):
-            raise ValueError("tensor %r was written already" % (name,))
+        state = self._state[i]
+        if state != _TODO or (not rows and i in self._rows_done):
+            raise ValueError("tensor %r was written already" % (name,)
+                             if state == _DONE or i in self._rows_done else
+                             "tensor %r is being written by another thread" % (name,))
+        if not rows:
+            self._state[i] = _BUSY
+        self._busy += 1
         return i
+
+    def _release(self, i: Optional[int], done: bool) -> None:
+        with self._cv:
+            if i is not None and self._state[i] == _BUSY:
+                self._state[i] = _DONE if done else _TODO
+            self._busy -= 1
+            self._cv.notify_all()
 
     def write(self, name: str, data: Any) -> None:
         """Write the payload of a declared tensor (an array, a Tensor, bytes, or None).
 
         Raises ``KeyError`` for an undeclared name, ``ValueError`` for a tensor
-        written twice or data whose dtype, shape or size differs from the
-        declaration.
+        written twice (or being written by another thread) or data whose
+        dtype, shape or size differs from the declaration;
+        :class:`kiln.EncodeError` for a payload a reader would refuse (a bool
+        byte other than 0 or 1, an odd 4-bit tail whose high nibble is set).
         """
-        i = self._unwritten(name)
-        decl = self._decl[i]
-        if data is not None:
-            rec = normalize_tensors({name: data})[0]
-            if rec[0] != decl[0] or tuple(rec[1]) != decl[1] or len(rec[10]) != decl[10]:
-                raise ValueError("tensor %r: data is %s %s, declared %s %s"
-                                 % (name, W.DTYPES.get(rec[0], (rec[0],))[0], tuple(rec[1]),
-                                    W.DTYPES.get(decl[0], (decl[0],))[0], decl[1]))
-            f = self._file()
-            assert self._places is not None
-            f.seek(self._base + self._places[i])
-            f.write(rec[10])
-            assert self._out is not None
-            self._out.wrote(decl[10])
-        self._written[i] = True
+        with self._cv:
+            i = self._claim(name)
+        done = False
+        try:
+            decl = self._decl[i]
+            at = self._base + self._places[i]   # type: ignore[index]
+            if data is not None:
+                rec = normalize_tensors({name: data})[0]
+                if rec[0] != decl[0] or tuple(rec[1]) != decl[1] or len(rec[10]) != decl[10]:
+                    raise ValueError("tensor %r: data is %s %s, declared %s %s"
+                                     % (name, W.DTYPES.get(rec[0], (rec[0],))[0], tuple(rec[1]),
+                                        W.DTYPES.get(decl[0], (decl[0],))[0], decl[1]))
+                _refuse_payload(decl, rec[10], 0, True, at)
+                self._live().pwrite(rec[10], at)
+            done = True
+        finally:
+            self._release(i, done)
 
     def write_rows(self, name: str, start: int, data: Any) -> None:
         """Write rows ``start .. start + len(data)`` of a declared tensor's
         leading axis, for tensors produced a block at a time (see
-        ``kiln.dask.to_kiln``).
+        ``kiln.dask.to_kiln``); threads may write different rows at once.
 
         ``data`` is an array of the declared dtype whose shape is the declared
         shape with a leading axis of any length that fits.  A row may be
@@ -449,41 +355,56 @@ class TensorWriter:
             >>> kiln.load_tensors("rows.kiln")["x"].numpy().tolist()
             [[0, 0], [0, 0], [7, 7], [7, 7]]
         """
-        i = self._unwritten(name, rows=True)
-        decl = self._decl[i]
-        code, shape = decl[0], decl[1]
-        if code >= W.OPAQUE_MIN or W.DTYPES[code][1] == 0 or not shape:
-            raise ValueError("tensor %r has no whole-byte rows: use write()" % (name,))
-        if type(start) is not int or start < 0:
-            raise ValueError("start must be an int >= 0, not %r" % (start,))
-        arr = np.asarray(data)
-        rec = normalize_tensors({name: arr})[0] if arr.ndim else None
-        if rec is None or rec[0] != code or tuple(rec[1][1:]) != shape[1:]:
-            raise ValueError("tensor %r: rows must be %s with trailing shape %s, not %s %s"
-                             % (name, W.DTYPES[code][0], shape[1:], arr.dtype, arr.shape))
-        k = rec[1][0]
-        if start + k > shape[0]:
-            raise ValueError("tensor %r: rows %d..%d are past its %d rows"
-                             % (name, start, start + k, shape[0]))
+        with self._cv:
+            i = self._claim(name, rows=True)
+        claimed = None
+        try:
+            decl = self._decl[i]
+            code, shape = decl[0], decl[1]
+            if code >= W.OPAQUE_MIN or W.DTYPES[code][1] == 0 or not shape:
+                raise ValueError("tensor %r has no whole-byte rows: use write()" % (name,))
+            if type(start) is not int or start < 0:
+                raise ValueError("start must be an int >= 0, not %r" % (start,))
+            arr = np.asarray(data)
+            rec = normalize_tensors({name: arr})[0] if arr.ndim else None
+            if rec is None or rec[0] != code or tuple(rec[1][1:]) != shape[1:]:
+                raise ValueError("tensor %r: rows must be %s with trailing shape %s, not %s %s"
+                                 % (name, W.DTYPES[code][0], shape[1:], arr.dtype, arr.shape))
+            k = rec[1][0]
+            if start + k > shape[0]:
+                raise ValueError("tensor %r: rows %d..%d are past its %d rows"
+                                 % (name, start, start + k, shape[0]))
+            per = decl[10] // shape[0] if shape[0] else 0
+            at = self._base + self._places[i] + start * per   # type: ignore[index]
+            _refuse_payload(decl, rec[10], start * per, False, at)
+            with self._cv:   # the rows are ours from here: nobody else may write them
+                claimed = self._claim_rows(i, name, start, k)
+            if k:
+                self._live().pwrite(rec[10], at)
+            claimed = None
+            with self._cv:
+                rows = self._rows_done.get(i, [])
+                if sum(b - a for a, b in rows) == shape[0]:
+                    self._state[i] = _DONE
+                    self._rows_done.pop(i, None)
+        finally:
+            if claimed is not None:   # the write failed: the rows are free again
+                with self._cv:
+                    self._rows_done[i].remove(claimed)
+            self._release(None, False)
+
+    def _claim_rows(self, i: int, name: str, start: int, k: int) -> Tuple[int, int]:
         rows = self._rows_done.setdefault(i, [])
         for a, b in rows:
             if a < start + k and start < b:
                 raise ValueError("tensor %r: rows %d..%d overlap rows written before"
                                  % (name, max(a, start), min(b, start + k)))
-        if k == 0:
-            if shape[0] == 0:
-                self._written[i] = True
-            return
-        per = decl[10] // shape[0]
-        f = self._file()
-        assert self._places is not None and self._out is not None
-        f.seek(self._base + self._places[i] + start * per)
-        f.write(rec[10])
-        self._out.wrote(len(rec[10]))
-        rows.append((start, start + k))
-        if sum(b - a for a, b in rows) == shape[0]:
-            self._written[i] = True
-            del self._rows_done[i]
+        span = (start, start + k)
+        if k:
+            rows.append(span)
+        elif self._decl[i][1][0] == 0:
+            self._state[i] = _DONE
+        return span
 
     def write_from(self, name: str, source: Any, offset: int) -> None:
         """Write the payload of a declared tensor by copying its bytes from
@@ -504,52 +425,69 @@ class TensorWriter:
             >>> kiln.load_tensors("copied.kiln")["x"].numpy().tolist()
             [0.0, 1.0, 2.0, 3.0]
         """
-        i = self._unwritten(name)
         if type(offset) is not int or offset < 0:
             raise ValueError("offset must be an int >= 0, not %r" % (offset,))
-        decl = self._decl[i]
-        self._file()
-        assert self._out is not None and self._places is not None
-        owned = not hasattr(source, "fileno")
-        fd = os.open(os.fspath(source), os.O_RDONLY) if owned else source.fileno()
+        with self._cv:
+            i = self._claim(name)
+        done = False
         try:
-            dst = self._base + self._places[i]
-            what = "tensor %r from %s" % (name, _name(source))
-            code = decl[0]
-            if code == W.DTYPE_BOOL or (code < W.OPAQUE_MIN and W.DTYPES[code][1] == 0):
-                _copy_checked(self._out, fd, offset, decl, dst, what)
-            else:
-                self._out.copy_in(fd, offset, decl[10], dst, what)
+            decl = self._decl[i]
+            out = self._live()
+            owned = not hasattr(source, "fileno")
+            fd = os.open(os.fspath(source), os.O_RDONLY) if owned else source.fileno()
+            try:
+                dst = self._base + self._places[i]   # type: ignore[index]
+                what = "tensor %r from %s" % (name, _name(source))
+                code = decl[0]
+                if code == W.DTYPE_BOOL or (code < W.OPAQUE_MIN and W.DTYPES[code][1] == 0):
+                    _copy_checked(out, fd, offset, decl, dst, what)
+                else:
+                    out.copy_in(fd, offset, decl[10], dst, what)
+            finally:
+                if owned:
+                    os.close(fd)
+            done = True
         finally:
-            if owned:
-                os.close(fd)
-        self._written[i] = True
+            self._release(i, done)
 
     def close(self) -> None:
-        """Check every tensor was written, then replace the target atomically.
+        """Wait for the writes in progress, check every tensor was written and
+        that a reader accepts the file, then replace the target atomically.
 
-        Raises ``ValueError`` naming the tensors declared but not written (the
-        target is then left as it was, and the temporary file removed).
+        Raises ``ValueError`` naming the tensors declared but not written, or
+        :class:`kiln.EncodeError` for a file a reader would refuse (the target
+        is then left as it was, and the temporary file removed).
         """
-        if self._out is None:
-            return
-        try:
-            if self._places is None:
-                self._start()
-            missing = [n for n, i in self._index.items() if not self._written[i]]
-            if missing:
-                raise ValueError("tensors declared but not written: %s" % ", ".join(missing))
-            self._out.commit()
-            self._out = None
-        except BaseException:
-            self.discard()   # the target is left as it was, and no temporary file
-            raise
+        with self._cv:
+            if self._out is None:
+                return
+            while self._busy:
+                self._cv.wait()
+            out = self._out
+            try:
+                if self._places is None:
+                    self._start()
+                missing = [n for n, i in self._index.items() if self._state[i] != _DONE]
+                if missing:
+                    raise ValueError("tensors declared but not written: %s"
+                                     % ", ".join(missing))
+                _check_file(out)
+                out.commit()
+                self._out = None
+            except BaseException:
+                self._out = None
+                out.discard()   # the target is left as it was, and no temporary file
+                raise
 
     def discard(self) -> None:
-        """Drop the temporary file; the target is left as it was."""
-        if self._out is not None:
-            out, self._out = self._out, None
-            out.discard()
+        """Drop the temporary file (after the writes in progress); the target is
+        left as it was."""
+        with self._cv:
+            while self._busy:
+                self._cv.wait()
+            if self._out is not None:
+                out, self._out = self._out, None
+                out.discard()
 
     def __enter__(self) -> "TensorWriter":
         return self
@@ -561,11 +499,17 @@ class TensorWriter:
             self.discard()
 
 
-def _pwrite_all(fd: int, data: bytes, at: int) -> None:
-    view = memoryview(data)
-    while view:
-        k = os.pwrite(fd, view, at)
-        view, at = view[k:], at + k
+_TODO, _BUSY, _DONE = 0, 1, 2
+
+
+def _refuse_payload(decl: tuple, data: Any, at: int, tail: bool, where: int) -> None:
+    """EncodeError for payload bytes a reader refuses (bool bytes, a packed tail);
+    ``at``: where ``data`` starts in the payload, ``where``: in the file."""
+    code = decl[0]
+    if code == W.DTYPE_BOOL or (code < W.OPAQUE_MIN and W.DTYPES[code][1] == 0):
+        fault = _payload_fault(code, element_count(decl[1]), data, tail)
+        if fault is not None:
+            raise EncodeError("TYPE", where + fault[0], fault[1])
 
 
 def _payload_fault(code: int, count: int, data: Any, tail: bool) -> Optional[Tuple[int, str]]:
@@ -599,10 +543,8 @@ def _copy_checked(out: _AtomicFile, fd: int, offset: int, decl: tuple, dst: int,
         if fault is not None:
             raise ValueError("%s: payload byte %d: %s" % (what, done + fault[0], fault[1]))
         done += len(chunk)
-        out.f.flush()
-        _pwrite_all(out.f.fileno(), chunk, dst)
+        out.pwrite(chunk, dst)
         dst += len(chunk)
-        out.wrote(len(chunk))
 
 
 # --- reading ------------------------------------------------------------------
@@ -708,9 +650,10 @@ class KilnFile:
         self._mm: Any = mm
 
     def _d(self) -> TensorDirectory:
-        if self._mm is None:
+        d = self._dir   # read once: another thread may close the file meanwhile
+        if d is None:
             raise ValueError("%s is closed" % self.path)
-        return self._dir
+        return d
 
     def keys(self) -> List[Any]:
         return self._d().keys()
@@ -736,10 +679,14 @@ class KilnFile:
         return self._d()[name].numpy()[start:stop]
 
     def close(self) -> None:
-        """Stop using the file; views already taken stay valid (see the module doc)."""
+        """Stop using the file; views already taken stay valid (see the module doc).
+
+        Safe while other threads read: a read that starts after the close raises
+        ``ValueError``; an array or tensor already handed out keeps the mapping,
+        which is unmapped when the last of them goes."""
+        self._dir = None  # type: ignore[assignment]  # first: no new reads
         mm, self._mm = self._mm, None
         if mm is not None:
-            self._dir = None  # type: ignore[assignment]
             _unmap(mm)
 
     def __enter__(self) -> "KilnFile":
@@ -749,7 +696,8 @@ class KilnFile:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._mm is None else "%d tensors" % len(self._dir)
+        d = self._dir
+        state = "closed" if d is None else "%d tensors" % len(d)
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 

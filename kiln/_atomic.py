@@ -1,0 +1,271 @@
+"""Atomic replace of a file: a temporary file beside the target, then a rename.
+
+The temporary file is made in the folder of the file that is finally
+replaced, under a name no other thread or process can have chosen
+(``.<name>.<pid>.<random>.kiln-tmp``, created with ``O_EXCL``).  It never
+grants more than the file it replaces:
+
+* when the target exists, the temporary file is created ``0600`` and then
+  given the target's group (where the writer may: else the group bits are
+  dropped, since they would name the writer's group) and permission bits
+  (``fchmod``; set-user-ID, set-group-ID and sticky bits are not copied),
+  so at no moment can someone read the new bytes who could not read the
+  old ones;
+* a new target gets the mode any new file gets (``0666`` less the umask),
+  applied by the kernel as the file is created.
+
+A target that is a symbolic link is written through: the link's final
+target is replaced (in its own folder) and the link is left as it was.  A
+link that loops is refused with ``OSError`` (``ELOOP``) before anything is
+written.
+
+``commit`` flushes and fsyncs the file, renames it over the target and
+fsyncs the folder.  A writer killed half way leaves its temporary file; the
+next writer into that folder removes those of processes that are gone.
+"""
+
+import errno
+import os
+import re
+import stat
+import sys
+import threading
+from typing import Any, List, Optional, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.(?P<n>[0-9a-f]+)\.kiln-tmp$")
+_TRIES = 100
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | \
+    getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def resolve_target(path: PathLike) -> str:
+    """The file an atomic replace of ``path`` replaces: ``path`` itself, or the
+    final target of the symbolic link it names (which may not exist yet)."""
+    p = os.path.abspath(os.fspath(path))
+    if not os.path.islink(p):
+        return p
+    target = os.path.realpath(p)
+    if os.path.islink(target):   # realpath stopped at a loop
+        raise OSError(errno.ELOOP, "the symbolic link loops", os.fspath(path))
+    return target
+
+
+def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
+    """A new file in ``folder`` under a name unique across threads and processes."""
+    for _ in range(_TRIES):
+        tmp = os.path.join(folder, ".%s.%d.%s.kiln-tmp" % (base, os.getpid(),
+                                                         os.urandom(8).hex()))
+        try:
+            return os.open(tmp, _OPEN_FLAGS, mode), tmp
+        except FileExistsError:   # pragma: no cover - 64 random bits
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", folder)  # pragma: no cover
+
+
+class _AtomicFile:
+    """A temporary file beside the file ``path`` names that replaces it on commit.
+
+    ``f`` is a buffered binary file for sequential writers; ``fd`` its
+    descriptor, for positional writes (``pwrite``) that several threads may
+    make at once (then nothing may be written through ``f``)."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = os.fspath(path)
+        self.target = resolve_target(path)
+        folder, base = os.path.split(self.target)
+        _remove_stale(folder, base)
+        try:
+            old: Optional[os.stat_result] = os.stat(self.target)
+        except FileNotFoundError:
+            old = None
+        # an existing target: 0600 first, its group and bits once the file is
+        # ours; a new one: what any new file gets (the umask applies)
+        fd, self.tmp = _create(folder, base, 0o600 if old is not None else 0o666)
+        try:
+            if old is not None:
+                _keep_mode(fd, self.tmp, old)
+            self.f = os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.tmp)
+            raise
+        self.fd = fd
+        self._unsynced = 0
+        self._seek_lock = threading.Lock()   # where os.pwrite is missing (Windows)
+
+    def _put(self, data: Any, at: int) -> int:
+        if _pwrite is not None:
+            return pwrite_all(self.fd, data, at)
+        with self._seek_lock:  # pragma: no cover - Windows
+            os.lseek(self.fd, at, os.SEEK_SET)
+            view = _bytes_view(data)
+            n = len(view)
+            while view:
+                view = view[os.write(self.fd, view):]
+            return n
+
+    def wrote(self, n: int) -> None:
+        """Count bytes written; every few MiB, start their write-back without waiting,
+        so the fsync of ``commit`` overlaps the writing instead of following it."""
+        self._unsynced += n
+        if self._unsynced >= _WRITEBACK_STEP:
+            self._unsynced = 0
+            self.f.flush()
+            _start_writeback(self.fd)
+
+    def pwrite(self, data: Any, at: int) -> None:
+        """All of ``data`` at byte ``at`` (no file position: safe from several threads)."""
+        n = self._put(data, at)
+        self._unsynced += n
+        if self._unsynced >= _WRITEBACK_STEP:
+            self._unsynced = 0
+            _start_writeback(self.fd)
+
+    def copy_in(self, src: int, src_offset: int, n: int, dst_offset: int, what: str) -> None:
+        """``n`` bytes of the file ``src`` (a descriptor) from ``src_offset`` to our
+        ``dst_offset``, inside the kernel where it can (``copy_file_range``), else
+        through a bounded buffer."""
+        fd = self.fd
+        copy = _copy_file_range
+        while n > 0:
+            step = min(n, _COPY_STEP)
+            k = -1
+            if copy is not None:
+                try:
+                    k = copy(src, fd, step, src_offset, dst_offset)
+                except OSError as e:
+                    if e.errno not in _NO_COPY:
+                        raise
+                    copy = None   # another file system or a pipe: copy through memory
+            if k < 0:
+                chunk = os.pread(src, min(step, 8 << 20), src_offset)
+                k = len(chunk)
+                self._put(chunk, dst_offset)
+            if k == 0:
+                raise ValueError("%s: the source ended %d bytes short" % (what, n))
+            n -= k
+            src_offset += k
+            dst_offset += k
+            self._unsynced += k
+            if self._unsynced >= _WRITEBACK_STEP:
+                self._unsynced = 0
+                _start_writeback(fd)
+
+    def commit(self) -> None:
+        self.f.flush()
+        os.fsync(self.fd)
+        self.f.close()
+        os.replace(self.tmp, self.target)
+        _fsync_dir(os.path.dirname(self.target))
+
+    def discard(self) -> None:
+        try:
+            self.f.close()
+        finally:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _keep_mode(fd: int, path: str, old: os.stat_result) -> None:
+    """The old file's group (where the writer may set it) and permission bits."""
+    mode = stat.S_IMODE(old.st_mode) & 0o777
+    fchown = getattr(os, "fchown", None)
+    if fchown is not None and old.st_gid != os.fstat(fd).st_gid:
+        try:
+            fchown(fd, -1, old.st_gid)
+        except OSError:   # not a member of that group: the group bits then
+            mode &= ~0o070   # name the writer's group, so they are left out
+    fchmod = getattr(os, "fchmod", None)
+    if fchmod is not None:
+        fchmod(fd, mode)
+    else:  # pragma: no cover - Windows before 3.13: only the read-only bit exists
+        os.chmod(path, mode)
+
+
+def _remove_stale(folder: str, base: str) -> None:
+    """Temporary files of writers that died: their process is gone."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = _TMP.match(name)
+        if m is None or m.group("base") != base:
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True   # exists, not ours
+    return True
+
+
+_WRITEBACK_STEP = 8 << 20
+_COPY_STEP = 1 << 30
+_copy_file_range = getattr(os, "copy_file_range", None)
+_NO_COPY = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "EBADF",
+                                        "ENOTSUP", "ESPIPE") if hasattr(errno, n)}
+_writeback: List[Any] = []
+
+
+def _start_writeback(fd: int) -> None:
+    """Linux ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)``: start writing the
+    file's dirty pages to disk and return at once.  Elsewhere nothing."""
+    if not _writeback:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):  # pragma: no cover - a libc without it
+                fn = None
+        _writeback.append(fn)
+    fn = _writeback[0]
+    if fn is not None:
+        fn(fd, 0, 0, 2)   # a failure only means the fsync does all the work
+
+
+def _fsync_dir(folder: str) -> None:
+    if os.name != "posix":  # pragma: no cover - Windows has no directory fsync
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_pwrite = getattr(os, "pwrite", None)
+
+
+def _bytes_view(data: Any) -> memoryview:
+    view = memoryview(data)
+    return view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")
+
+
+def pwrite_all(fd: int, data: Any, at: int) -> int:
+    """All of ``data`` at byte ``at`` of ``fd``; returns its length."""
+    view = _bytes_view(data)
+    n = len(view)
+    while view:
+        k = os.pwrite(fd, view, at)
+        view, at = view[k:], at + k
+    return n
+

@@ -1,0 +1,114 @@
+"""What a tensor file writer may commit: each declaration checked as a reader
+would check its descriptor, and the decoder's own directory check over the
+file before it replaces anything (``kiln.files``: ``TensorWriter``,
+``save_tensors``).  Every refusal is an :class:`kiln.EncodeError` with the
+code and the byte offset the reader would report in that file."""
+
+import mmap
+import operator
+from typing import Any
+
+from . import _compat, _meta
+from . import _wire as W
+from ._atomic import _AtomicFile
+from ._errors import EncodeError, KilnError
+from ._tensor import _code_of, element_count
+
+
+def _desc_at(i: int, field: int) -> int:
+    """The file offset of field ``field`` of descriptor ``i``."""
+    return W.HEADER_SIZE + W.DESC_SIZE * i + field
+
+
+def _utf8_name(text: Any, i: int, field: int, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise EncodeError("TYPE", _desc_at(i, field), "%s %r is not a str" % (what, text))
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError("UTF8", _desc_at(i, field), "%s %r has no UTF-8 form"
+                          % (what, text)) from None
+    if not raw or len(raw) > W.U16_MAX:
+        raise EncodeError("TYPE", _desc_at(i, field), "%s is empty or longer than %d bytes"
+                          % (what, W.U16_MAX))
+    return raw
+
+
+def _declaration(i: int, name: Any, dtype: Any, shape: Any, layout: Any, nbytes: Any,
+                 block_size: Any) -> tuple:
+    """TensorWriter.add's write record (payload length last), or the EncodeError a
+    reader would raise for it, at the offset it would have in the file."""
+    raw = _utf8_name(name, i, W.D_NAME_OFF, "tensor name")
+    if name == _meta.META_NAME:
+        raise EncodeError("TYPE", _desc_at(i, W.D_NAME_OFF), "tensor name %r is reserved for "
+                          "metadata" % (name,))
+    try:
+        code = _code_of(dtype)
+        dims = tuple(operator.index(d) for d in shape)
+    except (TypeError, ValueError) as e:
+        raise EncodeError("TYPE", _desc_at(i, W.D_DTYPE), str(e)) from None
+    lay = None if layout is None else _utf8_name(layout, i, W.D_LAYOUT_OFF, "layout name")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or \
+            not 0 <= block_size <= W.U32_MAX:
+        raise EncodeError("TYPE", _desc_at(i, W.D_BLOCK_SIZE), "block size %r is not an int "
+                          "in 0..2**32-1" % (block_size,))
+    if code < W.OPAQUE_MIN:
+        if lay is not None or block_size:
+            raise EncodeError("TYPE", _desc_at(i, W.D_LAYOUT_OFF if lay else W.D_BLOCK_SIZE),
+                              "a layout name or block size on the non-opaque dtype %s"
+                              % W.DTYPES[code][0])
+        w = W.DTYPES[code][1]
+        n = element_count(dims)
+        need = (n + 1) // 2 if w == 0 else n * w
+        if nbytes is not None and nbytes != need:
+            raise EncodeError("TYPE", _desc_at(i, W.D_BYTE_LENGTH), "nbytes %r, but %d "
+                              "elements of %s need %d" % (nbytes, n, W.DTYPES[code][0], need))
+    else:
+        if nbytes is None or lay is None or block_size == 0:
+            raise EncodeError("TYPE", _desc_at(i, W.D_BYTE_LENGTH if nbytes is None else
+                                               W.D_LAYOUT_OFF if lay is None else
+                                               W.D_BLOCK_SIZE),
+                              "opaque dtype %d needs nbytes, a layout name and a block size"
+                              % code)
+        need = nbytes
+        if isinstance(need, bool) or not isinstance(need, int) or need % block_size:
+            raise EncodeError("TYPE", _desc_at(i, W.D_BYTE_LENGTH), "nbytes %r is not a "
+                              "multiple of block size %d" % (need, block_size))
+    rec = (code, dims, raw, lay, block_size, 0, W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, need)
+    _check_meta(rec, i)
+    return rec
+
+
+def _check_meta(m: tuple, i: int) -> None:
+    """What the table's fixed-width fields can hold, checked before they are
+    packed (a reader's words, at the field's offset in the file)."""
+    shape = m[1]
+    if len(shape) > W.MAX_RANK:
+        raise EncodeError("TYPE", _desc_at(i, W.D_RANK), "rank %d is above 8" % len(shape))
+    for k, d in enumerate(shape):
+        if not 0 <= d <= W.U64_MAX:
+            raise EncodeError("TYPE", _desc_at(i, W.D_SHAPE + 8 * k), "dimension %d is %d, "
+                              "outside 0..2**64-1" % (k, d))
+    if element_count(shape) > W.U64_MAX:
+        raise EncodeError("LIMIT", _desc_at(i, W.D_SHAPE), "element count overflows u64")
+    if not 0 <= m[10] <= W.U64_MAX:
+        raise EncodeError("LIMIT", _desc_at(i, W.D_BYTE_LENGTH), "byte length %d is outside "
+                          "0..2**64-1" % m[10])
+
+
+def _check_file(out: _AtomicFile) -> None:
+    """The decoder's directory check over the file about to be committed (so a
+    file kiln would refuse is never committed); a refusal is an EncodeError at
+    the fault's offset in the file."""
+    out.f.flush()
+    mm = mmap.mmap(out.fd, 0, access=mmap.ACCESS_READ)
+    try:
+        _compat.kernels.validate_directory(mm, 0, True, False, W.U32_MAX, W.U32_MAX)
+    except KilnError as e:
+        raise EncodeError(e.code, e.offset, "the file would be refused: %s" % e.reason) \
+            from None
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # pragma: no cover - a kernel kept no export; never here
+            pass

@@ -1,0 +1,270 @@
+"""Atomic replace keeps what it replaces (modes, symbolic links), its temporary
+names never collide, and TensorWriter never commits a file a reader refuses;
+both implementations."""
+
+import errno
+import os
+import stat
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _compat
+from kiln.convert import convert
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and symbolic links")
+
+
+@pytest.fixture
+def api(impl, monkeypatch):
+    monkeypatch.setattr(_compat, "kernels", impl.kernels)
+    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
+    return impl
+
+
+def mode(p):
+    return stat.S_IMODE(os.lstat(p).st_mode)
+
+
+def umask_mode(folder):
+    """The mode a new file gets here: made with the standard library, not kiln."""
+    probe = os.path.join(folder, "probe")
+    with open(probe, "wb"):
+        pass
+    m = mode(probe)
+    os.unlink(probe)
+    return m
+
+
+def tmp_files(folder):
+    return [n for n in os.listdir(folder) if n.endswith(".kiln-tmp")]
+
+
+def save_tensors(p):
+    kiln.save_tensors(p, {"w": np.arange(4, dtype=np.float32)})
+
+
+def save_value(p):
+    kiln.save(p, {"id": 3}, "struct{id:i64,}")
+
+
+def writer(p):
+    with kiln.TensorWriter(p) as w:
+        w.add("w", "f32", (4,))
+        w.write("w", np.arange(4, dtype=np.float32))
+
+
+def converted(p):
+    src = str(p) + ".src.npz"
+    np.savez(src, w=np.arange(4, dtype=np.float32))
+    convert(src, str(p))
+    os.unlink(src)
+
+
+SAVERS = [save_tensors, save_value, writer, converted]
+
+
+@pytest.mark.parametrize("save", SAVERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("old", [0o600, 0o640, 0o444, 0o755])
+def test_a_save_keeps_the_mode_of_the_file_it_replaces(api, tmp_path, save, old):
+    p = tmp_path / "m.kiln"
+    p.write_bytes(b"old")
+    os.chmod(p, old)
+    save(p)
+    assert mode(p) == old
+    assert p.read_bytes() != b"old" and tmp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("save", SAVERS, ids=lambda f: f.__name__)
+def test_a_new_file_gets_the_mode_of_any_new_file(api, tmp_path, save):
+    p = tmp_path / "n.kiln"
+    save(p)
+    assert mode(p) == umask_mode(tmp_path)
+
+
+@pytest.mark.parametrize("old", [0o600, 0o640, 0o400])
+def test_the_temporary_file_is_never_more_readable_than_the_old_one(api, tmp_path, old):
+    p = tmp_path / "t.kiln"
+    p.write_bytes(b"secret")
+    os.chmod(p, old)
+    w = kiln.TensorWriter(p)
+    (tmp,) = tmp_files(tmp_path)
+    assert mode(tmp_path / tmp) & ~old == 0     # no bit the old file did not have
+    w.add("w", "u8", (3,))
+    w.write("w", np.zeros(3, np.uint8))
+    w.close()
+    assert mode(p) == old and kiln.load_tensors(p)["w"].numpy().tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("save", SAVERS, ids=lambda f: f.__name__)
+def test_a_symbolic_link_is_written_through_to_its_target(api, tmp_path, save):
+    real = tmp_path / "real"
+    real.mkdir()
+    target = real / "t.kiln"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o640)
+    links = tmp_path / "links"
+    links.mkdir()
+    link = links / "l.kiln"
+    os.symlink(os.path.relpath(target, links), link)
+    save(link)
+    assert os.path.islink(link) and os.readlink(link) == os.path.relpath(target, links)
+    assert target.read_bytes() != b"old" and mode(target) == 0o640
+    assert sorted(os.listdir(links)) == ["l.kiln"] and tmp_files(real) == []
+    with open(link, "rb") as f:
+        assert f.read() == target.read_bytes()
+
+
+def test_a_link_to_a_missing_file_creates_the_target(api, tmp_path):
+    link = tmp_path / "l.kiln"
+    os.symlink("made.kiln", link)
+    save_tensors(link)
+    assert os.path.islink(link) and (tmp_path / "made.kiln").is_file()
+    assert kiln.load_tensors(link)["w"].numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_link_that_loops_is_refused_before_anything_is_written(api, tmp_path):
+    a, b = tmp_path / "a.kiln", tmp_path / "b.kiln"
+    os.symlink("b.kiln", a)
+    os.symlink("a.kiln", b)
+    for save in SAVERS[:3]:
+        with pytest.raises(OSError) as e:
+            save(a)
+        assert e.value.errno == errno.ELOOP
+    assert sorted(os.listdir(tmp_path)) == ["a.kiln", "b.kiln"]
+
+
+def test_threads_saving_to_one_path_never_collide(api, tmp_path):
+    p = tmp_path / "c.kiln"
+    arrays = [np.full(64, k, np.int32) for k in range(8)]
+    errors = []
+
+    def save(k):
+        try:
+            for _ in range(25):
+                kiln.save_tensors(p, {"w": arrays[k]})
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=save, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    last = kiln.load_tensors(p)["w"].numpy()
+    assert any(np.array_equal(last, a) for a in arrays) and tmp_files(tmp_path) == []
+
+
+def test_temporary_names_differ_for_every_writer(api, tmp_path):
+    p = tmp_path / "u.kiln"
+    ws = [kiln.TensorWriter(p) for _ in range(50)]
+    assert len(set(tmp_files(tmp_path))) == 50
+    for w in ws:
+        w.discard()
+    assert os.listdir(tmp_path) == []
+
+
+# --- TensorWriter never commits a file a reader refuses ----------------------------
+
+D0 = 64   # the first descriptor's offset in the file
+
+
+@pytest.mark.parametrize("args, kw, code, offset", [
+    (("x", 4098, (16,)), dict(nbytes=16, block_size=16), "TYPE", D0 + 8),    # no layout
+    (("x", 4098, (16,)), dict(nbytes=16, layout="ggml.Q4"), "TYPE", D0 + 12),  # no block size
+    (("x", 4098, (16,)), dict(layout="ggml.Q4", block_size=16), "TYPE", D0 + 40),  # no nbytes
+    (("x", 4098, (16,)), dict(nbytes=20, layout="q", block_size=16), "TYPE", D0 + 40),
+    (("x", "f32", (2, -1)), {}, "TYPE", D0 + 48 + 8),
+    (("x", "f32", (2 ** 64,)), {}, "TYPE", D0 + 48),
+    (("x", "f32", (1,) * 9), {}, "TYPE", D0 + 2),
+    (("x", "u8", (2 ** 32, 2 ** 32)), {}, "LIMIT", D0 + 48),
+    (("x", "f64", (2 ** 62,)), {}, "LIMIT", D0 + 40),                        # bytes overflow
+    (("x", "f32", (2,)), dict(layout="ggml.Q4"), "TYPE", D0 + 8),
+    (("x", "f32", (2,)), dict(block_size=4), "TYPE", D0 + 12),
+    (("", "f32", (2,)), {}, "TYPE", D0 + 4),
+    (("__metadata__", "u8", (2,)), {}, "TYPE", D0 + 4),
+    (("\udc80", "u8", (2,)), {}, "UTF8", D0 + 4),
+    (("x", "f33", (2,)), {}, "TYPE", D0),
+    (("x", 99, (2,)), {}, "TYPE", D0),
+    (("x", "f32", (2.5,)), {}, "TYPE", D0),
+    (("x", "f32", (2,)), dict(nbytes=9), "TYPE", D0 + 40),
+])
+def test_the_writer_refuses_a_declaration_a_reader_would_refuse(api, tmp_path, args, kw, code,
+                                                                 offset):
+    p = tmp_path / "bad.kiln"
+    with pytest.raises(kiln.EncodeError) as e:
+        with kiln.TensorWriter(p) as w:
+            w.add(*args, **kw)
+    assert (e.value.code, e.value.offset) == (code, offset)
+    assert os.listdir(tmp_path) == []
+
+
+def test_opaque_without_a_layout_was_refused_by_the_reader_at_that_offset(api, tmp_path):
+    # the oracle for the offset above: the reader's own words on such a table
+    p = tmp_path / "o.kiln"
+    with kiln.TensorWriter(p) as w:
+        w.add("x", 4098, (16,), nbytes=16, layout="ggml.Q4", block_size=16)
+        w.write("x", None)
+    raw = bytearray(p.read_bytes())
+    struct.pack_into("<HH", raw, D0 + 8, 0xFFFF, 0)           # drop the layout slice
+    struct.pack_into("<I", raw, 12, struct.unpack_from("<I", raw, 12)[0] - 7)   # heap bytes
+    struct.pack_into("<Q", raw, 24, struct.unpack_from("<Q", raw, 24)[0] - 7)
+    raw[64 + 128 + 1:64 + 128 + 8] = bytes(7)                   # the layout name, now padding
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.decode_tensors(bytes(raw))
+    assert (e.value.code, e.value.offset) == ("TYPE", D0 + 8)
+
+
+def test_a_name_declared_twice(api, tmp_path):
+    p = tmp_path / "d.kiln"
+    with pytest.raises(kiln.EncodeError) as e:
+        with kiln.TensorWriter(p) as w:
+            w.add("a", "u8", (1,))
+            w.add("b", "u8", (1,))
+            w.add("a", "u8", (1,))
+    assert (e.value.code, e.value.offset) == ("TYPE", D0 + 2 * 128 + 4)
+    assert os.listdir(tmp_path) == []
+
+
+def test_payload_bytes_a_reader_refuses_are_never_committed(api, tmp_path):
+    p = tmp_path / "b.kiln"
+    p.write_bytes(b"old")
+    # a numpy bool array can hold any byte; a kiln.Tensor with a bad bool byte
+    # or 4-bit tail cannot be built at all (tests/test_construction.py)
+    bad_bool = np.frombuffer(b"\x00\x02", np.bool_)
+    for t, at in ((bad_bool, 1),):
+        with pytest.raises(kiln.EncodeError) as e:
+            with kiln.TensorWriter(p) as w:
+                w.add("x", "bool", t.shape)
+                w.write("x", t)
+        assert e.value.code == "TYPE"
+        head = e.value.offset - at
+        assert head % 64 == 0 and head >= 64 + 128
+        with pytest.raises(kiln.EncodeError):
+            kiln.save_tensors(p, {"x": t})
+        assert p.read_bytes() == b"old" and tmp_files(tmp_path) == []
+    with pytest.raises(kiln.EncodeError):
+        with kiln.TensorWriter(p) as w:
+            w.add("x", "bool", (4, 2))
+            w.write_rows("x", 0, np.zeros((2, 2), np.bool_))
+            w.write_rows("x", 2, np.frombuffer(b"\x00\x01\x05\x00", np.bool_).reshape(2, 2))
+    assert p.read_bytes() == b"old" and tmp_files(tmp_path) == []
+
+
+def test_what_the_writer_commits_the_reader_accepts(api, tmp_path):
+    p = tmp_path / "ok.kiln"
+    with kiln.TensorWriter(p, metadata={"k": 1}) as w:
+        w.add("q", 4098, (32,), nbytes=18, layout="ggml.Q4_0", block_size=18)
+        w.add("b", "bool", (3,))
+        w.add("n", "u4", (3,))
+        w.write("q", kiln.Tensor(bytes(range(18)), dtype=4098, shape=(32,), layout="ggml.Q4_0",
+                                 block_size=18))
+        w.write("b", np.array([True, False, True]))
+        w.write("n", kiln.Tensor(kiln.pack_nibbles([1, 2, 3]), dtype="u4", shape=(3,)))
+    d = kiln.load_tensors(p)
+    assert d["q"].layout == "ggml.Q4_0" and bytes(d["q"].data) == bytes(range(18))
+    assert d["b"].numpy().tolist() == [True, False, True] and kiln.load_metadata(p) == {"k": 1}
