@@ -23,6 +23,7 @@ from .files import (save_tensors, load_tensors, load_metadata, save, load, open,
 from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
                        I32Array, I64Array, U8Array, U16Array, U32Array, U64Array, F32Array,
                        F64Array, BoolArray)
+from .records import RecordWriter, RecordFile, iter_records, StreamDecoder
 
 __version__ = "0.1.0"
 
@@ -37,4 +38,5 @@ __all__ = [
     "F32Array", "F64Array", "BoolArray", "save_tensors", "load_tensors", "load_metadata",
     "save", "load", "open", "KilnFile", "TensorWriter", "SchemaError", "schema_from_json",
     "to_json_schema",
+    "RecordWriter", "RecordFile", "iter_records", "StreamDecoder",
 ]
