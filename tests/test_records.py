@@ -476,3 +476,19 @@ def test_writer_rejects_bad_values_and_writes_after_close(impl):
     with pytest.raises(ValueError):
         w.write(values(1)[0])
     assert read_all(impl, out.getvalue()) == values(1)
+
+
+def test_records_before_a_fault_come_out_in_any_chunking(impl):
+    vals = values(3)
+    data, offs = U.container(H, [framed(v) for v in vals])
+    bad = bytearray(data)
+    bad[offs[2] + 3] ^= 1                     # record 2's head is damaged
+    for chunks in ([], [offs[2] + 5], list(range(1, len(bad), 3))):
+        d = kiln.StreamDecoder(T, kernels=impl.kernels)
+        got = []
+        with pytest.raises(kiln.KilnError) as ei:
+            for a, b in zip([0] + chunks, chunks + [len(bad)]):
+                got += d.feed(bytes(bad[a:b]))
+            d.eof()
+        assert got == vals[:2]
+        assert (ei.value.code, ei.value.offset) == ("FRAME", offs[2] + 12)

@@ -38,7 +38,9 @@ class StreamDecoder(Generic[R]):
         decode_options: as for :class:`kiln.Decoder`.
 
     ``feed(data)`` returns the records that ``data`` completes (a list,
-    maybe empty); ``eof()`` says the stream ended: ``EOF`` when it ended
+    maybe empty); records completed before a fault in the same ``data`` are
+    returned and the fault is raised by the next ``feed`` or ``eof``, so
+    every chunking gives the same records and the same error; ``eof()`` says the stream ended: ``EOF`` when it ended
     inside the header or a record.  A stream may end after any complete
     record; when the writer closed it, its index and trailer are checked
     too, and nothing may follow them (``TRAILING``).  ``done`` is true once
@@ -108,7 +110,8 @@ class StreamDecoder(Generic[R]):
                 at += used
         except KilnError as e:
             self._error = e
-            raise
+            if not out:
+                raise
         finally:
             if at:
                 del buf[:at]
