@@ -23,8 +23,8 @@ def head(length, kind=0, pad=0, reserved=0, crc=None):
 
 
 def record(framed, kind=0, pad=0):
-    return head(len(framed), kind, pad) + bytes(pad) + framed + \
-        struct.pack("<I", zlib.crc32(framed))
+    first = head(len(framed), kind, pad) + bytes(pad) + framed
+    return first + struct.pack("<I", zlib.crc32(first))
 
 
 def header(schema_hash, magic=b"KLNR", version=1):

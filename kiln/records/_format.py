@@ -21,7 +21,8 @@ HEADER_SIZE = 16
 
 # --- one record ----------------------------------------------------------------
 # head (16 bytes): value length L, kind, pad P, reserved, head CRC of bytes 0..12;
-# then P zero bytes, the L bytes of one framed Kiln value, and the value's CRC.
+# then P zero bytes, the L bytes of one framed Kiln value, and the record CRC:
+# the CRC of every byte of the record before it (head, pad and value).
 HEAD = struct.Struct("<QBBHI")
 HEAD_SIZE = 16
 HEAD_CHECKED = 12                      # the head CRC covers bytes 0..12
@@ -118,15 +119,15 @@ def parse_head(buf, at: int, pos: int, number: int) -> Tuple[int, int, int]:
 
 
 def check_body(buf, at: int, pos: int, pad: int, length: int, number: int,
-               verify: bool) -> None:
-    """The pad bytes and the value CRC of a record whose pad starts at
-    ``buf[at]`` (container offset ``pos``)."""
+               verify: bool, seed: int) -> None:
+    """The pad bytes and the record CRC of a record whose pad starts at
+    ``buf[at]`` (container offset ``pos``); ``seed`` is the CRC of its head."""
     if pad and buf[at:at + pad] != bytes(pad):
         raise KilnError("FRAME", pos, "record %d: padding byte is not 0" % number)
     if verify:
-        v = at + pad
-        (want,) = CRC.unpack_from(buf, v + length)
-        if crc(buf[v:v + length]) != want:
+        end = at + pad + length
+        (want,) = CRC.unpack_from(buf, end)
+        if crc(buf[at:end], seed) != want:
             raise KilnError("FRAME", pos + pad + length, "record %d: value checksum mismatch "
                             "(a torn or corrupted record)" % number)
 

@@ -166,7 +166,8 @@ class RecordFile(Sequence[R]):
         self._ip, self._entries = ip, v + F.INDEX_ENTRIES
         if src.view is None:
             return                       # remote: entries checked as they are read
-        F.check_body(src.view, ip + F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True)
+        F.check_body(src.view, ip + F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True,
+                     F.crc(head))
         try:
             offs = _index_decoder(self._kernels).decode(src.view[v:v + length])
         except KilnError as e:
@@ -188,7 +189,8 @@ class RecordFile(Sequence[R]):
                 err = KilnError("EOF", pos, "record %d: the file ends inside its head" % n)
                 break
             try:
-                length, kind, pad = F.parse_head(src.read(pos, pos + F.HEAD_SIZE), 0, pos, n)
+                head = src.read(pos, pos + F.HEAD_SIZE)
+                length, kind, pad = F.parse_head(head, 0, pos, n)
                 if kind == F.KIND_INDEX:
                     raise KilnError("FRAME", pos, "the index begins here but %s" % why.reason)
                 end = pos + F.OVERHEAD + pad + length
@@ -196,7 +198,7 @@ class RecordFile(Sequence[R]):
                     raise KilnError("EOF", pos, "record %d: %d value bytes run past the end "
                                     "of the file (%d bytes)" % (n, length, size))
                 body = src.read(pos + F.HEAD_SIZE, end)
-                F.check_body(body, 0, pos + F.HEAD_SIZE, pad, length, n, True)
+                F.check_body(body, 0, pos + F.HEAD_SIZE, pad, length, n, True, F.crc(head))
             except KilnError as e:
                 err = e
                 break
@@ -235,7 +237,8 @@ class RecordFile(Sequence[R]):
         if lo + F.OVERHEAD + pad + length != hi:
             raise KilnError("FRAME", lo, "record %d: its length %d does not match the index "
                             "(the next entry is at byte %d)" % (i, length, hi))
-        F.check_body(buf, at + F.HEAD_SIZE, lo + F.HEAD_SIZE, pad, length, i, self._verify)
+        F.check_body(buf, at + F.HEAD_SIZE, lo + F.HEAD_SIZE, pad, length, i, self._verify,
+                     F.crc(buf[at:at + F.HEAD_SIZE]))
         v = at + F.HEAD_SIZE + pad
         try:
             return self._decode(buf[v:v + length])
@@ -283,8 +286,11 @@ class RecordFile(Sequence[R]):
             length, kind, pad, reserved, hc = unpack(view, lo)
             v = lo + 16 + pad
             e = v + length
-            if kind or reserved or e + 4 != hi or crc(view[lo:lo + 12]) != hc or \
-                    (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or (verify and crc(view[v:e]) != unpack_crc(view, e)[0]):
+            # one CRC: the record CRC covers the head; without it, the head CRC
+            if kind or reserved or e + 4 != hi or \
+                    (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or \
+                    (crc(view[lo:e]) != unpack_crc(view, e)[0] if verify
+                     else crc(view[lo:lo + 12]) != hc):
                 yield self._record(view, lo, lo, hi, i)   # pads, or the exact error
             else:
                 try:

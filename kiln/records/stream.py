@@ -85,7 +85,7 @@ class StreamDecoder(Generic[R]):
         self.count = 0                # records completed so far
         self._ocrc = 0                # running CRC of the record offsets (the index check)
         self._rec = (0, 0, 0, 0)      # the current record: offset, kind, pad, length
-        self._icrc = self._vcrc = 0
+        self._icrc = self._vcrc = self._seed = 0
         self._left = 0
         self._index_pos = 0
         self._error: Optional[KilnError] = None
@@ -129,12 +129,13 @@ class StreamDecoder(Generic[R]):
                 return -1
             length, kind, pad = F.parse_head(buf, at, pos, self.count)
             if kind == F.KIND_INDEX:
-                return self._index_head(pos, length, pad)
+                return self._index_head(pos, length, pad, zlib.crc32(buf[at:at + F.HEAD_SIZE]))
             if length > self._cap:
                 raise KilnError("LIMIT", pos, "%s: record %d: value length %d is above "
                                 "max_record_bytes=%d" % (self.name, self.count, length,
                                                          self._cap))
             self._rec = (pos, kind, pad, length)
+            self._seed = zlib.crc32(buf[at:at + F.HEAD_SIZE])
             self._state = _BODY
             return F.HEAD_SIZE
         if st == _BODY:
@@ -142,7 +143,7 @@ class StreamDecoder(Generic[R]):
             need = pad + length + F.CRC_SIZE
             if have < need:
                 return -1
-            F.check_body(buf, at, pos, pad, length, self.count, self._verify)
+            F.check_body(buf, at, pos, pad, length, self.count, self._verify, self._seed)
             v = at + pad
             try:
                 out.append(self._decode(bytes(buf[v:v + length])))
@@ -174,7 +175,7 @@ class StreamDecoder(Generic[R]):
             raise KilnError("TRAILING", pos, "%s: bytes after the trailer" % self.name)
         return -1
 
-    def _index_head(self, pos: int, length: int, pad: int) -> int:
+    def _index_head(self, pos: int, length: int, pad: int, seed: int) -> int:
         if length != F.index_length(self.count):
             raise KilnError("FRAME", pos, "%s: an index of %d bytes after %d records (%d "
                             "expected)" % (self.name, length, self.count,
@@ -182,7 +183,7 @@ class StreamDecoder(Generic[R]):
         self._index_pos = pos
         self._rec = (pos, F.KIND_INDEX, pad, length)
         self._left = pad + length + F.CRC_SIZE
-        self._icrc = self._vcrc = 0
+        self._icrc, self._vcrc = 0, seed
         self._state = _INDEX
         return F.HEAD_SIZE
 
@@ -195,7 +196,7 @@ class StreamDecoder(Generic[R]):
         if done < fixed:                       # pad, frame and count come whole
             if have < fixed:
                 return -1
-            F.check_body(buf, at, pos, pad, length, self.count, False)
+            F.check_body(buf, at, pos, pad, length, self.count, False, 0)
             v = at + pad
             magic, profile, flags, reserved, h = struct.unpack_from("<4sBBHQ", buf, v)
             (n,) = struct.unpack_from("<I", buf, v + 16)
@@ -204,7 +205,7 @@ class StreamDecoder(Generic[R]):
                 raise KilnError("FRAME", pos + pad, "%s: the index's frame or count (%d) is "
                                 "not that of a list<u64> of %d offsets"
                                 % (self.name, n, self.count))
-            self._vcrc = zlib.crc32(buf[v:v + F.INDEX_ENTRIES])
+            self._vcrc = zlib.crc32(buf[at:v + F.INDEX_ENTRIES], self._vcrc)
             self._left -= fixed
             return fixed
         entries_left = self._left - F.CRC_SIZE

@@ -163,12 +163,13 @@ class RecordWriter(Generic[T]):
                 raise ValueError("write to a closed RecordWriter")
             pad = self._pad(buf)
             head = F.make_head(len(buf), F.KIND_RECORD, pad)
-            tail = F.CRC.pack(F.crc(buf))
             start = self._pos
+            first = head + bytes(pad)
+            tail = F.CRC.pack(F.crc(buf, F.crc(first)))
             if len(buf) < _ONE_WRITE:
-                self._put(b"".join((head, bytes(pad), buf, tail)))
+                self._put(b"".join((first, buf, tail)))
             else:
-                for part in (head + bytes(pad), buf, tail):
+                for part in (first, buf, tail):
                     self._put(part)
             self._offsets.append(start)
             return len(self._offsets) - 1
@@ -199,8 +200,8 @@ class RecordWriter(Generic[T]):
                 index_pos = self._pos
                 # the entries 8-byte aligned in the file
                 pad = -(self._base + index_pos + F.HEAD_SIZE + F.INDEX_ENTRIES) % 8
-                self._put(b"".join((F.make_head(len(buf), F.KIND_INDEX, pad), bytes(pad), buf,
-                                    F.CRC.pack(F.crc(buf)))))
+                first = F.make_head(len(buf), F.KIND_INDEX, pad) + bytes(pad)
+                self._put(b"".join((first, buf, F.CRC.pack(F.crc(buf, F.crc(first))))))
                 self._put(F.make_trailer(index_pos, len(self._offsets),
                                          self.type.schema_hash))
                 self._f.flush()
