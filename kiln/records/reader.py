@@ -248,10 +248,32 @@ class RecordFile(Sequence[R]):
     def _get(self, i: int) -> Any:
         if self._closed:
             raise ValueError("I/O on a closed RecordFile")
+        view, offs = self._src.view, self._offs
+        if view is not None and offs is not None:
+            return self._local(view, offs[i], offs[i + 1], i)
         lo, hi = self._span(i)
-        if self._src.view is not None:
-            return self._record(self._src.view, lo, lo, hi, i)
+        if view is not None:
+            return self._record(view, lo, lo, hi, i)
         return self._record(self._src.read(lo, hi), 0, lo, hi, i)
+
+    def _local(self, view: Any, lo: int, hi: int, i: int, unpack: Any = F.HEAD.unpack_from,
+               crc: Any = zlib.crc32, unpack_crc: Any = F.CRC.unpack_from) -> Any:
+        """Record ``i`` of a mapped file: the checks of ``_record`` in a few
+        expressions (one CRC: the record CRC covers the head; without
+        ``verify``, the head CRC); any fault goes through ``_record`` for
+        its exact error."""
+        length, kind, pad, reserved, hc = unpack(view, lo)
+        v = lo + 16 + pad
+        e = v + length
+        if kind or reserved or e + 4 != hi or \
+                (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or \
+                (crc(view[lo:e]) != unpack_crc(view, e)[0] if self._verify
+                 else crc(view[lo:lo + 12]) != hc):
+            return self._record(view, lo, lo, hi, i)
+        try:
+            return self._decode(view[v:e])
+        except KilnError as err:
+            raise F.rewrap(err, v, i)
 
     @overload
     def __getitem__(self, i: int) -> R: ...
@@ -276,29 +298,11 @@ class RecordFile(Sequence[R]):
             for i in range(self._count):
                 yield self._get(i)
             return
-        unpack, crc, unpack_crc = F.HEAD.unpack_from, zlib.crc32, F.CRC.unpack_from
-        decode, verify = self._decode, self._verify
-        lo = offs[0] if self._count else 0
+        local = self._local
         for i in range(self._count):
             if self._closed:
                 raise ValueError("I/O on a closed RecordFile")
-            hi = offs[i + 1]
-            length, kind, pad, reserved, hc = unpack(view, lo)
-            v = lo + 16 + pad
-            e = v + length
-            # one CRC: the record CRC covers the head; without it, the head CRC
-            if kind or reserved or e + 4 != hi or \
-                    (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or \
-                    (crc(view[lo:e]) != unpack_crc(view, e)[0] if verify
-                     else crc(view[lo:lo + 12]) != hc):
-                yield self._record(view, lo, lo, hi, i)   # pads, or the exact error
-            else:
-                try:
-                    value = decode(view[v:e])
-                except KilnError as err:
-                    raise F.rewrap(err, v, i)
-                yield value
-            lo = hi
+            yield local(view, offs[i], offs[i + 1], i)
 
     # --- lifetime -------------------------------------------------------------------
 
