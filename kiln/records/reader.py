@@ -112,14 +112,12 @@ class RecordFile(Sequence[R]):
                  **decode_options: Any) -> None:
         self._args = (source, type, bool(recover), bool(verify), storage_options,
                       decode_options)
-        self.type = as_type(type)
-        self._dec = Decoder(self.type, True, **decode_options)
-        self._decode = self._dec.decode
         self._kernels = decode_options.get("kernels")
         self._verify = bool(verify)
         self.recovery: Optional[Recovery] = None
         self._offs: Optional["array[int]"] = None
         self._closed = False
+        self._setup(type, decode_options)
         self._src = open_source(source, storage_options)
         self.path = self._src.name
         try:
@@ -128,11 +126,17 @@ class RecordFile(Sequence[R]):
             self._src.close()
             raise
 
+    def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
+        """The record type: ``self.type``, its hash and the value decoder."""
+        self.type = as_type(type)
+        self._hash = self.type.schema_hash
+        self._decode = Decoder(self.type, True, **decode_options).decode
+
     # --- opening ----------------------------------------------------------------
 
     def _open(self, recover: bool) -> None:
         src, size = self._src, self._src.size
-        F.check_header(src.read(0, min(size, F.HEADER_SIZE)), self.type.schema_hash, self.path)
+        F.check_header(src.read(0, min(size, F.HEADER_SIZE)), self._hash, self.path)
         try:
             if size < F.HEADER_SIZE + F.TRAILER_SIZE:
                 raise KilnError("EOF", size, "%s: %d bytes, too short for the 40-byte "
@@ -140,7 +144,7 @@ class RecordFile(Sequence[R]):
                                 "records)" % (self.path, size))
             tail = src.read(size - F.TRAILER_SIZE, size, READ_AHEAD) \
                 if self._src.view is None else src.read(size - F.TRAILER_SIZE, size)
-            ip, n = F.parse_trailer(tail, 0, size - F.TRAILER_SIZE, self.type.schema_hash,
+            ip, n = F.parse_trailer(tail, 0, size - F.TRAILER_SIZE, self._hash,
                                     self.path)
             self._count = n
             self._index(ip, n, size - F.TRAILER_SIZE)
@@ -335,7 +339,8 @@ class RecordFile(Sequence[R]):
         return (_reopen, (os.fspath(source), type, recover, verify, so, options))
 
     def __repr__(self) -> str:
-        return "kiln.RecordFile(%r, %r, %d records)" % (self.path, self.type.text, self._count)
+        return "kiln.RecordFile(%r, %r, %d records)" % (self.path, getattr(self.type, "text", None),
+                                                         self._count)
 
 
 def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]":
