@@ -260,3 +260,9 @@ def to_kiln(path: Any, arrays: Dict[str, Any], *, metadata: Optional[Dict[str, A
                     w.write_rows(name, starts[j + k], np.ascontiguousarray(part))
             if not blocks:   # no chunks at all along a zero-length axis
                 w.write_rows(name, 0, np.empty(x.shape, x.dtype))
+
+
+# --- record files: kiln.records.dask ------------------------------------------------
+from .records.dask import read_records, to_records  # noqa: E402
+
+__all__ += ["read_records", "to_records"]
