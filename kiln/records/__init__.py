@@ -10,4 +10,9 @@ from .writer import RecordWriter
 from .reader import RecordFile, Recovery
 from .stream import StreamDecoder, iter_records
 
+# tracebacks, reprs and the reference name the public module, where users import them from
+for _cls in (RecordWriter, RecordFile, StreamDecoder):
+    _cls.__module__ = "kiln"
+del _cls
+
 __all__ = ["RecordWriter", "RecordFile", "Recovery", "StreamDecoder", "iter_records"]

@@ -17,6 +17,7 @@ from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, T
                     overload)
 from typing import Type as _ClassOf
 
+from .. import _compat
 from .._api import Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
@@ -39,6 +40,7 @@ class Recovery(NamedTuple):
 
 
 def _index_decoder(kernels: Any) -> Decoder:
+    kernels = kernels or _compat.kernels
     dec = _INDEX_DECODERS.get(kernels)
     if dec is None:
         dec = _INDEX_DECODERS[kernels] = Decoder(F.INDEX_TYPE, True, kernels=kernels)

@@ -53,7 +53,7 @@ class StreamDecoder(Generic[R]):
         ...     _ = [w.write(v) for v in (5, 6, 7)]
         >>> d = kiln.StreamDecoder("i32")
         >>> data = out.getvalue()
-        >>> d.feed(data[:30]), d.feed(data[30:])
+        >>> d.feed(data[:60]), d.feed(data[60:])
         ([5], [6, 7])
         >>> d.eof()
     """

@@ -13,6 +13,7 @@ from array import array
 from typing import Any, Generic, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
 
+from .. import _compat
 from .._api import Encoder
 from .._types import Type, as_type
 from . import _format as F
@@ -23,6 +24,7 @@ _INDEX_ENCODERS = {}
 
 
 def _index_encoder(kernels: Any) -> Encoder:
+    kernels = kernels or _compat.kernels
     enc = _INDEX_ENCODERS.get(kernels)
     if enc is None:
         enc = _INDEX_ENCODERS[kernels] = Encoder(F.INDEX_TYPE, True, kernels=kernels)
@@ -182,9 +184,14 @@ class RecordWriter(Generic[T]):
         with self._lock:
             if self._closed:
                 return
-            self._f.flush()
-            if self._own:
-                os.fsync(self._f.fileno())
+            self._sync()
+
+    def _sync(self) -> None:
+        flush = getattr(self._f, "flush", None)    # an asyncio StreamWriter has none
+        if flush is not None:
+            flush()
+        if self._own:
+            os.fsync(self._f.fileno())
 
     def close(self) -> None:
         """Write the index and the trailer; close the file if ``target`` was a path."""
@@ -204,9 +211,7 @@ class RecordWriter(Generic[T]):
                 self._put(b"".join((first, buf, F.CRC.pack(F.crc(buf, F.crc(first))))))
                 self._put(F.make_trailer(index_pos, len(self._offsets),
                                          self.type.schema_hash))
-                self._f.flush()
-                if self._own:
-                    os.fsync(self._f.fileno())
+                self._sync()
             finally:
                 if self._own:
                     self._f.close()
