@@ -23,7 +23,30 @@ from .files import (save_tensors, load_tensors, load_metadata, save, load, open,
 from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
                        I32Array, I64Array, U8Array, U16Array, U32Array, U64Array, F32Array,
                        F64Array, BoolArray)
-from .records import RecordWriter, RecordFile, iter_records, StreamDecoder
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import RecordWriter, RecordFile, iter_records, StreamDecoder
+
+# parts imported on first use (PEP 562): public name -> module
+_LAZY = {
+    "RecordWriter": ".records", "RecordFile": ".records", "iter_records": ".records",
+    "StreamDecoder": ".records",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError("module 'kiln' has no attribute %r" % (name,))
+    import importlib
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"
 
