@@ -492,3 +492,40 @@ def test_records_before_a_fault_come_out_in_any_chunking(impl):
             d.eof()
         assert got == vals[:2]
         assert (ei.value.code, ei.value.offset) == ("FRAME", offs[2] + 12)
+
+
+def test_alignment_needs_no_dtype_support_and_covers_packed_tensors(impl, tmp_path):
+    p = tmp_path / "q.kilnr"
+    with kiln.RecordWriter(p, TT, kernels=impl.kernels) as w:
+        for i in range(5):
+            w.write({"id": i, "name": "q" * (3 * i),
+                     "img": [kiln.Tensor(bytes([i]) * 6, dtype="bf16", shape=(3,), name="h"),
+                             kiln.Tensor(bytes([0x21]) * 2, dtype="u4", shape=(4,), name="n")]})
+    with open_rf(impl, p, TT) as rf:
+        for i, r in enumerate(rf):
+            for name in ("h", "n"):
+                view = np.frombuffer(r["img"][name].data, np.uint8)
+                assert view.__array_interface__["data"][0] % 64 == 0, (i, name)
+            assert bytes(r["img"]["h"].data) == bytes([i]) * 6
+
+
+def test_remote_index_frame_is_checked_and_remote_recovery(impl):
+    fsspec = pytest.importorskip("fsspec")
+    fr = [framed(v) for v in values(3)]
+    good, offs = U.container(H, fr)
+    ip = offs[-1] + 20 + len(fr[-1])
+    pad = good[ip + 9]
+    value = bytearray(U.index_value(offs))
+    value[16:20] = struct.pack("<I", 2)          # the list's own count disagrees
+    bad = good[:ip] + U.record(bytes(value), kind=1, pad=pad) + good[-40:]
+    fs = fsspec.filesystem("memory")
+    try:
+        fs.pipe("/rec/bad.kilnr", bad)
+        expect("FRAME", ip + 16 + pad, open_rf, impl, "memory://rec/bad.kilnr")
+        expect("FRAME", ip + 16 + pad, read_all, impl, bad)
+        expect("FRAME", ip + 16 + pad, stream, impl, bad)
+        fs.pipe("/rec/torn.kilnr", good[:offs[2] + 30])
+        with open_rf(impl, "memory://rec/torn.kilnr", recover=True) as rf:
+            assert list(rf) == values(2) and rf.recovery.offset == offs[2]
+    finally:
+        fs.rm("/rec", recursive=True)

@@ -12,6 +12,8 @@ import zlib
 from typing import Tuple
 
 from .._errors import KilnError
+from .._types import as_type
+from .._wire import FRAME_MAGIC
 
 # --- the container header (16 bytes, at offset 0) -----------------------------
 MAGIC = b"KLNR"
@@ -38,6 +40,7 @@ OVERHEAD = HEAD_SIZE + CRC_SIZE        # bytes a record adds besides pad and val
 # --- the index: one record of kind 1 whose value is a framed list<u64> ---------
 INDEX_TYPE = "list<u64>"
 INDEX_ENTRIES = 20                     # the first entry, from the value's start (frame + count)
+INDEX_HASH = as_type(INDEX_TYPE).schema_hash
 
 # --- the trailer (40 bytes, the container's last bytes) ------------------------
 TRAILER = struct.Struct("<QQQBBHI8s")  # index pos, count, schema hash, version, flags,
@@ -156,6 +159,16 @@ def parse_trailer(buf, at: int, pos: int, want_hash: int, name: str) -> Tuple[in
         raise KilnError("LIMIT", pos + 8, "%s: trailer count %d is more than %d bytes of "
                         "records can hold" % (name, count, index_pos - HEADER_SIZE))
     return index_pos, count
+
+
+def check_index_frame(buf, at: int, pos: int, count: int, name: str) -> None:
+    """The first 20 bytes of an index value (at container offset ``pos``): a
+    Kiln frame of ``list<u64>`` and the count ``count``."""
+    magic, profile, flags, reserved, h = struct.unpack_from("<4sBBHQ", buf, at)
+    (n,) = struct.unpack_from("<I", buf, at + 16)
+    if magic != FRAME_MAGIC or profile or flags or reserved or h != INDEX_HASH or n != count:
+        raise KilnError("FRAME", pos, "%s: the index's frame or count (%d) is not that of a "
+                        "list<u64> of %d offsets" % (name, n, count))
 
 
 def index_length(count: int) -> int:

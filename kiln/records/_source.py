@@ -41,7 +41,7 @@ class LocalSource:
 
     bytes_fetched = 0
 
-    def read(self, lo: int, hi: int) -> Any:
+    def read(self, lo: int, hi: int, ahead: int = 0) -> Any:
         return self.view[lo:hi]
 
     def close(self) -> None:

@@ -144,8 +144,7 @@ class RecordFile(Sequence[R]):
                 raise KilnError("EOF", size, "%s: %d bytes, too short for the 40-byte "
                                 "trailer (a file not closed: recover=True reads its complete "
                                 "records)" % (self.path, size))
-            tail = src.read(size - F.TRAILER_SIZE, size, READ_AHEAD) \
-                if self._src.view is None else src.read(size - F.TRAILER_SIZE, size)
+            tail = src.read(size - F.TRAILER_SIZE, size)
             ip, n = F.parse_trailer(tail, 0, size - F.TRAILER_SIZE, self._hash,
                                     self.path)
             self._count = n
@@ -158,8 +157,7 @@ class RecordFile(Sequence[R]):
     def _index(self, ip: int, n: int, trailer_at: int) -> None:
         """Check the index record at ``ip``; a local index is read whole."""
         src = self._src
-        head = src.read(ip, ip + F.HEAD_SIZE, READ_AHEAD) if src.view is None \
-            else src.read(ip, ip + F.HEAD_SIZE)
+        head = src.read(ip, ip + F.HEAD_SIZE, READ_AHEAD)
         length, kind, pad = F.parse_head(head, 0, ip, n)
         if kind != F.KIND_INDEX:
             raise KilnError("FRAME", ip + 8, "%s: the trailer's index position %d holds a "
@@ -170,8 +168,9 @@ class RecordFile(Sequence[R]):
                             % (self.path, length, n, trailer_at))
         v = ip + F.HEAD_SIZE + pad
         self._ip, self._entries = ip, v + F.INDEX_ENTRIES
-        if src.view is None:
-            return                       # remote: entries checked as they are read
+        F.check_index_frame(src.read(v, v + F.INDEX_ENTRIES, READ_AHEAD), 0, v, n, self.path)
+        if src.view is None:             # remote: entries checked as they are read
+            return
         F.check_body(src.view, ip + F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True,
                      F.crc(head))
         try:
@@ -195,7 +194,7 @@ class RecordFile(Sequence[R]):
                 err = KilnError("EOF", pos, "record %d: the file ends inside its head" % n)
                 break
             try:
-                head = src.read(pos, pos + F.HEAD_SIZE)
+                head = src.read(pos, pos + F.HEAD_SIZE, READ_AHEAD)
                 length, kind, pad = F.parse_head(head, 0, pos, n)
                 if kind == F.KIND_INDEX:
                     raise KilnError("FRAME", pos, "the index begins here but %s" % why.reason)
@@ -203,7 +202,7 @@ class RecordFile(Sequence[R]):
                 if end > size:
                     raise KilnError("EOF", pos, "record %d: %d value bytes run past the end "
                                     "of the file (%d bytes)" % (n, length, size))
-                body = src.read(pos + F.HEAD_SIZE, end)
+                body = src.read(pos + F.HEAD_SIZE, end, READ_AHEAD)
                 F.check_body(body, 0, pos + F.HEAD_SIZE, pad, length, n, True, F.crc(head))
             except KilnError as e:
                 err = e

@@ -16,13 +16,11 @@ from typing import Type as _ClassOf
 from .._api import Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
-from .._wire import FRAME_MAGIC
 from . import _format as F
 
 R = TypeVar("R")
 _Q = struct.Struct("<Q")
 _HEADER, _HEAD, _BODY, _INDEX, _TRAILER, _DONE = range(6)
-_INDEX_HASH = as_type(F.INDEX_TYPE).schema_hash
 _CHUNK = 64 << 10
 
 
@@ -198,13 +196,7 @@ class StreamDecoder(Generic[R]):
                 return -1
             F.check_body(buf, at, pos, pad, length, self.count, False, 0)
             v = at + pad
-            magic, profile, flags, reserved, h = struct.unpack_from("<4sBBHQ", buf, v)
-            (n,) = struct.unpack_from("<I", buf, v + 16)
-            if magic != FRAME_MAGIC or profile or flags or reserved or h != _INDEX_HASH or \
-                    n != self.count:
-                raise KilnError("FRAME", pos + pad, "%s: the index's frame or count (%d) is "
-                                "not that of a list<u64> of %d offsets"
-                                % (self.name, n, self.count))
+            F.check_index_frame(buf, v, pos + pad, self.count, self.name)
             self._vcrc = zlib.crc32(buf[at:v + F.INDEX_ENTRIES], self._vcrc)
             self._left -= fixed
             return fixed

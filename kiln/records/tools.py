@@ -32,8 +32,11 @@ class RawRecords(RecordFile[int]):
     """A record file opened without its type: ``rf[i]`` is the length of
     record i's framed value, after every check that needs no type."""
 
+    def __init__(self, source: Any) -> None:
+        RecordFile.__init__(self, source, "list<u8>")    # the type is not used
+
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
-        self.type = None
+        self.type = as_type(type)
         self._hash = 0
         self._decode = self._frame_only
 
@@ -61,7 +64,8 @@ class RawRecords(RecordFile[int]):
 
 def describe(path: str, type: Optional[str] = None) -> Dict[str, Any]:
     """The header and trailer facts of a record file (the index is checked)."""
-    with RawRecords(path, None) as rf:
+    rf = RawRecords(path)
+    with rf:
         info: Dict[str, Any] = {"kind": "record file", "records": len(rf),
                                 "schema_hash": "0x%016x" % rf.schema_hash,
                                 "index_at": rf._ip}
@@ -74,7 +78,7 @@ def describe(path: str, type: Optional[str] = None) -> Dict[str, Any]:
 
 def check_all(path: str, type: Optional[str] = None) -> int:
     """Read every record (decoded when ``type`` is given); the count."""
-    rf: RecordFile[Any] = RawRecords(path, None) if type is None else RecordFile(path, type)
+    rf: RecordFile[Any] = RawRecords(path) if type is None else RecordFile(path, type)
     with rf:
         n = 0
         for _ in rf:

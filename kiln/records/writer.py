@@ -10,7 +10,7 @@ import builtins
 import os
 import threading
 from array import array
-from typing import Any, Generic, Optional, TypeVar, Union, overload
+from typing import Any, Dict, Generic, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
 
 from .. import _compat
@@ -20,7 +20,7 @@ from . import _format as F
 
 T = TypeVar("T")
 _ONE_WRITE = 64 << 10
-_INDEX_ENCODERS = {}
+_INDEX_ENCODERS: Dict[Any, Encoder] = {}
 
 
 def _index_encoder(kernels: Any) -> Encoder:
@@ -45,6 +45,19 @@ def _write_all(f: Any, data: Any) -> None:
         n += m
 
 
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:          # pragma: no cover - Windows, or a folder we cannot open
+        return
+    try:
+        os.fsync(fd)
+    except OSError:          # pragma: no cover - file systems without directory fsync
+        pass
+    finally:
+        os.close(fd)
+
+
 def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
     """The offset in the encoded buffer (whose address is ``base``) of the first
     non-empty tensor payload in ``value``, found in field order."""
@@ -52,12 +65,12 @@ def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
     if depth > 80:
         return None
     if isinstance(value, kiln.TensorDirectory):
+        import numpy as np
         for t in value.values():
-            if t.nbytes:
-                arr = t.numpy()
-                at = arr.__array_interface__["data"][0] - base
-                return at
+            if t.nbytes:     # the payload's raw bytes: no dtype support needed
+                return np.frombuffer(t.data, np.uint8).__array_interface__["data"][0] - base
         return None
+    items: Any
     if isinstance(value, dict):
         items = value.values()
     elif isinstance(value, (list, tuple)):
@@ -125,6 +138,7 @@ class RecordWriter(Generic[T]):
             from .._api import Decoder
             self._align_dec = Decoder(self.type, True, trusted=True, kernels=kernels)
         self._lock = threading.Lock()
+        self._dir_synced = False
         self._offsets = array("Q")
         self._closed = False
         if hasattr(target, "write"):
@@ -192,6 +206,9 @@ class RecordWriter(Generic[T]):
             flush()
         if self._own:
             os.fsync(self._f.fileno())
+            if not self._dir_synced:              # the new file's name, once
+                _fsync_dir(os.path.dirname(os.path.abspath(self.path or ".")))
+                self._dir_synced = True
 
     def close(self) -> None:
         """Write the index and the trailer; close the file if ``target`` was a path."""
