@@ -529,3 +529,25 @@ def test_remote_index_frame_is_checked_and_remote_recovery(impl):
             assert list(rf) == values(2) and rf.recovery.offset == offs[2]
     finally:
         fs.rm("/rec", recursive=True)
+
+
+def test_remote_over_http_counts_the_bytes_on_the_wire(impl, tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from _servers import RangeServer
+    from kiln.remote import RemoteFileChanged
+    vals = [{"id": i, "name": "h" * 2000} for i in range(2000)]
+    write(impl, tmp_path / "h.kilnr", vals)
+    size = (tmp_path / "h.kilnr").stat().st_size
+    rec = 20 + len(framed(vals[0]))
+    with RangeServer(tmp_path) as server:
+        with open_rf(impl, server.url + "h.kilnr") as rf:
+            assert rf[1500] == vals[1500] and rf[-2] == vals[-2]
+            # the header, the trailer, one 64 KiB block from the index on, two records,
+            # and the response headers of a few requests
+            assert server.sent < 16 + 40 + (64 << 10) + 2 * rec + 8000
+            assert size > 4_000_000
+            time.sleep(0.01)
+            (tmp_path / "h.kilnr").write_bytes(b"x" * size)     # same size, a new version
+            with pytest.raises(RemoteFileChanged):
+                rf[7]

@@ -61,14 +61,22 @@ class RemoteSource:
     """Range reads of an fsspec URL, with one read-ahead block kept.
 
     ``bytes_fetched`` counts every byte moved.  The object's size and version
-    are read at open; a read past the size seen then is never made.
+    are read at open and again after every fetch: a change is
+    :class:`kiln.remote.RemoteFileChanged`, never bytes of two versions read
+    together; a store that ignores the range request is an ``OSError``.
     """
 
     def __init__(self, url: str, storage_options: Optional[Dict[str, Any]] = None) -> None:
         import fsspec
         self.name = url
         self.fs, self.key = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        self.size = int(self.fs.info(self.key)["size"])
+        info = self.fs.info(self.key)
+        if info.get("type") == "directory":
+            raise IsADirectoryError("%s is a directory" % url)
+        if not isinstance(info.get("size"), int):
+            raise OSError("%s: the store does not report the object's size" % url)
+        self.size = info["size"]
+        self._version = _version(info)
         self.bytes_fetched = 0
         self._block: Tuple[int, bytes] = (0, b"")
 
@@ -81,9 +89,16 @@ class RemoteSource:
         end = min(self.size, max(hi, lo + ahead))
         data = bytes(self.fs.cat_file(self.key, start=lo, end=end))
         self.bytes_fetched += len(data)
+        now = _version(self.fs.info(self.key))
+        if now != self._version:
+            from ..remote import RemoteFileChanged
+            raise RemoteFileChanged("%s changed after it was opened: reopen it" % self.name)
+        if len(data) > end - lo:
+            raise OSError("%s: the store sent %d bytes for bytes %d..%d: it ignored the range "
+                          "request" % (self.name, len(data), lo, end))
         if len(data) != end - lo:
-            raise KilnError("EOF", lo + len(data), "%s: the server sent %d bytes for range "
-                            "%d..%d" % (self.name, len(data), lo, end))
+            raise KilnError("EOF", lo + len(data), "%s: the object ended at byte %d, inside "
+                            "bytes %d..%d" % (self.name, lo + len(data), lo, end))
         if ahead:
             self._block = (lo, data)
         return data[:hi - lo]
@@ -94,6 +109,15 @@ class RemoteSource:
 
     def close(self) -> None:
         self._block = (0, b"")
+
+
+def _version(info: Dict[str, Any]) -> Tuple[Any, ...]:
+    """What identifies one version of a remote object (as :mod:`kiln.remote` reads it)."""
+    keys = ("ETag", "etag", "VersionId", "version_id", "generation", "LastModified",
+            "Last-Modified", "last_modified", "mtime", "created", "Content-MD5", "md5Hash",
+            "crc32c")
+    return (info.get("size"),) + tuple((k, str(info[k])) for k in keys
+                                       if info.get(k) is not None)
 
 
 def open_source(source: Any, storage_options: Optional[Dict[str, Any]]) -> Any:

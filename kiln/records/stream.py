@@ -38,8 +38,9 @@ class StreamDecoder(Generic[R]):
     ``feed(data)`` returns the records that ``data`` completes (a list,
     maybe empty); records completed before a fault in the same ``data`` are
     returned and the fault is raised by the next ``feed`` or ``eof``, so
-    every chunking gives the same records and the same error; ``eof()`` says the stream ended: ``EOF`` when it ended
-    inside the header or a record.  A stream may end after any complete
+    every chunking gives the same records and the same error; ``eof()``
+    says the stream ended: ``EOF`` when it ended inside the header or a
+    record.  A stream may end after any complete
     record; when the writer closed it, its index and trailer are checked
     too, and nothing may follow them (``TRAILING``).  ``done`` is true once
     the trailer was read.
@@ -127,7 +128,8 @@ class StreamDecoder(Generic[R]):
                 return -1
             length, kind, pad = F.parse_head(buf, at, pos, self.count)
             if kind == F.KIND_INDEX:
-                return self._index_head(pos, length, pad, zlib.crc32(buf[at:at + F.HEAD_SIZE]))
+                seed = zlib.crc32(buf[at:at + F.HEAD_SIZE])
+                return self._index_head(pos, length, pad, seed)
             if length > self._cap:
                 raise KilnError("LIMIT", pos, "%s: record %d: value length %d is above "
                                 "max_record_bytes=%d" % (self.name, self.count, length,
