@@ -369,8 +369,9 @@ def test_any_chunking_gives_the_same_records(impl, data):
     assert stream(impl, raw, chunks=cuts) == vals
     # a stream may end after any complete record, and only there
     _, offs = U.container(H, [framed(v) for v in vals])
-    end = data.draw(st.integers(16, len(raw)))
-    ends = set(offs) | {len(raw)}
+    index_at = offs[-1] + 20 + len(framed(vals[-1]))
+    end = data.draw(st.one_of(st.integers(16, len(raw)), st.sampled_from(offs + [index_at])))
+    ends = set(offs) | {index_at, len(raw)}
     if end in ends:
         assert stream(impl, raw[:end], chunks=[c for c in cuts if c < end]) == \
             vals[:sum(o < end for o in offs)]
@@ -551,3 +552,19 @@ def test_remote_over_http_counts_the_bytes_on_the_wire(impl, tmp_path):
             (tmp_path / "h.kilnr").write_bytes(b"x" * size)     # same size, a new version
             with pytest.raises(RemoteFileChanged):
                 rf[7]
+
+
+def test_a_wrong_head_crc_is_caught_by_every_reader(impl):
+    fr = [framed(v) for v in values(3)]
+    good, offs = U.container(H, fr)
+    bad = bytearray(good)
+    at = offs[1]
+    bad[at + 12:at + 16] = struct.pack("<I", zlib.crc32(bytes(bad[at:at + 12])) ^ 1)
+    end = at + 16 + len(fr[1])
+    bad[end:end + 4] = struct.pack("<I", zlib.crc32(bytes(bad[at:end])))   # record CRC right
+    bad = bytes(bad)
+    for verify in (True, False):
+        expect("FRAME", at + 12, read_all, impl, bad, verify=verify)
+        with open_rf(impl, io.BytesIO(bad), verify=verify) as rf:
+            expect("FRAME", at + 12, rf.__getitem__, 1)
+        expect("FRAME", at + 12, stream, impl, bad, verify=verify)

@@ -264,16 +264,13 @@ class RecordFile(Sequence[R]):
     def _local(self, view: Any, lo: int, hi: int, i: int, unpack: Any = F.HEAD.unpack_from,
                crc: Any = zlib.crc32, unpack_crc: Any = F.CRC.unpack_from) -> Any:
         """Record ``i`` of a mapped file: the checks of ``_record`` in a few
-        expressions (one CRC: the record CRC covers the head; without
-        ``verify``, the head CRC); any fault goes through ``_record`` for
-        its exact error."""
+        expressions; any fault goes through ``_record`` for its exact error."""
         length, kind, pad, reserved, hc = unpack(view, lo)
         v = lo + 16 + pad
         e = v + length
-        if kind or reserved or e + 4 != hi or \
+        if kind or reserved or e + 4 != hi or crc(view[lo:lo + 12]) != hc or \
                 (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or \
-                (crc(view[lo:e]) != unpack_crc(view, e)[0] if self._verify
-                 else crc(view[lo:lo + 12]) != hc):
+                (self._verify and crc(view[lo:e]) != unpack_crc(view, e)[0]):
             return self._record(view, lo, lo, hi, i)
         try:
             return self._decode(view[v:e])
@@ -294,6 +291,9 @@ class RecordFile(Sequence[R]):
             i += self._count
         if not 0 <= i < self._count:
             raise IndexError("record %d of a file of %d records" % (i, self._count))
+        offs = self._offs
+        if offs is not None and self._src.view is not None and not self._closed:
+            return self._local(self._src.view, offs[i], offs[i + 1], i)   # type: ignore
         value: R = self._get(i)
         return value
 
@@ -303,11 +303,28 @@ class RecordFile(Sequence[R]):
             for i in range(self._count):
                 yield self._get(i)
             return
-        local = self._local
-        for i in range(self._count):
-            if self._closed:
-                raise ValueError("I/O on a closed RecordFile")
-            yield local(view, offs[i], offs[i + 1], i)
+        local, decode, crc, verify = self._local, self._decode, zlib.crc32, self._verify
+        for a in range(0, self._count, _BLOCK):
+            b = min(self._count, a + _BLOCK)
+            block = _heads(view, offs, a, b)
+            if block is None:            # a head to look at closely: one at a time
+                for i in range(a, b):
+                    if self._closed:
+                        raise ValueError("I/O on a closed RecordFile")
+                    yield local(view, offs[i], offs[i + 1], i)
+                continue
+            for i, lo, v, e, pad, want in zip(range(a, b), *block):
+                if self._closed:
+                    raise ValueError("I/O on a closed RecordFile")
+                if (verify and crc(view[lo:e]) != want) or \
+                        (pad and view[lo + 16:v] != _ZEROS[:pad]):
+                    yield self._record(view, lo, lo, offs[i + 1], i)    # its exact error
+                    continue
+                try:
+                    value = decode(view[v:e])
+                except KilnError as err:
+                    raise F.rewrap(err, v, i)
+                yield value
 
     # --- lifetime -------------------------------------------------------------------
 
@@ -342,6 +359,57 @@ class RecordFile(Sequence[R]):
     def __repr__(self) -> str:
         return "kiln.RecordFile(%r, %r, %d records)" % (self.path, getattr(self.type, "text", None),
                                                          self._count)
+
+
+_BLOCK = 4096
+_HEAD_DTYPE = None
+
+
+def _heads(view: Any, offs: "array[int]", a: int, b: int) -> Optional[tuple]:
+    """Records ``a..b`` of a mapped file, their heads checked at once: lists of
+    (head offset, value offset, value end, pad, record CRC), or None when any
+    head is not a plain record that fills its index span exactly."""
+    import numpy as np
+    global _HEAD_DTYPE
+    if _HEAD_DTYPE is None:
+        _HEAD_DTYPE = np.dtype([("length", "<u8"), ("kind", "u1"), ("pad", "u1"),
+                                ("reserved", "<u2"), ("crc", "<u4")])
+    ends = np.frombuffer(offs, np.uint64)[a:b + 1].astype(np.int64)
+    lo, hi = ends[:-1], ends[1:]
+    raw = np.frombuffer(view, np.uint8)
+    try:
+        heads = raw[lo[:, None] + np.arange(16)].view(_HEAD_DTYPE)[:, 0]
+        tail = raw[(hi - 4)[:, None] + np.arange(4)].view("<u4")[:, 0]
+    finally:
+        del raw
+    length, pad = heads["length"], heads["pad"].astype(np.int64)
+    span = (hi - lo - F.OVERHEAD - pad).astype(np.uint64)
+    if (heads["kind"].any() or heads["reserved"].any() or (pad > F.MAX_PAD).any() or
+            (length != span).any() or
+            (_crc_rows(heads.view(np.uint8).reshape(-1, 16)[:, :F.HEAD_CHECKED]) !=
+             heads["crc"]).any()):
+        return None
+    v = lo + F.HEAD_SIZE + pad
+    return (lo.tolist(), v.tolist(), (hi - 4).tolist(), pad.tolist(), tail.tolist())
+
+
+_CRC_TABLE = None
+
+
+def _crc_rows(rows: Any) -> Any:
+    """zlib's CRC-32 of every row of a 2-D uint8 array, computed column by
+    column (a table CRC, vectorized over the rows)."""
+    import numpy as np
+    global _CRC_TABLE
+    if _CRC_TABLE is None:
+        t = np.arange(256, dtype=np.uint32)
+        for _ in range(8):
+            t = np.where(t & 1, (t >> 1) ^ np.uint32(0xEDB88320), t >> 1).astype(np.uint32)
+        _CRC_TABLE = t
+    c = np.full(len(rows), 0xFFFFFFFF, np.uint32)
+    for k in range(rows.shape[1]):
+        c = _CRC_TABLE[(c ^ rows[:, k]) & 0xFF] ^ (c >> 8)
+    return c ^ np.uint32(0xFFFFFFFF)
 
 
 def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]":
