@@ -568,3 +568,20 @@ def test_a_wrong_head_crc_is_caught_by_every_reader(impl):
         with open_rf(impl, io.BytesIO(bad), verify=verify) as rf:
             expect("FRAME", at + 12, rf.__getitem__, 1)
         expect("FRAME", at + 12, stream, impl, bad, verify=verify)
+
+
+def test_faults_in_a_later_block_of_a_long_file(impl):
+    vals = [{"id": i, "name": ""} for i in range(5000)]
+    fr = [framed(v) for v in vals]
+    good, offs = U.container(H, fr)
+    for at, where in ((offs[4500] + 12, offs[4500] + 12),              # head CRC field
+                      (offs[4700] + 16 + 16, offs[4700] + 16 + len(fr[4700]))):   # value
+        bad = bytearray(good)
+        bad[at] ^= 0x40
+        got = []
+        with open_rf(impl, io.BytesIO(bytes(bad))) as rf:
+            with pytest.raises(kiln.KilnError) as ei:
+                for r in rf:
+                    got.append(r)
+        assert (ei.value.code, ei.value.offset) == ("FRAME", where)
+        assert got == vals[:len(got)] and len(got) in (4500, 4700)

@@ -366,9 +366,12 @@ _HEAD_DTYPE = None
 
 
 def _heads(view: Any, offs: "array[int]", a: int, b: int) -> Optional[tuple]:
-    """Records ``a..b`` of a mapped file, their heads checked at once: lists of
-    (head offset, value offset, value end, pad, record CRC), or None when any
-    head is not a plain record that fills its index span exactly."""
+    """Records ``a..b`` of a mapped file, their heads checked at once (head
+    CRC, kind, pad, reserved bytes, length against the index).
+
+    Returns lists of (head offset, value offset, value end, pad, record CRC),
+    or None when any check fails: the caller then reads those records one at
+    a time, for the exact error."""
     import numpy as np
     global _HEAD_DTYPE
     if _HEAD_DTYPE is None:
@@ -380,17 +383,17 @@ def _heads(view: Any, offs: "array[int]", a: int, b: int) -> Optional[tuple]:
     try:
         heads = raw[lo[:, None] + np.arange(16)].view(_HEAD_DTYPE)[:, 0]
         tail = raw[(hi - 4)[:, None] + np.arange(4)].view("<u4")[:, 0]
+        length, pad = heads["length"], heads["pad"].astype(np.int64)
+        span = (hi - lo - F.OVERHEAD - pad).astype(np.uint64)
+        if (heads["kind"].any() or heads["reserved"].any() or (pad > F.MAX_PAD).any() or
+                (length != span).any() or
+                (_crc_rows(heads.view(np.uint8).reshape(-1, 16)[:, :F.HEAD_CHECKED]) !=
+                 heads["crc"]).any()):
+            return None
     finally:
         del raw
-    length, pad = heads["length"], heads["pad"].astype(np.int64)
-    span = (hi - lo - F.OVERHEAD - pad).astype(np.uint64)
-    if (heads["kind"].any() or heads["reserved"].any() or (pad > F.MAX_PAD).any() or
-            (length != span).any() or
-            (_crc_rows(heads.view(np.uint8).reshape(-1, 16)[:, :F.HEAD_CHECKED]) !=
-             heads["crc"]).any()):
-        return None
     v = lo + F.HEAD_SIZE + pad
-    return (lo.tolist(), v.tolist(), (hi - 4).tolist(), pad.tolist(), tail.tolist())
+    return lo.tolist(), v.tolist(), (hi - 4).tolist(), pad.tolist(), tail.tolist()
 
 
 _CRC_TABLE = None
@@ -398,7 +401,7 @@ _CRC_TABLE = None
 
 def _crc_rows(rows: Any) -> Any:
     """zlib's CRC-32 of every row of a 2-D uint8 array, computed column by
-    column (a table CRC, vectorized over the rows)."""
+    column: a table CRC vectorized over the rows."""
     import numpy as np
     global _CRC_TABLE
     if _CRC_TABLE is None:
@@ -407,8 +410,9 @@ def _crc_rows(rows: Any) -> Any:
             t = np.where(t & 1, (t >> 1) ^ np.uint32(0xEDB88320), t >> 1).astype(np.uint32)
         _CRC_TABLE = t
     c = np.full(len(rows), 0xFFFFFFFF, np.uint32)
-    for k in range(rows.shape[1]):
-        c = _CRC_TABLE[(c ^ rows[:, k]) & 0xFF] ^ (c >> 8)
+    cols = np.ascontiguousarray(rows.T)
+    for k in range(cols.shape[0]):
+        c = _CRC_TABLE[(c ^ cols[k]) & 0xFF] ^ (c >> 8)
     return c ^ np.uint32(0xFFFFFFFF)
 
 
