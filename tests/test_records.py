@@ -585,3 +585,37 @@ def test_faults_in_a_later_block_of_a_long_file(impl):
                     got.append(r)
         assert (ei.value.code, ei.value.offset) == ("FRAME", where)
         assert got == vals[:len(got)] and len(got) in (4500, 4700)
+
+
+class _Full:
+    """A target that takes ``room`` bytes, then fails like a full disk."""
+
+    def __init__(self, room):
+        self.room, self.data = room, bytearray()
+
+    def write(self, b):
+        if len(self.data) + len(b) > self.room:
+            take = self.room - len(self.data)
+            self.data += bytes(b)[:take]
+            raise OSError(28, "No space left on device")
+        self.data += b
+        return len(b)
+
+    def flush(self):
+        pass
+
+
+def test_a_failed_write_leaves_a_recoverable_file_and_no_index(impl):
+    vals = values(10)
+    full, offs = U.container(H, [framed(v) for v in vals], closed=False)
+    target = _Full(offs[6] + 10)
+    w = kiln.RecordWriter(target, T, kernels=impl.kernels)
+    with pytest.raises(OSError):
+        for v in vals:
+            w.write(v)
+    with pytest.raises(ValueError):
+        w.write(vals[0])
+    w.close()
+    assert bytes(target.data) == full[:offs[6] + 10]     # no index after the torn record
+    with open_rf(impl, io.BytesIO(bytes(target.data)), recover=True) as rf:
+        assert list(rf) == vals[:6] and rf.recovery.offset == offs[6]

@@ -15,6 +15,8 @@ from typing import Type as _ClassOf
 
 from .. import _compat
 from .._api import Encoder
+from .._errors import EncodeError
+from .._wire import U32_MAX
 from .._types import Type, as_type
 from . import _format as F
 
@@ -141,6 +143,7 @@ class RecordWriter(Generic[T]):
         self._dir_synced = False
         self._offsets = array("Q")
         self._closed = False
+        self._broken = False
         if hasattr(target, "write"):
             self.path: Optional[str] = None
             self._f = target
@@ -177,16 +180,28 @@ class RecordWriter(Generic[T]):
         with self._lock:
             if self._closed:
                 raise ValueError("write to a closed RecordWriter")
+            if self._broken:
+                raise ValueError("an earlier write to this RecordWriter failed: the file ends "
+                                 "in a torn record (read it with recover=True)")
             pad = self._pad(buf)
             head = F.make_head(len(buf), F.KIND_RECORD, pad)
+            if len(self._offsets) >= U32_MAX:
+                raise EncodeError("LIMIT", self._pos, "a record file holds at most %d records "
+                                  "(the index is one Kiln list)" % U32_MAX)
             start = self._pos
             first = head + bytes(pad)
             tail = F.CRC.pack(F.crc(buf, F.crc(first)))
-            if len(buf) < _ONE_WRITE:
-                self._put(b"".join((first, buf, tail)))
-            else:
-                for part in (first, buf, tail):
-                    self._put(part)
+            try:
+                if len(buf) < _ONE_WRITE:
+                    self._put(b"".join((first, buf, tail)))
+                else:
+                    for part in (first, buf, tail):
+                        self._put(part)
+            except BaseException:
+                # the record may be torn: no index is written for this file (recover=True
+                # reads the records before it), and no more records
+                self._broken = True
+                raise
             self._offsets.append(start)
             return len(self._offsets) - 1
 
@@ -217,6 +232,8 @@ class RecordWriter(Generic[T]):
                 return
             self._closed = True
             try:
+                if self._broken:
+                    return
                 import numpy as np
                 offsets = np.frombuffer(self._offsets, np.uint64) if len(self._offsets) \
                     else np.zeros(0, np.uint64)
