@@ -75,7 +75,8 @@ class RecordFile(Sequence[R]):
             ``max_copy_bytes``, ``kernels``: as for :class:`kiln.Decoder`.
 
     ``len(rf)``, ``rf[i]`` (negative too, constant time), ``rf[a:b]`` (a
-    list), iteration, ``close()`` and ``with``.  A ``RecordFile`` opened from
+    list), iteration, ``close()`` and ``with``.  Several threads may read
+    one ``RecordFile`` at once.  A ``RecordFile`` opened from
     a path or URL pickles by reopening it, so it can be handed to worker
     processes as a map-style dataset.
 
