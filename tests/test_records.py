@@ -619,3 +619,25 @@ def test_a_failed_write_leaves_a_recoverable_file_and_no_index(impl):
     assert bytes(target.data) == full[:offs[6] + 10]     # no index after the torn record
     with open_rf(impl, io.BytesIO(bytes(target.data)), recover=True) as rf:
         assert list(rf) == vals[:6] and rf.recovery.offset == offs[6]
+
+
+def test_several_threads_read_one_file(impl, tmp_path):
+    vals = values(500)
+    write(impl, tmp_path / "m.kilnr", vals)
+    rf = open_rf(impl, tmp_path / "m.kilnr")
+    bad = []
+
+    def read(k):
+        for j in range(300):
+            i = (k * 131 + j * 17) % 500
+            if rf[i] != vals[i]:
+                bad.append(i)
+        if list(rf) != vals:
+            bad.append("iteration")
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    rf.close()
+    assert bad == []
