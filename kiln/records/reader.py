@@ -158,7 +158,10 @@ class RecordFile(Sequence[R]):
     def _index(self, ip: int, n: int, trailer_at: int) -> None:
         """Check the index record at ``ip``; a local index is read whole."""
         src = self._src
-        head = src.read(ip, ip + F.HEAD_SIZE, READ_AHEAD)
+        # the head, the pad and the index's frame and count: one small read (a
+        # remote file's entries come later, a read-ahead block at a time)
+        first = min(trailer_at, ip + F.HEAD_SIZE + F.MAX_PAD + F.INDEX_ENTRIES)
+        head = src.read(ip, first, first - ip)[:F.HEAD_SIZE]
         length, kind, pad = F.parse_head(head, 0, ip, n)
         if kind != F.KIND_INDEX:
             raise KilnError("FRAME", ip + 8, "%s: the trailer's index position %d holds a "
@@ -169,7 +172,7 @@ class RecordFile(Sequence[R]):
                             % (self.path, length, n, trailer_at))
         v = ip + F.HEAD_SIZE + pad
         self._ip, self._entries = ip, v + F.INDEX_ENTRIES
-        F.check_index_frame(src.read(v, v + F.INDEX_ENTRIES, READ_AHEAD), 0, v, n, self.path)
+        F.check_index_frame(src.read(v, v + F.INDEX_ENTRIES), 0, v, n, self.path)
         if src.view is None:             # remote: entries checked as they are read
             return
         F.check_body(src.view, ip + F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True,
