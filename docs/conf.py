@@ -61,6 +61,9 @@ nitpick_ignore_regex = [
 
 nitpick_ignore = [
     ("py:class", "kiln._api.T"),   # the TypeVar of Encoder[T] / Decoder[T]
+    ("py:class", "kiln.records.writer.T"),   # RecordWriter[T]
+    ("py:class", "kiln.records.reader.R"),   # RecordFile[R]
+    ("py:class", "kiln.records.stream.R"),   # StreamDecoder[R]
 ]
 
 # Public names live in private modules (kiln._types.Type is documented as

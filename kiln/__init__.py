@@ -38,6 +38,7 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
                         TensorWriter)
     from . import cli, convert, dask, files, remote, schema
+    from .records import RecordWriter, RecordFile, iter_records, StreamDecoder
 
 __version__ = "0.1.0"
 
@@ -52,6 +53,7 @@ __all__ = [
     "F32Array", "F64Array", "BoolArray", "save_tensors", "load_tensors", "load_metadata",
     "save", "load", "open", "KilnFile", "TensorWriter", "SchemaError", "schema_from_json",
     "to_json_schema",
+    "RecordWriter", "RecordFile", "iter_records", "StreamDecoder",
 ]
 
 # name -> the submodule that defines it, imported on first use
@@ -59,8 +61,10 @@ _LAZY = {
     "save_tensors": "files", "load_tensors": "files", "load_metadata": "files", "save": "files",
     "load": "files", "open": "files", "KilnFile": "files", "TensorWriter": "files",
     "SchemaError": "schema", "schema_from_json": "schema", "to_json_schema": "schema",
+    "RecordWriter": "records", "RecordFile": "records", "iter_records": "records",
+    "StreamDecoder": "records",
 }
-_SUBMODULES = ("cli", "convert", "dask", "files", "remote", "schema")
+_SUBMODULES = ("cli", "convert", "dask", "files", "records", "remote", "schema")
 
 
 def __getattr__(name: str) -> Any:

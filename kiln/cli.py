@@ -17,6 +17,9 @@ EPILOG = """examples:
   kiln check model.kiln                  exit 0 when valid, else code, offset, reason
   kiln convert model.safetensors model.kiln     also .gguf and .npz in, .safetensors
   kiln convert model.kiln model.npz              and .npz out
+  kiln inspect data.kilnr                a record file: count, type hash, index
+  kiln check data.kilnr --type TEXT      every record read and checked
+  kiln convert data.jsonl data.kilnr --schema schema.json    and back to .jsonl
   kiln cases                             the golden cases that ship with kiln
   kiln gen schema.json -o records.py     dataclasses from a JSON Schema
   kiln hash 'struct{id:i64,name:str}'    canonical text and schema hash
@@ -183,6 +186,8 @@ def _table_text(rows: List[Dict[str, Any]]) -> str:
 def cmd_inspect(args: Any) -> int:
     import json
     import kiln
+    if _records_file(args.file):
+        return _inspect_records(args)
     kind = _kind(args.file)
     report: Dict[str, Any] = {"file": args.file, "size": _size(args.file)}
     try:
@@ -230,6 +235,8 @@ def cmd_inspect(args: Any) -> int:
 
 def cmd_check(args: Any) -> int:
     import kiln
+    if _records_file(args.file):
+        return _check_records(args)
     kind = _kind(args.file)
     try:
         if args.type:
@@ -252,6 +259,8 @@ def cmd_convert(args: Any) -> int:
     import time
     import kiln
     from .convert import ConvertError, convert
+    if _records_convert_wanted(args):
+        return _convert_records(args)
     t = time.perf_counter()
     try:
         n = convert(args.src, args.dst)
@@ -260,6 +269,101 @@ def cmd_convert(args: Any) -> int:
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d tensors in %.2f s" % (args.src, args.dst, n, time.perf_counter() - t))
+    return 0
+
+
+# --- record files (kiln.records) ----------------------------------------------------
+
+# kiln.records._format.MAGIC, kept here so that `kiln inspect`/`check` of a tensor
+# file does not import the record package (tests/test_records_cli.py compares them)
+_RECORDS_MAGIC = b"KLNR"
+
+
+def _records_file(path: str) -> bool:
+    """Does ``path`` start with a record container's magic?"""
+    try:
+        return _head(path, 4)[:4] == _RECORDS_MAGIC
+    except OSError:
+        return False           # _kind reports it
+
+
+def _record_type(args: Any) -> Optional[Any]:
+    """The record type from --type or --schema (a JSON Schema file)."""
+    import json
+    import kiln
+    if getattr(args, "schema", None):
+        try:
+            with open(args.schema, encoding="utf-8") as f:
+                return kiln.schema_from_json(json.load(f))
+        except OSError as e:
+            raise Fail("cannot read %s: %s" % (args.schema, e.strerror or e))
+        except (ValueError, kiln.KilnError) as e:
+            raise Fail("%s: %s" % (args.schema, e), 1)
+    return args.type or None
+
+
+def _inspect_records(args: Any) -> int:
+    import json
+    import kiln
+    from .records.tools import describe
+    report: Dict[str, Any] = {"file": args.file, "size": _size(args.file)}
+    try:
+        report.update(describe(args.file, args.type))
+        if args.type and report["type_matches"]:
+            with kiln.RecordFile(args.file, args.type) as rf:
+                report["first"] = [_short(v) for v in rf[:3]]
+    except kiln.KilnError as e:
+        raise Fail("%s: %s" % (args.file, e), 1)
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    print("%s: record file, %d bytes, %d records, type hash %s, index at byte %d"
+          % (args.file, report["size"], report["records"], report["schema_hash"],
+             report["index_at"]))
+    if args.type:
+        print("type %s: %s" % (report["type"], "matches" if report["type_matches"]
+                               else "does not match the file"))
+    for v in report.get("first", []):
+        print(json.dumps(v, default=str))
+    return 0
+
+
+def _check_records(args: Any) -> int:
+    import kiln
+    from .records.tools import check_all
+    try:
+        n = check_all(args.file, args.type)
+    except kiln.KilnError as e:
+        print("%s: %s at byte %d: %s" % (args.file, e.code, e.offset, e.reason))
+        return 1
+    print("%s: valid, %d records%s" % (args.file, n, "" if args.type else
+                                         " (framing and checksums; --type also decodes)"))
+    return 0
+
+
+def _records_convert_wanted(args: Any) -> bool:
+    exts = (os.path.splitext(args.src)[1].lower(), os.path.splitext(args.dst)[1].lower())
+    return exts in ((".jsonl", ".kilnr"), (".kilnr", ".jsonl"))
+
+
+def _convert_records(args: Any) -> int:
+    import time
+    import kiln
+    from .records.tools import jsonl_to_records, records_to_jsonl
+    t = _record_type(args)
+    if t is None:
+        raise Fail("%s -> %s needs the record type: --schema FILE or --type TEXT"
+                   % (args.src, args.dst))
+    start = time.perf_counter()
+    go = jsonl_to_records if args.src.lower().endswith(".jsonl") else records_to_jsonl
+    try:
+        n = go(args.src, args.dst, t)
+    except (ValueError, kiln.KilnError) as e:
+        raise Fail(str(e), 1)
+    except OSError as e:
+        raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
+    print("%s -> %s: %d records in %.2f s" % (args.src, args.dst, n,
+                                              time.perf_counter() - start))
     return 0
 
 
@@ -353,6 +457,7 @@ def cmd_demo(args: Any) -> int:
 # --- gen ----------------------------------------------------------------------
 
 def cmd_gen(args: Any) -> int:
+    import json
     from .schema import SchemaError, generate
     import kiln
     try:
@@ -395,6 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz")
     c.add_argument("src")
     c.add_argument("dst")
+    c.add_argument("--schema", help="JSON Schema of the records (.jsonl <-> .kilnr)")
+    c.add_argument("--type", help="type text of the records (.jsonl <-> .kilnr)")
     c.set_defaults(fn=cmd_convert)
     c = sub.add_parser("cases", help="run the golden cases against the active implementation")
     c.add_argument("file", nargs="?", help="case file (default: the cases shipped with kiln)")

@@ -277,3 +277,9 @@ def _sizeof_tensor(t: Tensor) -> int:
 @_sizeof.register(TensorDirectory)
 def _sizeof_directory(d: TensorDirectory) -> int:
     return sum(t.nbytes + 100 for t in d.values()) + 100
+
+
+# --- record files: kiln.records.dask ------------------------------------------------
+from .records.dask import read_records, to_records  # noqa: E402
+
+__all__ += ["read_records", "to_records"]

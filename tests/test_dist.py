@@ -44,21 +44,22 @@ SDIST_ALLOWED = [
     "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
     "LICENSE", "kiln_wire.egg-info/*",
     "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
-    "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi",
+    "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi", "kiln/records/*.py",
     "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
-    "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/corpus/**",
+    "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/records_oracle.py", "fuzz/corpus/**",
 ]
 # never in an sdist, even under an allowed directory
 SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
                    "tests/test_dist.py"]
 
 WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
+                 "kiln/records/*.py",
                  "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi",
                  "kiln_wire-*.dist-info/**"]
 # the package's own files, in the sdist and in every wheel
 KILN_FILES = ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py", "kiln/convert/*.py",
-              "kiln/data/*.py", "kiln/data/*.json"]
+              "kiln/data/*.py", "kiln/data/*.json", "kiln/records/*.py"]
 WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
 
 
@@ -266,7 +267,7 @@ def test_rules_reject_strays():
         assert check_sdist(good + [stray]) == ["sdist should not contain " + stray]
     assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
     kiln_py = [n for n in good
-               if re.match(r"kiln/((_kernels_py|convert|data)/)?[^/]+\.(pyi?|json)$", n)] \
+               if re.match(r"kiln/((_kernels_py|convert|data|records)/)?[^/]+\.(pyi?|json)$", n)] \
         + ["kiln/py.typed"]
     info = ["kiln_wire-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
     ext = "kiln/_kernels_c.cpython-312-darwin.so"

@@ -131,7 +131,7 @@ for name in kiln.__all__:
     getattr(kiln, name)
     seen[name] = sorted(m for m in set(sys.modules) - before if m.startswith("kiln."))
 mods = {}
-for name in ("files", "schema", "remote", "convert", "cli", "dask"):
+for name in ("files", "schema", "remote", "convert", "cli", "dask", "records"):
     mods[name] = getattr(kiln, name).__name__
 report(({"impl": kiln.IMPLEMENTATION, "seen": seen, "mods": mods,
                   "dir": sorted(set(kiln.__all__) - set(dir(kiln))),
@@ -139,8 +139,10 @@ report(({"impl": kiln.IMPLEMENTATION, "seen": seen, "mods": mods,
 """)
     assert "kiln.files" in out["seen"]["save_tensors"]     # the first name of each part
     assert "kiln.schema" in out["seen"]["SchemaError"]
+    assert "kiln.records" in out["seen"]["RecordWriter"]
     assert {k: v for k, v in out["seen"].items() if v} == {
-        "save_tensors": out["seen"]["save_tensors"], "SchemaError": out["seen"]["SchemaError"]}
+        "save_tensors": out["seen"]["save_tensors"], "SchemaError": out["seen"]["SchemaError"],
+        "RecordWriter": out["seen"]["RecordWriter"]}
     assert out["mods"] == {n: "kiln." + n for n in out["mods"]}
     assert out["dir"] == [] and out["open is files.open"] is True
 

@@ -1,0 +1,197 @@
+"""The record container (issue 33) against one list value and the containers
+users pick today.
+
+    python -m benchmarks.records_container [--quick] [--json PATH]
+
+Two record shapes: ``small`` (an id, a label and a short name) and ``sample``
+(an id, a label and a 28x28 u8 image as a tensor).  For each, N records are
+written once to a file in a temporary folder, page cache warm, then timed in
+one process with the harness's interleaved rounds (``benchmarks/harness.py``):
+
+* **iterate**: every record of the file, in order.  The floor is kiln
+  decoding the same records as one ``list<...>`` value from memory (the
+  baseline of the target); kiln iterates a ``RecordFile`` (record CRCs
+  checked, and with ``verify=False``) and ``iter_records`` over the file;
+  the peers read a length-prefixed msgpack file (msgpack, and msgspec with a
+  typed decoder) and, when pyarrow is installed, an Arrow IPC file.
+* **random**: N reads at random positions; kiln ``rf[i]``; the peers seek
+  through an in-memory offset table of the same length-prefixed file.
+
+Each contender decodes to its format's own objects: kiln's tensors are lazy
+views of the file (no array is built), msgpack's and msgspec's images are
+``bytes`` copies.
+
+Every number is per record.  Targets (issue 33): iterate <= 1.5x the list
+decode; a random read <= 3x a record of iteration.
+"""
+
+import argparse
+import io
+import json
+import os
+import random
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+import kiln
+from benchmarks.harness import (FLOOR, PEER, VARIANT, Config, Contender, kiln_impls, measure)
+
+SHAPES = {
+    "small": ("struct{id:i64,label:i32,name:str,}",
+              lambda i: {"id": i, "label": i % 10, "name": "sample-%06d" % i}),
+    "sample": ("struct{id:i64,label:i32,img:tensors,}",
+               lambda i: {"id": i, "label": i % 10,
+                          "img": {"x": np.full((28, 28), i % 256, np.uint8)}}),
+}
+_LEN = struct.Struct("<I")
+
+
+def _plain(v):
+    """The value as msgpack takes it (the image as raw bytes)."""
+    if "img" in v:
+        return {"id": v["id"], "label": v["label"], "img": v["img"]["x"].tobytes()}
+    return v
+
+
+def _lp_file(path, values, packb):
+    offsets = []
+    with open(path, "wb") as f:
+        for v in values:
+            b = packb(_plain(v))
+            offsets.append(f.tell())
+            f.write(_LEN.pack(len(b)) + b)
+    return offsets
+
+
+def _lp_iter(data, unpack):
+    pos, n, out = 0, len(data), []
+    mv = memoryview(data)
+    while pos < n:
+        (k,) = _LEN.unpack_from(mv, pos)
+        out.append(unpack(mv[pos + 4:pos + 4 + k]))
+        pos += 4 + k
+    return out
+
+
+def build(shape, n, folder):
+    """The contenders of the two ops for one shape: (iterate, random)."""
+    import msgpack
+    import msgspec
+    text, make = SHAPES[shape]
+    values = [make(i) for i in range(n)]
+    impls = kiln_impls()
+    listbuf = kiln.encode(values, "list<%s>" % text)
+    path = os.path.join(folder, "%s.kilnr" % shape)
+    with kiln.RecordWriter(path, text) as w:
+        for v in values:
+            w.write(v)
+    with open(path, "rb") as f:
+        raw = f.read()
+    idx = [random.Random(33).randrange(n) for _ in range(n)]
+
+    it = [Contender("list<...> decode (baseline)", FLOOR,
+                    lambda: kiln.decode(listbuf, "list<%s>" % text))]
+    rnd = []
+    for im in impls:
+        if im.kernels is None:
+            it.append(Contender(im.name, "kiln", None, missing=im.missing))
+            rnd.append(Contender(im.name, "kiln", None, missing=im.missing))
+            continue
+        rf = kiln.RecordFile(path, text, kernels=im.kernels)
+        it.append(Contender(im.name, "kiln", lambda rf=rf: list(rf)))
+        rnd.append(Contender(im.name, "kiln", lambda rf=rf: [rf[i] for i in idx]))
+    best = next(im for im in impls if im.kernels is not None)
+    quick = kiln.RecordFile(path, text, kernels=best.kernels, verify=False)
+    it.append(Contender("%s verify=False" % best.name, VARIANT, lambda: list(quick)))
+    it.append(Contender("%s iter_records" % best.name, VARIANT,
+                        lambda: list(kiln.iter_records(io.BytesIO(raw), text,
+                                                       kernels=best.kernels))))
+
+    mp_path = os.path.join(folder, "%s.msgpack" % shape)
+    offs = _lp_file(mp_path, values, msgpack.packb)
+    with open(mp_path, "rb") as f:
+        mp = f.read()
+    spec_t = msgspec.defstruct("S", [("id", int), ("label", int),
+                                     ("img" if shape == "sample" else "name",
+                                      bytes if shape == "sample" else str)],
+                               array_like=False)
+    dec = msgspec.msgpack.Decoder(spec_t)
+    it.append(Contender("msgpack length-prefixed", PEER, lambda: _lp_iter(mp, msgpack.unpackb)))
+    it.append(Contender("msgspec length-prefixed", PEER, lambda: _lp_iter(mp, dec.decode)))
+    mv = memoryview(mp)
+
+    def lp_random(unpack):
+        out = []
+        for i in idx:
+            (k,) = _LEN.unpack_from(mv, offs[i])
+            out.append(unpack(mv[offs[i] + 4:offs[i] + 4 + k]))
+        return out
+    rnd.append(Contender("msgpack length-prefixed", PEER, lambda: lp_random(msgpack.unpackb)))
+    rnd.append(Contender("msgspec length-prefixed", PEER, lambda: lp_random(dec.decode)))
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+    except ImportError:
+        it.append(Contender("pyarrow IPC file", PEER, None, missing="not installed"))
+    else:
+        table = pa.Table.from_pylist([_plain(v) for v in values])
+        ap = os.path.join(folder, "%s.arrow" % shape)
+        with pa.OSFile(ap, "wb") as sink, pa.ipc.new_file(sink, table.schema) as wr:
+            wr.write_table(table)
+        it.append(Contender("pyarrow IPC file", PEER,
+                            lambda: pa.ipc.open_file(pa.memory_map(ap)).read_all().to_pylist()))
+    return it, rnd
+
+
+def _per(c, n):
+    return None if c.median is None else c.median / n * 1e6
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer records and repeats")
+    ap.add_argument("--json", help="write the numbers as JSON here")
+    args = ap.parse_args(argv)
+    cfg = Config(repeats=3 if args.quick else 7, warmup=0 if args.quick else 1,
+                 min_sample=0.05 if args.quick else 0.2)
+    sizes = {"small": 5000 if args.quick else 50000, "sample": 2000 if args.quick else 20000}
+    report = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for shape, n in sizes.items():
+            it, rnd = build(shape, n, folder)
+            measure(it, cfg, "%s iterate" % shape)
+            measure(rnd, cfg, "%s random" % shape)
+            base = _per(it[0], n)
+            kc = next((c for c in it if c.name == "kiln-cython" and c.median), None)
+            rc = next((c for c in rnd if c.name == "kiln-cython" and c.median), None)
+            rows = {"iterate": {c.name: _per(c, n) for c in it},
+                    "random": {c.name: _per(c, n) for c in rnd}}
+            targets = {}
+            if kc is not None and rc is not None:
+                targets = {"iterate / list decode": _per(kc, n) / base,
+                           "random / iterate": _per(rc, n) / _per(kc, n)}
+            report[shape] = {"records": n, "us_per_record": rows, "ratios": targets}
+            print("\n%s: %d records (%s), microseconds per record (median of %d)"
+                  % (shape, n, SHAPES[shape][0], cfg.repeats))
+            for op, table in rows.items():
+                for name, us in table.items():
+                    print("  %-8s %-34s %s" % (op, name, "n/a" if us is None else "%.2f" % us))
+            for name, r in targets.items():
+                limit = 1.5 if name.startswith("iterate") else 3.0
+                print("  target %-22s %.2fx (<= %.1fx: %s)" % (name, r, limit,
+                                                             "met" if r <= limit else "not met"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

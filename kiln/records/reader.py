@@ -1,0 +1,454 @@
+"""``kiln.RecordFile``: a record container read at random through its index.
+
+Opening reads the header, the trailer and the index (a remote file: the
+trailer and one read-ahead block; index entries are then fetched as records
+need them).  ``rf[i]`` reads index entries ``i`` and ``i + 1`` and the bytes
+between them, which must be exactly one record: its head, padding, value
+and checksum.  Values are decoded by the same :class:`kiln.Decoder` as
+:func:`kiln.decode` with ``frame=True``; for a local file they view the
+mapping (tensors keep it alive after ``close``).
+"""
+
+import importlib
+import os
+import zlib
+from array import array
+from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, TypeVar, Union,
+                    overload)
+from typing import Type as _ClassOf
+
+from .. import _compat
+from .._api import Decoder
+from .._errors import KilnError
+from .._types import Type, as_type
+from . import _format as F
+from ._source import READ_AHEAD, open_source
+
+R = TypeVar("R")
+_INDEX_DECODERS: Dict[Any, Decoder] = {}
+_ZEROS = bytes(F.MAX_PAD)
+
+
+class Recovery(NamedTuple):
+    """Where and why a ``recover=True`` scan stopped.
+
+    ``offset``: the end of the last complete record (where the damaged or
+    missing part begins); ``error``: the :class:`kiln.KilnError` that ended
+    the scan (its own offset is where the fault was seen)."""
+    offset: int
+    error: KilnError
+
+
+def _index_decoder(kernels: Any) -> Decoder:
+    kernels = kernels or _compat.kernels
+    dec = _INDEX_DECODERS.get(kernels)
+    if dec is None:
+        dec = _INDEX_DECODERS[kernels] = Decoder(F.INDEX_TYPE, True, kernels=kernels)
+    return dec
+
+
+def _reopen(source: Any, type: Any, recover: bool, verify: bool,
+            storage_options: Any, options: Dict[str, Any]) -> "RecordFile[Any]":
+    options = dict(options)
+    if isinstance(options.get("kernels"), str):
+        options["kernels"] = importlib.import_module(options["kernels"])
+    return RecordFile(source, type, recover=recover, verify=verify,
+                      storage_options=storage_options, **options)
+
+
+class RecordFile(Sequence[R]):
+    """A record container opened for reading: a typed, read-only sequence.
+
+    Args:
+        source: a path, a binary file object, or an fsspec URL (``s3://``,
+            ``https://``, ``memory://``...), read with range requests.
+        type: the record type: a :class:`kiln.Type`, type text, or a bound
+            dataclass / NamedTuple (then ``rf[i]`` is an instance of it, and
+            type checkers know it: ``RecordFile[Sample]``).
+        recover: for a file without a valid trailer or index (a writer that
+            was killed), keep every complete record, found by a scan from
+            the start; ``rf.recovery`` says where and why the scan stopped.
+        verify: check each record's value checksum when it is read (the head
+            checksum and the framing are always checked).
+        storage_options: for a URL, the fsspec filesystem's options.
+        decode_options: ``trusted``, ``max_count``, ``max_bytes``, ``copy``,
+            ``max_copy_bytes``, ``kernels``: as for :class:`kiln.Decoder`.
+
+    ``len(rf)``, ``rf[i]`` (negative too, constant time), ``rf[a:b]`` (a
+    list), iteration, ``close()`` and ``with``.  Several threads may read
+    one ``RecordFile`` at once.  A ``RecordFile`` opened from
+    a path or URL pickles by reopening it, so it can be handed to worker
+    processes as a map-style dataset.
+
+    Raises:
+        KilnError: ``FRAME`` for a damaged header, trailer, index or record
+            (checksums included), ``SCHEMA`` for records of another type,
+            ``EOF`` for a file cut short, ``LIMIT`` for a count the file
+            cannot hold, and the codes of :func:`kiln.decode` for a bad
+            value; ``.offset`` is the byte in the file.
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> t = "struct{id:i64,w:list<f32>,}"
+        >>> with kiln.RecordWriter("data.kilnr", t) as w:
+        ...     for i in range(3):
+        ...         _ = w.write({"id": i, "w": [i / 2]})
+        >>> rf = kiln.RecordFile("data.kilnr", t)
+        >>> len(rf), rf[-1]["id"], [r["id"] for r in rf[:2]]
+        (3, 2, [0, 1])
+        >>> rf.close()
+    """
+
+    @overload
+    def __init__(self: "RecordFile[R]", source: Any, type: _ClassOf[R], *, recover: bool = ...,
+                 verify: bool = ..., storage_options: Optional[Dict[str, Any]] = ...,
+                 **decode_options: Any) -> None: ...
+
+    @overload
+    def __init__(self: "RecordFile[Any]", source: Any, type: Union[Type, str], *,
+                 recover: bool = ..., verify: bool = ...,
+                 storage_options: Optional[Dict[str, Any]] = ...,
+                 **decode_options: Any) -> None: ...
+
+    def __init__(self, source: Any, type: Any, *, recover: bool = False, verify: bool = True,
+                 storage_options: Optional[Dict[str, Any]] = None,
+                 **decode_options: Any) -> None:
+        self._args = (source, type, bool(recover), bool(verify), storage_options,
+                      decode_options)
+        self._kernels = decode_options.get("kernels")
+        self._verify = bool(verify)
+        self.recovery: Optional[Recovery] = None
+        self._offs: Optional["array[int]"] = None
+        self._closed = False
+        self._setup(type, decode_options)
+        self._src = open_source(source, storage_options)
+        self.path = self._src.name
+        try:
+            self._open(bool(recover))
+        except BaseException:
+            self._src.close()
+            raise
+
+    def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
+        """The record type: ``self.type``, its hash and the value decoder."""
+        self.type = as_type(type)
+        self._hash = self.type.schema_hash
+        self._decode = Decoder(self.type, True, **decode_options).decode
+
+    # --- opening ----------------------------------------------------------------
+
+    def _open(self, recover: bool) -> None:
+        src, size = self._src, self._src.size
+        F.check_header(src.read(0, min(size, F.HEADER_SIZE)), self._hash, self.path)
+        try:
+            if size < F.HEADER_SIZE + F.TRAILER_SIZE:
+                raise KilnError("EOF", size, "%s: %d bytes, too short for the 40-byte "
+                                "trailer (a file not closed: recover=True reads its complete "
+                                "records)" % (self.path, size))
+            tail = src.read(size - F.TRAILER_SIZE, size)
+            ip, n = F.parse_trailer(tail, 0, size - F.TRAILER_SIZE, self._hash,
+                                    self.path)
+            self._count = n
+            self._index(ip, n, size - F.TRAILER_SIZE)
+        except KilnError as e:
+            if not recover or e.code == "SCHEMA":
+                raise
+            self._scan(e)
+
+    def _index(self, ip: int, n: int, trailer_at: int) -> None:
+        """Check the index record at ``ip``; a local index is read whole."""
+        src = self._src
+        # the head, the pad and the index's frame and count: one small read (a
+        # remote file's entries come later, a read-ahead block at a time)
+        first = min(trailer_at, ip + F.HEAD_SIZE + F.MAX_PAD + F.INDEX_ENTRIES)
+        head = src.read(ip, first, first - ip)[:F.HEAD_SIZE]
+        length, kind, pad = F.parse_head(head, 0, ip, n)
+        if kind != F.KIND_INDEX:
+            raise KilnError("FRAME", ip + 8, "%s: the trailer's index position %d holds a "
+                            "record, not the index" % (self.path, ip))
+        if length != F.index_length(n) or ip + F.OVERHEAD + pad + length != trailer_at:
+            raise KilnError("FRAME", ip, "%s: the index record (%d bytes for %d entries) does "
+                            "not end where the trailer begins (byte %d)"
+                            % (self.path, length, n, trailer_at))
+        v = ip + F.HEAD_SIZE + pad
+        self._ip, self._entries = ip, v + F.INDEX_ENTRIES
+        F.check_index_frame(src.read(v, v + F.INDEX_ENTRIES), 0, v, n, self.path)
+        if src.view is None:             # remote: entries checked as they are read
+            return
+        F.check_body(src.view, ip + F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True,
+                     F.crc(head))
+        try:
+            offs = _index_decoder(self._kernels).decode(src.view[v:v + length])
+        except KilnError as e:
+            raise F.rewrap(e, v, n)
+        self._offs = check_offsets(offs, ip, self._entries, self.path)
+
+    def _scan(self, why: KilnError) -> None:
+        """``recover=True``: every complete record from the start, in order."""
+        src, size = self._src, self._src.size
+        offs = array("Q")
+        pos = F.HEADER_SIZE
+        while True:
+            n = len(offs)
+            if pos == size:
+                err = KilnError("EOF", pos, "the file ends after record %d, without its index "
+                                "and trailer (%s)" % (n - 1, why))
+                break
+            if pos + F.HEAD_SIZE > size:
+                err = KilnError("EOF", pos, "record %d: the file ends inside its head" % n)
+                break
+            try:
+                head = src.read(pos, pos + F.HEAD_SIZE, READ_AHEAD)
+                length, kind, pad = F.parse_head(head, 0, pos, n)
+                if kind == F.KIND_INDEX:
+                    raise KilnError("FRAME", pos, "the index begins here but %s" % why.reason)
+                end = pos + F.OVERHEAD + pad + length
+                if end > size:
+                    raise KilnError("EOF", pos, "record %d: %d value bytes run past the end "
+                                    "of the file (%d bytes)" % (n, length, size))
+                body = src.read(pos + F.HEAD_SIZE, end, READ_AHEAD)
+                F.check_body(body, 0, pos + F.HEAD_SIZE, pad, length, n, True, F.crc(head))
+            except KilnError as e:
+                err = e
+                break
+            offs.append(pos)
+            pos = end
+        offs.append(pos)
+        self._offs, self._count, self._ip = offs, len(offs) - 1, pos
+        self.recovery = Recovery(pos, err)
+
+    # --- reading ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _span(self, i: int) -> "tuple[int, int]":
+        if self._offs is not None:
+            return self._offs[i], self._offs[i + 1]
+        at = self._entries + 8 * i
+        end = at + (16 if i + 1 < self._count else 8)
+        raw = self._src.read(at, end, READ_AHEAD)
+        lo = int.from_bytes(raw[:8], "little")
+        hi = int.from_bytes(raw[8:16], "little") if len(raw) == 16 else self._ip
+        first = F.HEADER_SIZE if i == 0 else F.HEADER_SIZE + F.OVERHEAD + F.MIN_VALUE
+        if lo < first or (i == 0 and lo != F.HEADER_SIZE) or \
+                hi < lo + F.OVERHEAD + F.MIN_VALUE or hi > self._ip:
+            raise KilnError("FRAME", at, "%s: index entry %d (%d, next %d) is out of order or "
+                            "outside the records (%d..%d)" % (self.path, i, lo, hi,
+                                                             F.HEADER_SIZE, self._ip))
+        return lo, hi
+
+    def _record(self, buf: Any, at: int, lo: int, hi: int, i: int) -> Any:
+        """Check and decode record ``i``, at ``buf[at:]`` = file bytes ``lo..hi``."""
+        length, kind, pad = F.parse_head(buf, at, lo, i)
+        if kind != F.KIND_RECORD:
+            raise KilnError("FRAME", lo + 8, "record %d: the index points at the index" % i)
+        if lo + F.OVERHEAD + pad + length != hi:
+            raise KilnError("FRAME", lo, "record %d: its length %d does not match the index "
+                            "(the next entry is at byte %d)" % (i, length, hi))
+        F.check_body(buf, at + F.HEAD_SIZE, lo + F.HEAD_SIZE, pad, length, i, self._verify,
+                     F.crc(buf[at:at + F.HEAD_SIZE]))
+        v = at + F.HEAD_SIZE + pad
+        try:
+            return self._decode(buf[v:v + length])
+        except KilnError as e:
+            raise F.rewrap(e, lo + F.HEAD_SIZE + pad, i)
+
+    def _get(self, i: int) -> Any:
+        if self._closed:
+            raise ValueError("I/O on a closed RecordFile")
+        view, offs = self._src.view, self._offs
+        if view is not None and offs is not None:
+            return self._local(view, offs[i], offs[i + 1], i)
+        lo, hi = self._span(i)
+        if view is not None:
+            return self._record(view, lo, lo, hi, i)
+        return self._record(self._src.read(lo, hi), 0, lo, hi, i)
+
+    def _local(self, view: Any, lo: int, hi: int, i: int, unpack: Any = F.HEAD.unpack_from,
+               crc: Any = zlib.crc32, unpack_crc: Any = F.CRC.unpack_from) -> Any:
+        """Record ``i`` of a mapped file: the checks of ``_record`` in a few
+        expressions; any fault goes through ``_record`` for its exact error."""
+        length, kind, pad, reserved, hc = unpack(view, lo)
+        v = lo + 16 + pad
+        e = v + length
+        if kind or reserved or e + 4 != hi or crc(view[lo:lo + 12]) != hc or \
+                (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or \
+                (self._verify and crc(view[lo:e]) != unpack_crc(view, e)[0]):
+            return self._record(view, lo, lo, hi, i)
+        try:
+            return self._decode(view[v:e])
+        except KilnError as err:
+            raise F.rewrap(err, v, i)
+
+    @overload
+    def __getitem__(self, i: int) -> R: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[R]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[R, List[R]]:
+        if isinstance(i, slice):
+            return [self._get(k) for k in range(*i.indices(self._count))]
+        i = i.__index__()
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError("record %d of a file of %d records" % (i, self._count))
+        offs = self._offs
+        if offs is not None and self._src.view is not None and not self._closed:
+            return self._local(self._src.view, offs[i], offs[i + 1], i)   # type: ignore
+        value: R = self._get(i)
+        return value
+
+    def __iter__(self) -> Iterator[R]:
+        view, offs = self._src.view, self._offs
+        if view is None or offs is None:
+            for i in range(self._count):
+                yield self._get(i)
+            return
+        local, decode, crc, verify = self._local, self._decode, zlib.crc32, self._verify
+        for a in range(0, self._count, _BLOCK):
+            b = min(self._count, a + _BLOCK)
+            block = _heads(view, offs, a, b)
+            if block is None:            # a head to look at closely: one at a time
+                for i in range(a, b):
+                    if self._closed:
+                        raise ValueError("I/O on a closed RecordFile")
+                    yield local(view, offs[i], offs[i + 1], i)
+                continue
+            for i, lo, v, e, pad, want in zip(range(a, b), *block):
+                if self._closed:
+                    raise ValueError("I/O on a closed RecordFile")
+                if (verify and crc(view[lo:e]) != want) or \
+                        (pad and view[lo + 16:v] != _ZEROS[:pad]):
+                    yield self._record(view, lo, lo, offs[i + 1], i)    # its exact error
+                    continue
+                try:
+                    value = decode(view[v:e])
+                except KilnError as err:
+                    raise F.rewrap(err, v, i)
+                yield value
+
+    # --- lifetime -------------------------------------------------------------------
+
+    @property
+    def bytes_fetched(self) -> int:
+        """Bytes moved from a remote source so far (0 for a local file)."""
+        return self._src.bytes_fetched
+
+    def close(self) -> None:
+        """Release the file; values already read stay valid (their views keep
+        the mapping alive)."""
+        if not self._closed:
+            self._closed = True
+            self._src.close()
+
+    def __enter__(self) -> "RecordFile[R]":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        source, type, recover, verify, so, options = self._args
+        if not isinstance(source, (str, os.PathLike)):
+            raise TypeError("a RecordFile opened from a file object cannot be pickled: "
+                            "open it by path or URL")
+        options = dict(options)
+        if options.get("kernels") is not None:
+            options["kernels"] = options["kernels"].__name__
+        return (_reopen, (os.fspath(source), type, recover, verify, so, options))
+
+    def __repr__(self) -> str:
+        return "kiln.RecordFile(%r, %r, %d records)" % (self.path, getattr(self.type, "text", None),
+                                                         self._count)
+
+
+_BLOCK = 4096
+_HEAD_DTYPE = None
+
+
+def _heads(view: Any, offs: "array[int]", a: int, b: int) -> Optional[tuple]:
+    """Records ``a..b`` of a mapped file, their heads checked at once (head
+    CRC, kind, pad, reserved bytes, length against the index).
+
+    Returns lists of (head offset, value offset, value end, pad, record CRC),
+    or None when any check fails: the caller then reads those records one at
+    a time, for the exact error."""
+    import numpy as np
+    global _HEAD_DTYPE
+    if _HEAD_DTYPE is None:
+        _HEAD_DTYPE = np.dtype([("length", "<u8"), ("kind", "u1"), ("pad", "u1"),
+                                ("reserved", "<u2"), ("crc", "<u4")])
+    ends = np.frombuffer(offs, np.uint64)[a:b + 1].astype(np.int64)
+    lo, hi = ends[:-1], ends[1:]
+    raw = np.frombuffer(view, np.uint8)
+    try:
+        heads = raw[lo[:, None] + np.arange(16)].view(_HEAD_DTYPE)[:, 0]
+        tail = raw[(hi - 4)[:, None] + np.arange(4)].view("<u4")[:, 0]
+        length, pad = heads["length"], heads["pad"].astype(np.int64)
+        span = (hi - lo - F.OVERHEAD - pad).astype(np.uint64)
+        if (heads["kind"].any() or heads["reserved"].any() or (pad > F.MAX_PAD).any() or
+                (length != span).any() or
+                (_crc_rows(heads.view(np.uint8).reshape(-1, 16)[:, :F.HEAD_CHECKED]) !=
+                 heads["crc"]).any()):
+            return None
+    finally:
+        del raw
+    v = lo + F.HEAD_SIZE + pad
+    return lo.tolist(), v.tolist(), (hi - 4).tolist(), pad.tolist(), tail.tolist()
+
+
+_CRC_TABLE = None
+
+
+def _crc_rows(rows: Any) -> Any:
+    """zlib's CRC-32 of every row of a 2-D uint8 array, computed column by
+    column: a table CRC vectorized over the rows."""
+    import numpy as np
+    global _CRC_TABLE
+    if _CRC_TABLE is None:
+        t = np.arange(256, dtype=np.uint32)
+        for _ in range(8):
+            t = np.where(t & 1, (t >> 1) ^ np.uint32(0xEDB88320), t >> 1).astype(np.uint32)
+        _CRC_TABLE = t
+    c = np.full(len(rows), 0xFFFFFFFF, np.uint32)
+    cols = np.ascontiguousarray(rows.T)
+    for k in range(cols.shape[0]):
+        c = _CRC_TABLE[(c ^ cols[k]) & 0xFF] ^ (c >> 8)
+    return c ^ np.uint32(0xFFFFFFFF)
+
+
+def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]":
+    """The index entries as an array with ``ip`` appended, after checking
+    that they start at the first record, rise by at least one record each and
+    stay before the index (FRAME at the first bad entry)."""
+    import numpy as np
+    o = np.asarray(offs, dtype=np.uint64)
+    least = F.OVERHEAD + F.MIN_VALUE
+    bad = None
+    if len(o):
+        if int(o[0]) != F.HEADER_SIZE:
+            bad = 0
+        else:
+            ext = np.append(o, np.uint64(ip))
+            step = ext[1:] < ext[:-1] + np.uint64(least)   # no overflow: entries < ip here
+            big = ext[:-1] > np.uint64(ip)
+            wrong = np.flatnonzero(step | big)
+            if len(wrong):
+                bad = int(wrong[0]) + (1 if not big[wrong[0]] and wrong[0] + 1 < len(o) else 0)
+    elif ip != F.HEADER_SIZE:
+        raise KilnError("FRAME", ip, "%s: an empty index but the records end at byte %d"
+                        % (name, ip))
+    if bad is not None:
+        raise KilnError("FRAME", entries_at + 8 * bad, "%s: index entry %d (%d) is out of "
+                        "order or outside the records (%d..%d)"
+                        % (name, bad, int(o[bad]), F.HEADER_SIZE, ip))
+    out = array("Q")
+    out.frombytes(np.ascontiguousarray(o, dtype=np.uint64).tobytes())
+    out.append(ip)
+    return out
+
+
+__all__ = ["RecordFile", "Recovery"]

@@ -1,0 +1,289 @@
+"""Record containers read as a stream: ``kiln.StreamDecoder`` and ``kiln.iter_records``.
+
+The decoder is fed bytes in any chunking and hands back each record the
+moment its last byte arrives.  It holds at most one record's bytes plus the
+chunk being fed: offsets of past records are not kept; the index at the
+stream's end is checked against a running checksum of them instead.  A
+record length above ``max_record_bytes`` is ``LIMIT`` as soon as its head
+arrives, before any of its bytes are kept.
+"""
+
+import struct
+import zlib
+from typing import Any, Generic, Iterator, List, Optional, TypeVar, Union, overload
+from typing import Type as _ClassOf
+
+from .._api import Decoder
+from .._errors import KilnError
+from .._types import Type, as_type
+from . import _format as F
+
+R = TypeVar("R")
+_Q = struct.Struct("<Q")
+_HEADER, _HEAD, _BODY, _INDEX, _TRAILER, _DONE = range(6)
+_CHUNK = 64 << 10
+
+
+class StreamDecoder(Generic[R]):
+    """Decode a record container fed in pieces (a socket, an asyncio protocol).
+
+    Args:
+        type: the record type (as for :class:`kiln.RecordFile`).
+        verify: check each record's value checksum.
+        max_record_bytes: the cap on one record's value length (default
+            256 MiB): a longer one is ``LIMIT`` when its head arrives.
+        name: what error messages call the stream.
+        decode_options: as for :class:`kiln.Decoder`.
+
+    ``feed(data)`` returns the records that ``data`` completes (a list,
+    maybe empty); records completed before a fault in the same ``data`` are
+    returned and the fault is raised by the next ``feed`` or ``eof``, so
+    every chunking gives the same records and the same error; ``eof()``
+    says the stream ended: ``EOF`` when it ended inside the header or a
+    record.  A stream may end after any complete
+    record; when the writer closed it, its index and trailer are checked
+    too, and nothing may follow them (``TRAILING``).  ``done`` is true once
+    the trailer was read.
+
+    Example:
+        >>> import io
+        >>> out = io.BytesIO()
+        >>> with kiln.RecordWriter(out, "i32") as w:
+        ...     _ = [w.write(v) for v in (5, 6, 7)]
+        >>> d = kiln.StreamDecoder("i32")
+        >>> data = out.getvalue()
+        >>> d.feed(data[:60]), d.feed(data[60:])
+        ([5], [6, 7])
+        >>> d.eof()
+    """
+
+    @overload
+    def __init__(self: "StreamDecoder[R]", type: _ClassOf[R], *, verify: bool = ...,
+                 max_record_bytes: int = ..., name: str = ..., **decode_options: Any) -> None:
+        ...
+
+    @overload
+    def __init__(self: "StreamDecoder[Any]", type: Union[Type, str], *, verify: bool = ...,
+                 max_record_bytes: int = ..., name: str = ..., **decode_options: Any) -> None:
+        ...
+
+    def __init__(self, type: Any, *, verify: bool = True,
+                 max_record_bytes: int = F.DEFAULT_MAX_RECORD, name: str = "stream",
+                 **decode_options: Any) -> None:
+        if isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) or \
+                max_record_bytes < 0:
+            raise ValueError("max_record_bytes must be a non-negative int")
+        self.type = as_type(type)
+        self._decode = Decoder(self.type, True, **decode_options).decode
+        self._verify = bool(verify)
+        self._cap = max_record_bytes
+        self.name = name
+        self._buf = bytearray()
+        self._pos = 0                 # container offset of self._buf[0]
+        self._state = _HEADER
+        self.count = 0                # records completed so far
+        self._ocrc = 0                # running CRC of the record offsets (the index check)
+        self._rec = (0, 0, 0, 0)      # the current record: offset, kind, pad, length
+        self._icrc = self._vcrc = self._seed = 0
+        self._left = 0
+        self._index_pos = 0
+        self._error: Optional[KilnError] = None
+
+    @property
+    def done(self) -> bool:
+        return self._state == _DONE
+
+    def feed(self, data: Any) -> List[R]:
+        """The records completed by ``data``."""
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        out: List[R] = []
+        at = 0
+        try:
+            while True:
+                used = self._step(buf, at, out)
+                if used < 0:
+                    break
+                at += used
+        except KilnError as e:
+            self._error = e
+            if not out:
+                raise
+        finally:
+            if at:
+                del buf[:at]
+                self._pos += at
+        return out
+
+    def _step(self, buf: bytearray, at: int, out: List[Any]) -> int:
+        """Consume one part at ``buf[at:]``; returns its length, or -1 when
+        more bytes are needed."""
+        have = len(buf) - at
+        pos = self._pos + at
+        st = self._state
+        if st == _HEAD:
+            if have < F.HEAD_SIZE:
+                return -1
+            length, kind, pad = F.parse_head(buf, at, pos, self.count)
+            if kind == F.KIND_INDEX:
+                seed = zlib.crc32(buf[at:at + F.HEAD_SIZE])
+                return self._index_head(pos, length, pad, seed)
+            if length > self._cap:
+                raise KilnError("LIMIT", pos, "%s: record %d: value length %d is above "
+                                "max_record_bytes=%d" % (self.name, self.count, length,
+                                                         self._cap))
+            self._rec = (pos, kind, pad, length)
+            self._seed = zlib.crc32(buf[at:at + F.HEAD_SIZE])
+            self._state = _BODY
+            return F.HEAD_SIZE
+        if st == _BODY:
+            start, _, pad, length = self._rec
+            need = pad + length + F.CRC_SIZE
+            if have < need:
+                return -1
+            F.check_body(buf, at, pos, pad, length, self.count, self._verify, self._seed)
+            v = at + pad
+            try:
+                out.append(self._decode(bytes(buf[v:v + length])))
+            except KilnError as e:
+                raise F.rewrap(e, pos + pad, self.count)
+            self._ocrc = zlib.crc32(_Q.pack(start), self._ocrc)
+            self.count += 1
+            self._state = _HEAD
+            return need
+        if st == _INDEX:
+            return self._index_body(buf, at, have, pos)
+        if st == _HEADER:
+            if have < F.HEADER_SIZE:
+                return -1
+            F.check_header(buf[at:at + F.HEADER_SIZE], self.type.schema_hash, self.name)
+            self._state = _HEAD
+            return F.HEADER_SIZE
+        if st == _TRAILER:
+            if have < F.TRAILER_SIZE:
+                return -1
+            ip, n = F.parse_trailer(buf, at, pos, self.type.schema_hash, self.name)
+            if ip != self._index_pos or n != self.count:
+                raise KilnError("FRAME", pos, "%s: the trailer names the index at byte %d and "
+                                "%d records; the stream had them at byte %d and %d records"
+                                % (self.name, ip, n, self._index_pos, self.count))
+            self._state = _DONE
+            return F.TRAILER_SIZE
+        if have:
+            raise KilnError("TRAILING", pos, "%s: bytes after the trailer" % self.name)
+        return -1
+
+    def _index_head(self, pos: int, length: int, pad: int, seed: int) -> int:
+        if length != F.index_length(self.count):
+            raise KilnError("FRAME", pos, "%s: an index of %d bytes after %d records (%d "
+                            "expected)" % (self.name, length, self.count,
+                                           F.index_length(self.count)))
+        self._index_pos = pos
+        self._rec = (pos, F.KIND_INDEX, pad, length)
+        self._left = pad + length + F.CRC_SIZE
+        self._icrc, self._vcrc = 0, seed
+        self._state = _INDEX
+        return F.HEAD_SIZE
+
+    def _index_body(self, buf: bytearray, at: int, have: int, pos: int) -> int:
+        """The index, checked piece by piece: pad, frame and count, entries, CRC."""
+        start, _, pad, length = self._rec
+        total = pad + length + F.CRC_SIZE
+        done = total - self._left             # bytes of the index body already consumed
+        fixed = pad + F.INDEX_ENTRIES
+        if done < fixed:                       # pad, frame and count come whole
+            if have < fixed:
+                return -1
+            F.check_body(buf, at, pos, pad, length, self.count, False, 0)
+            v = at + pad
+            F.check_index_frame(buf, v, pos + pad, self.count, self.name)
+            self._vcrc = zlib.crc32(buf[at:v + F.INDEX_ENTRIES], self._vcrc)
+            self._left -= fixed
+            return fixed
+        entries_left = self._left - F.CRC_SIZE
+        if entries_left:
+            take = min(have, entries_left)
+            if not take:
+                return -1
+            piece = buf[at:at + take]
+            self._vcrc = zlib.crc32(piece, self._vcrc)
+            self._icrc = zlib.crc32(piece, self._icrc)
+            self._left -= take
+            return take
+        if have < F.CRC_SIZE:
+            return -1
+        first = start + F.HEAD_SIZE + pad + F.INDEX_ENTRIES
+        if self._icrc != self._ocrc:
+            raise KilnError("FRAME", first, "%s: the index entries do not match the offsets "
+                            "of the records in the stream" % self.name)
+        if self._verify and F.CRC.unpack_from(buf, at)[0] != self._vcrc:
+            raise KilnError("FRAME", pos, "%s: index checksum mismatch" % self.name)
+        self._state = _TRAILER
+        return F.CRC_SIZE
+
+    def eof(self) -> None:
+        """The stream ended: ``EOF`` if it ended inside the header, a record,
+        the index or the trailer."""
+        if self._error is not None:
+            raise self._error
+        have = len(self._buf)
+        st = self._state
+        if st == _DONE or (st == _HEAD and not have):
+            return
+        if st == _HEADER:
+            raise KilnError("EOF", self._pos + have, "%s: ended after %d bytes, inside the "
+                            "16-byte record container header" % (self.name, have))
+        if st in (_HEAD, _BODY):
+            start = self._rec[0] if st == _BODY else self._pos
+            raise KilnError("EOF", self._pos + have, "%s: record %d (from byte %d) is cut "
+                            "short: the stream ended at byte %d"
+                            % (self.name, self.count, start, self._pos + have))
+        what = "index" if st == _INDEX else "trailer"
+        raise KilnError("EOF", self._pos + have, "%s: the stream ended inside the %s, at byte "
+                        "%d" % (self.name, what, self._pos + have))
+
+
+def iter_records(fileobj: Any, type: Any, *, verify: bool = True,
+                 max_record_bytes: int = F.DEFAULT_MAX_RECORD, chunk_size: int = _CHUNK,
+                 **decode_options: Any) -> Iterator[Any]:
+    """Yield the records of a container read from a binary stream, in order.
+
+    ``fileobj`` needs only ``read`` (``read1`` is used when it has one, so a
+    socket's records come as they arrive); it is never seeked.  Memory holds
+    one record plus one chunk, whatever the stream's length.
+
+    Args:
+        fileobj: a readable binary stream (a pipe, ``socket.makefile("rb")``,
+            ``sys.stdin.buffer``, an open file).
+        type: the record type (as for :class:`kiln.RecordFile`).
+        verify, max_record_bytes: as for :class:`kiln.StreamDecoder`.
+        chunk_size: the most bytes asked of ``fileobj`` at once.
+        decode_options: as for :class:`kiln.Decoder`.
+
+    Raises:
+        KilnError: as :class:`kiln.StreamDecoder`; ``EOF`` for a stream that
+            ends inside a record, naming the record's number and the byte.
+
+    Example:
+        >>> import io
+        >>> out = io.BytesIO()
+        >>> with kiln.RecordWriter(out, "str") as w:
+        ...     _ = w.write("a"), w.write("b")
+        >>> list(kiln.iter_records(io.BytesIO(out.getvalue()), "str"))
+        ['a', 'b']
+    """
+    dec: StreamDecoder[Any] = StreamDecoder(
+        type, verify=verify, max_record_bytes=max_record_bytes,
+        name=str(getattr(fileobj, "name", "stream")), **decode_options)
+    read = getattr(fileobj, "read1", None) or fileobj.read
+    while True:
+        data = read(chunk_size)
+        if not data:
+            break
+        yield from dec.feed(data)
+    dec.eof()
+
+
+__all__ = ["StreamDecoder", "iter_records"]

@@ -1,0 +1,166 @@
+"""What the command line needs of record files: a look without the type, a
+full check, and conversion to and from JSON Lines.
+
+Without the record type a reader can still check everything but the values'
+contents: the header, trailer and index, each record's head, padding and CRC,
+and that each value starts with a Kiln frame of the header's schema hash.
+"""
+
+import base64
+import json
+import os
+from typing import Any, Dict, Iterator, Optional, TextIO
+
+import numpy as np
+
+from .._errors import KilnError
+from .._plan import Some
+from .._tensor import TensorDirectory
+from .._types import as_type
+from .._wire import FRAME, FRAME_MAGIC, FRAME_SIZE
+from . import _format as F
+from .reader import RecordFile
+from .writer import RecordWriter
+
+
+def is_record_file(head: bytes) -> bool:
+    """Do these first bytes start a record container?"""
+    return head[:4] == F.MAGIC
+
+
+class RawRecords(RecordFile[int]):
+    """A record file opened without its type: ``rf[i]`` is the length of
+    record i's framed value, after every check that needs no type."""
+
+    def __init__(self, source: Any) -> None:
+        RecordFile.__init__(self, source, "list<u8>")    # the type is not used
+
+    def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
+        self.type = as_type(type)
+        self._hash = 0
+        self._decode = self._frame_only
+
+    def _open(self, recover: bool) -> None:
+        head = bytes(self._src.read(0, min(self._src.size, F.HEADER_SIZE)))
+        if len(head) == F.HEADER_SIZE:
+            self._hash = F.HEADER.unpack(head)[4]
+        RecordFile._open(self, recover)
+
+    @property
+    def schema_hash(self) -> int:
+        return self._hash
+
+    def _frame_only(self, buf: Any) -> int:
+        if len(buf) < FRAME_SIZE:
+            raise KilnError("EOF", 0, "a value shorter than its frame")
+        magic, profile, flags, reserved, h = FRAME.unpack_from(buf, 0)
+        if magic != FRAME_MAGIC or profile or flags or reserved:
+            raise KilnError("FRAME", 0, "the value does not start with a Kiln frame")
+        if h != self._hash:
+            raise KilnError("SCHEMA", 8, "the value's schema hash 0x%016x is not the file's "
+                            "0x%016x" % (h, self._hash))
+        return len(buf)
+
+
+def describe(path: str, type: Optional[str] = None) -> Dict[str, Any]:
+    """The header and trailer facts of a record file (the index is checked)."""
+    rf = RawRecords(path)
+    with rf:
+        info: Dict[str, Any] = {"kind": "record file", "records": len(rf),
+                                "schema_hash": "0x%016x" % rf.schema_hash,
+                                "index_at": rf._ip}
+    if type is not None:
+        t = as_type(type)
+        info["type"] = t.text
+        info["type_matches"] = t.schema_hash == int(info["schema_hash"], 16)
+    return info
+
+
+def check_all(path: str, type: Optional[str] = None) -> int:
+    """Read every record (decoded when ``type`` is given); the count."""
+    rf: RecordFile[Any] = RawRecords(path) if type is None else RecordFile(path, type)
+    with rf:
+        n = 0
+        for _ in rf:
+            n += 1
+    return n
+
+
+# --- JSON Lines ----------------------------------------------------------------
+
+def from_json(v: Any, t: Any) -> Any:
+    """A JSON value as the Python value ``kiln.encode`` takes for type ``t``
+    (``list<u8>`` from a base64 string, ``opt`` from ``null``)."""
+    text = t.text
+    if text == "list<u8>" and isinstance(v, str):
+        return base64.b64decode(v, validate=True)
+    if text == "tensors":
+        raise ValueError("a tensors field cannot be read from JSON")
+    fields = getattr(t, "fields", None)
+    if fields is not None and isinstance(v, dict):
+        types = dict(fields)
+        return {k: from_json(x, types[k]) if k in types else x for k, x in v.items()}
+    if text.startswith("list<") and isinstance(v, list):
+        return [from_json(x, t.elem) for x in v]
+    if text.startswith("opt<"):
+        return None if v is None else from_json(v, t.elem)
+    if text.startswith("dict<") and isinstance(v, dict):
+        return {k: from_json(x, t.value) for k, x in v.items()}
+    return v
+
+
+def to_json(v: Any) -> Any:
+    """A decoded value as JSON data (arrays as lists, bytes as base64)."""
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode("ascii")
+    if isinstance(v, dict):
+        return {k: to_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [to_json(x) for x in v]
+    if isinstance(v, Some):
+        return to_json(v.value)
+    if isinstance(v, TensorDirectory):
+        raise ValueError("a tensors field cannot be written as JSON")
+    return v
+
+
+def _lines(f: TextIO) -> Iterator[Any]:
+    for n, line in enumerate(f, 1):
+        if line.strip():
+            try:
+                yield n, json.loads(line)
+            except ValueError as e:
+                raise ValueError("line %d: not JSON: %s" % (n, e))
+
+
+def jsonl_to_records(src: str, dst: str, type: Any) -> int:
+    """Write each line of a JSON Lines file as one record of ``type``."""
+    t = as_type(type)
+    with open(src, encoding="utf-8") as f:
+        w = RecordWriter(dst, t)
+        count = 0
+        try:
+            for n, doc in _lines(f):
+                try:
+                    w.write(from_json(doc, t))
+                except (KilnError, ValueError) as e:
+                    raise ValueError("%s line %d: %s" % (src, n, e))
+                count += 1
+        except BaseException:
+            w.close()
+            os.remove(dst)                       # no half-converted output is left
+            raise
+        w.close()
+    return count
+
+
+def records_to_jsonl(src: str, dst: str, type: Any) -> int:
+    """Write each record of a record file as one line of JSON."""
+    with RecordFile(src, type) as rf, open(dst, "w", encoding="utf-8") as out:
+        n = 0
+        for v in rf:
+            out.write(json.dumps(to_json(v), ensure_ascii=False) + "\n")
+            n += 1
+    return n
