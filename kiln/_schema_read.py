@@ -8,8 +8,10 @@ Every bound is checked before anything is built from it:
   character offset, and repeated keys in one object are refused.
 * :class:`_Sizer` counts the tokens and characters of the type the document
   describes, once per definition (a ``$ref`` reuses the definition's count),
-  and refuses above ``MAX_TOKENS`` or ``MAX_TEXT`` before any type is built:
-  definitions that each use the one before twice double at every level.
+  and refuses a type above ``MAX_TOKENS`` or ``MAX_TEXT``, or containers
+  above ``MAX_BUILT`` or ``MAX_BUILT_TEXT`` in all, before any type is built:
+  definitions that each use the one before twice double at every level, and
+  each container holds its own copy of its text.
 * :class:`_Reader` then builds the type, one pass over the document (each
   definition read once), in time linear in the document's size.
 """
@@ -19,9 +21,8 @@ import re
 from typing import Any, Dict, List, Tuple
 
 from ._errors import KilnError, SchemaError
-from ._types import (Dict as _Dict, List as _List, Opt, Struct, Type, MAX_DEPTH, MAX_TEXT,
-                     MAX_TOKENS, bool_, bytes_, f32, f64, i8, i16, i32, i64, u16, u32, u64,
-                     u8, str_)
+from ._types import (Budget, Dict as _Dict, List as _List, Opt, Struct, Type, MAX_DEPTH,
+                     bool_, bytes_, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, str_)
 
 # JSON text nests at most this many arrays and objects: a schema of 64 containers
 # needs two levels a container (properties, then the property) and a few more
@@ -198,15 +199,19 @@ def _leaf(node: Dict[str, Any], pointer: str, kind: str) -> Type:
 
 
 class _Sizer:
-    """(tokens, characters) of the type a node describes, one count per definition.
-
-    A node is checked as :class:`_Reader` checks it, so the two agree on what
-    is refused; a recursive ``$ref`` and a nest too deep are refused here."""
+    """(tokens, characters) of the type a node describes, counted before anything
+    is built: once per definition (a ``$ref`` reuses the count), and each
+    container's size spent from one :class:`kiln._types.Budget` (a type above
+    ``MAX_TOKENS``/``MAX_TEXT``, or containers above ``MAX_BUILT``/
+    ``MAX_BUILT_TEXT`` in all, are refused with ``LIMIT``).  A node is checked
+    as :class:`_Reader` checks it, and a recursive ``$ref`` or a nest too deep
+    is refused here."""
 
     def __init__(self, defs: Dict[str, Any]) -> None:
         self.defs = defs
         self.memo: Dict[str, Tuple[int, int]] = {}
         self.resolving: List[str] = []
+        self.budget = Budget(SchemaError)
 
     def size(self, node: Any, pointer: str, depth: int) -> Tuple[int, int]:
         if depth > MAX_DEPTH:
@@ -219,21 +224,22 @@ class _Sizer:
             if "items" not in node:
                 raise SchemaError(pointer, "an array needs items")
             t, c = self.size(node["items"], _ptr(pointer, "items"), depth + 1)
-            return self.check(t + 2, c + 6, pointer)    # list< ... >
+            return self.spend(t + 2, c + 6, pointer)    # list< ... >
         if kind != "object":
             t = _leaf(node, pointer, kind)
-            return len(t.tokens), len(t.text)
+            return len(t.tokens), len(t.text)           # no container built (bytes_ is one)
         props, extra, required = _object_parts(node, pointer)
         if props is None:
             t, c = self.size(extra, _ptr(pointer, "additionalProperties"), depth + 1)
-            return self.check(t + 4, c + 10, pointer)   # dict<str, ... >
+            return self.spend(t + 4, c + 10, pointer)   # dict<str, ... >
         tokens, chars = 2, 8                             # struct{ ... }
         for name, sub in props.items():
-            t, c = self.size(sub, _ptr(pointer, "properties", name), depth + 1)
+            p = _ptr(pointer, "properties", name)
+            t, c = self.size(sub, p, depth + 1)
             if required is not None and name not in required:
-                t, c = t + 2, c + 5                      # opt< ... >
-            tokens, chars = self.check(tokens + t + 3, chars + c + len(name) + 2, pointer)
-        return tokens, chars
+                t, c = self.spend(t + 2, c + 5, p)       # opt< ... >
+            tokens, chars = tokens + t + 3, chars + c + len(name) + 2
+        return self.spend(tokens, chars, pointer)
 
     def ref(self, node: Dict[str, Any], pointer: str, depth: int) -> Tuple[int, int]:
         ref = _ref_target(node, pointer, self.defs)
@@ -250,12 +256,8 @@ class _Sizer:
             self.resolving.pop()
         return got
 
-    @staticmethod
-    def check(tokens: int, chars: int, pointer: str) -> Tuple[int, int]:
-        if tokens > MAX_TOKENS or chars > MAX_TEXT:
-            raise SchemaError(pointer, "the type would be more than %d tokens or %d "
-                              "characters of text (reused $defs double at each level)"
-                              % (MAX_TOKENS, MAX_TEXT), "LIMIT")
+    def spend(self, tokens: int, chars: int, pointer: str) -> Tuple[int, int]:
+        self.budget.spend(tokens, chars, 0, pointer)
         return tokens, chars
 
 
@@ -287,8 +289,10 @@ class _Reader:
                                                                     "additionalProperties")))
         fields = []
         for name, sub in props.items():
-            t = self.read(sub, _ptr(pointer, "properties", name))
-            fields.append((name, t if required is None or name in required else Opt(t)))
+            p = _ptr(pointer, "properties", name)
+            t = self.read(sub, p)
+            fields.append((name, t if required is None or name in required else
+                           self.build(Opt, p, t)))
         return self.build(Struct, pointer, fields)
 
     @staticmethod

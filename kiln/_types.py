@@ -22,6 +22,10 @@ from ._wire import MAX_DEPTH, fnv1a_tokens  # noqa: F401  (re-exported)
 # each level: its tokens and characters are counted before it is built)
 MAX_TOKENS = 1_000_000
 MAX_TEXT = 16_000_000
+# and what one parse (of type text or a JSON Schema) may build in all, summed
+# over the containers it builds (each holds its own copy of its text)
+MAX_BUILT = 8 * MAX_TOKENS
+MAX_BUILT_TEXT = 4 * MAX_TEXT
 
 # what the constructors take as a type: a Type, type text or an annotation
 TypeArg = Any
@@ -513,15 +517,61 @@ def parse_type(text: Union[str, Type]) -> Type:
     cached = _PARSE_CACHE.get(text)
     if cached is not None:
         return cached
+    if len(text) > MAX_TOKENS:
+        _count_tokens(text)
     result = _parse(_Tokens(text))
     if len(_PARSE_CACHE) < 1024:
         _PARSE_CACHE[text] = result
     return result
 
 
+class Budget:
+    """What one parse may build, summed over every container it builds: each
+    ``Type`` holds its own tokens and text, so a type nested ``d`` deep costs
+    about ``d`` times its text.  ``spend`` is called before a container is
+    built and refuses (``LIMIT``) past :data:`MAX_BUILT` tokens or
+    :data:`MAX_BUILT_TEXT` characters in all."""
+
+    __slots__ = ("tokens", "chars", "exc")
+
+    def __init__(self, exc=None):
+        self.tokens = self.chars = 0
+        self.exc = exc
+
+    def spend(self, tokens, chars, at, where=None):
+        self.tokens += tokens
+        self.chars += chars
+        if tokens > MAX_TOKENS or chars > MAX_TEXT:
+            what = "a type of more than %d tokens or %d characters" % (MAX_TOKENS, MAX_TEXT)
+        elif self.tokens > MAX_BUILT or self.chars > MAX_BUILT_TEXT:
+            what = ("types of more than %d tokens or %d characters in all (each container "
+                    "holds its own text)" % (MAX_BUILT, MAX_BUILT_TEXT))
+        else:
+            return
+        if self.exc is not None:
+            raise self.exc(where, "the schema describes " + what, "LIMIT")
+        raise KilnError("LIMIT", at, "the type text describes " + what)
+
+
+def _count_tokens(text):
+    """Refuse text of more than MAX_TOKENS tokens before parsing any of it (LIMIT at
+    the first token past the limit, where the parser would say it); counting
+    stops at the first character that is no token, which the parser reports."""
+    count, end = 0, 0
+    for m in _TOKEN.finditer(text):
+        if m.start() != end:
+            return
+        end = m.end()
+        count += 1
+        if count > MAX_TOKENS:
+            at = m.start(1) if m.group(1) else m.start(2) if m.group(2) else m.start(3)
+            raise KilnError("LIMIT", at, "type text of more than %d tokens" % MAX_TOKENS)
+
+
 def _parse(toks):
     # iterative: no recursion, so a hostile nest cannot exhaust the stack
     stack = []   # frames: [opener, offset, fields, names] (fields, names: structs)
+    budget = Budget()
     while True:
         # the start of one type
         tok, at = toks.take()
@@ -549,10 +599,12 @@ def _parse(toks):
             raise KilnError("TYPE", at, "unknown type token %r" % tok)
         # attach the finished value to the enclosing frames
         while stack:
-            kind, _, fields, names = stack[-1]
+            kind, opened, fields, names = stack[-1]
             if kind != "struct{":
                 toks.need(">")
                 stack.pop()
+                extra = (4, 10) if kind == "dict<" else (2, len(kind) + 1)
+                budget.spend(len(value.tokens) + extra[0], len(value.text) + extra[1], opened)
                 value = (List if kind == "list<" else Opt if kind == "opt<" else Dict)(value)
                 continue
             # the value completes the pending field; the last comma may be left out
@@ -562,6 +614,8 @@ def _parse(toks):
             if toks.peek()[0] == "}":
                 toks.take()
                 stack.pop()
+                budget.spend(2 + sum(3 + len(t.tokens) for _, t in fields),
+                             8 + sum(2 + len(n) + len(t.text) for n, t in fields), opened)
                 value = Struct(fields)
                 continue
             fields.append(_field_name(toks, names))
