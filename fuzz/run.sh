@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Differential fuzzing under ASan + UBSan (see fuzz/README.md).
 #   fuzz/run.sh HARNESS SECONDS [extra libFuzzer flags]
-# HARNESS: frozen | directory | structured.  Findings land in fuzz/artifacts/HARNESS/.
+# HARNESS: frozen | directory | structured | parsers.  Findings land in fuzz/artifacts/HARNESS/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 H="$1"; SECS="$2"; shift 2
@@ -16,6 +16,7 @@ case "$H" in
     frozen) SEED=("$ROOT/fuzz/corpus/frozen") ;;
     directory) SEED=("$ROOT/fuzz/corpus/directory") ;;
     structured) SEED=("$ROOT/fuzz/corpus/frozen") ;;  # any bytes seed Hypothesis' choices
+    parsers) SEED=("$ROOT/fuzz/corpus/parsers") ;;
 esac
 cd "$DEST/fuzz"
 export PYTHONPATH="$DEST:$DEST/fuzz"
