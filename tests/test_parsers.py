@@ -317,7 +317,8 @@ _SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(all
                                       "boolean", "binary", "int8", "uint64", "float",
                                       "#/$defs/a", "#/$defs/", "a", "__id"]))
 _JSON = st.recursive(_SCALARS, lambda c: st.one_of(
-    st.lists(c, max_size=4), st.dictionaries(_KEYS, c, max_size=5)), max_leaves=25)
+    st.lists(c, max_size=4), st.dictionaries(_KEYS, c, max_size=5),
+    st.dictionaries(_KEYS | st.integers(0, 2), c, max_size=3)), max_leaves=25)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
