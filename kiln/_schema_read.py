@@ -18,7 +18,7 @@ Every bound is checked before anything is built from it:
 
 import json
 import re
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 from ._errors import KilnError, SchemaError
 from ._types import (Budget, Dict as _Dict, List as _List, Opt, Struct, Type, MAX_DEPTH,
@@ -55,9 +55,11 @@ _JSON_NEST = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 def _no_repeats(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise SchemaError("#", "key %r repeats in one JSON object" % key)
+        seen: Set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise SchemaError("#", "key %r repeats in one JSON object" % (_short(key),))
+            seen.add(key)
     return out
 
 
@@ -226,8 +228,8 @@ class _Sizer:
             t, c = self.size(node["items"], _ptr(pointer, "items"), depth + 1)
             return self.spend(t + 2, c + 6, pointer)    # list< ... >
         if kind != "object":
-            t = _leaf(node, pointer, kind)
-            return len(t.tokens), len(t.text)           # no container built (bytes_ is one)
+            leaf = _leaf(node, pointer, kind)
+            return len(leaf.tokens), len(leaf.text)           # no container built (bytes_ is one)
         props, extra, required = _object_parts(node, pointer)
         if props is None:
             t, c = self.size(extra, _ptr(pointer, "additionalProperties"), depth + 1)
