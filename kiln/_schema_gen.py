@@ -15,7 +15,7 @@ import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ._errors import SchemaError
-from ._schema_read import _Reader, document, type_of
+from ._schema_read import _Reader, _Sizer, document, type_of
 from ._types import Dict as _Dict, List as _List, Opt, Scalar, Str, Struct, Type, WIRE_NAME, u8
 
 _ANN = {"bool": "bool", "i64": "int", "f64": "float", "i8": "kiln.I8", "i16": "kiln.I16",
@@ -135,7 +135,8 @@ def generate(doc: Any, root_name: Optional[str] = None) -> str:
 
     Raises:
         SchemaError: as :func:`schema_from_json`, or a root that is not an
-            object.
+            object.  A definition the root does not use and kiln cannot read
+            gets no class (``schema_from_json`` does not read it either).
 
     Example:
         >>> from kiln.schema import generate
@@ -154,8 +155,14 @@ def generate(doc: Any, root_name: Optional[str] = None) -> str:
         raise SchemaError("#", "the generator needs an object at the root, not %s" % t.text)
     g = _Gen()
     reader = _Reader(doc)
+    sizer = _Sizer(reader.defs)
     for name in reader.defs:   # named definitions keep their names
-        dt = reader.read({"$ref": "#/$defs/" + name}, "#")
+        node = {"$ref": "#/$defs/" + name}
+        try:
+            sizer.size(node, "#", 0)     # sized before it is built, as the type was
+            dt = reader.read(node, "#")
+        except SchemaError:
+            continue   # a definition the type does not use, which kiln cannot read
         if isinstance(dt, Struct):
             g.struct(dt, name)
     title = doc.get("title")

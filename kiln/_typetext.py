@@ -108,14 +108,15 @@ class Budget:
         self.exc = exc
 
     def spend(self, tokens, chars, at, where=None):
-        self.tokens += tokens
-        self.chars += chars
+        """Spend on one container, or refuse it (and spend nothing)."""
         if tokens > MAX_TOKENS or chars > MAX_TEXT:
             what = "a type of more than %d tokens or %d characters" % (MAX_TOKENS, MAX_TEXT)
-        elif self.tokens > MAX_BUILT or self.chars > MAX_BUILT_TEXT:
+        elif self.tokens + tokens > MAX_BUILT or self.chars + chars > MAX_BUILT_TEXT:
             what = ("types of more than %d tokens or %d characters in all (each container "
                     "holds its own text)" % (MAX_BUILT, MAX_BUILT_TEXT))
         else:
+            self.tokens += tokens
+            self.chars += chars
             return
         if self.exc is not None:
             raise self.exc(where, "the schema describes " + what, "LIMIT")

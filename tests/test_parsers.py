@@ -70,6 +70,25 @@ def test_reused_definitions_are_refused_before_they_are_built(name_len):
     assert peak < 20 * len(doc) + 512 * 1024, peak
 
 
+def test_kiln_gen_sizes_definitions_the_root_does_not_use():
+    doc = _doubling(24, 40)
+    doc["$defs"]["bad"] = {"type": "null"}
+    doc["$defs"]["used"] = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    doc.update({"$ref": "#/$defs/used"})
+    assert kiln.schema_from_json(doc).text == "struct{x:i64,}"   # the rest is never read
+    src, peak = _peak(generate, json.dumps(doc))
+    assert isinstance(src, str), src
+    # the largest definition under the limits is built for its class, the ones
+    # after it are refused before they are built (d24 would be 256 times d16)
+    assert peak < 40 * 1024 * 1024, peak
+    ns = {}
+    exec(src, ns)
+    assert kiln.struct(ns["ROOT"]).text == "struct{x:i64,}" and ns["ROOT"].__name__ == "Used"
+    k = _first_level_over(40)
+    assert "D%d" % (k - 1) in ns["TYPES"] and "D%d" % k not in ns["TYPES"]
+    assert "Bad" not in ns["TYPES"]
+
+
 def test_a_type_of_exactly_the_token_limit_is_read():
     # by hand: d has 249 bool fields (2 + 4 * 249 = 998 tokens); the root has 998
     # fields of d (3 + 998 each) and 250 bools (4 each): 2 + 998,998 + 1,000 tokens
