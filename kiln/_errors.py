@@ -105,7 +105,7 @@ class SchemaError(KilnError):
     """
 
     def __init__(self, pointer, reason, code="TYPE", offset=0, in_text=False):
-        self.pointer = pointer or "#"
+        self.pointer = str(pointer) if pointer else "#"   # (a lazily written pointer too)
         self.in_text = in_text
         KilnError.__init__(self, code, offset, reason)
 

@@ -18,6 +18,7 @@ Every bound is checked before anything is built from it:
 
 import json
 import re
+import reprlib
 from typing import Any, Dict, List, Set, Tuple
 
 from ._errors import KilnError, SchemaError
@@ -43,13 +44,39 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DEFS = "#/$defs/"
 
 
-def _ptr(pointer: str, *parts: Any) -> str:
+def pointer_text(pointer: Any, *parts: Any) -> str:
+    """``pointer`` with ``parts`` appended, escaped as JSON pointers are."""
     return pointer + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class _Path:
+    """A JSON pointer kept as a link to its parent and written out only for an
+    error: a nest of long property names costs nothing per level."""
+
+    __slots__ = ("up", "parts")
+
+    def __init__(self, up: Any, parts: Tuple[Any, ...]) -> None:
+        self.up = up
+        self.parts = parts
+
+    def __str__(self) -> str:
+        links = []
+        p: Any = self
+        while isinstance(p, _Path):
+            links.append(p.parts)
+            p = p.up
+        return pointer_text(str(p), *[x for parts in reversed(links) for x in parts])
+
+
+def _ptr(pointer: Any, *parts: Any) -> Any:
+    return _Path(pointer, parts)
 
 
 # --- JSON text ---------------------------------------------------------------------
 
-_JSON_NEST = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+# a string (an unterminated one runs to the end, so no quote is scanned twice) or
+# a bracket
+_JSON_NEST = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]', re.S)
 
 
 def _no_repeats(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
@@ -95,7 +122,7 @@ def load_json(text: Any) -> Any:
 
 # --- shared checks -------------------------------------------------------------------
 
-def _kind(node: Any, pointer: str) -> str:
+def _kind(node: Any, pointer: Any) -> str:
     """The node's type keyword, after checking the node's keys (SchemaError)."""
     if not isinstance(node, dict):
         raise SchemaError(pointer, "a schema must be an object, not %s" % type(node).__name__)
@@ -125,11 +152,12 @@ def _kind(node: Any, pointer: str) -> str:
 
 
 def _short(v: Any) -> Any:
-    r = repr(v) if not isinstance(v, (str, int, float, type(None))) else v
-    return r[:60] + "..." if isinstance(r, str) and len(r) > 60 else r
+    """A value for a message: at most 60 characters (reprlib bounds depth and size)."""
+    r = v if isinstance(v, str) else reprlib.repr(v)
+    return r[:60] + "..." if len(r) > 60 else r
 
 
-def _object_parts(node: Dict[str, Any], pointer: str) -> Tuple[Any, Any, Any]:
+def _object_parts(node: Dict[str, Any], pointer: Any) -> Tuple[Any, Any, Any]:
     """(properties, additionalProperties schema of a map or None, required set or None)."""
     props = node.get("properties")
     extra = node.get("additionalProperties")
@@ -158,7 +186,7 @@ def _object_parts(node: Dict[str, Any], pointer: str) -> Tuple[Any, Any, Any]:
     return props, None, required
 
 
-def _ref_target(node: Dict[str, Any], pointer: str, defs: Dict[str, Any]) -> str:
+def _ref_target(node: Dict[str, Any], pointer: Any, defs: Dict[str, Any]) -> str:
     ref = node["$ref"]
     if not isinstance(ref, str) or not ref.startswith(_DEFS) or ref[len(_DEFS):] not in defs:
         raise SchemaError(_ptr(pointer, "$ref"), "$ref %r is not #/$defs/<a definition>"
@@ -179,7 +207,7 @@ def _defs_of(doc: Any) -> Dict[str, Any]:
 
 # --- the size of the type, before it is built ------------------------------------------
 
-def _leaf(node: Dict[str, Any], pointer: str, kind: str) -> Type:
+def _leaf(node: Dict[str, Any], pointer: Any, kind: str) -> Type:
     """The type of a boolean, integer, number or string node (no container built)."""
     fmt = node.get("format")
     if kind == "boolean":
@@ -215,7 +243,7 @@ class _Sizer:
         self.resolving: List[str] = []
         self.budget = Budget(SchemaError)
 
-    def size(self, node: Any, pointer: str, depth: int) -> Tuple[int, int]:
+    def size(self, node: Any, pointer: Any, depth: int) -> Tuple[int, int]:
         if depth > MAX_DEPTH:
             raise SchemaError(pointer, "the schema nests more than %d containers"
                               % MAX_DEPTH, "DEPTH")
@@ -243,7 +271,7 @@ class _Sizer:
             tokens, chars = tokens + t + 3, chars + c + len(name) + 2
         return self.spend(tokens, chars, pointer)
 
-    def ref(self, node: Dict[str, Any], pointer: str, depth: int) -> Tuple[int, int]:
+    def ref(self, node: Dict[str, Any], pointer: Any, depth: int) -> Tuple[int, int]:
         ref = _ref_target(node, pointer, self.defs)
         got = self.memo.get(ref)
         if got is not None:
@@ -258,7 +286,7 @@ class _Sizer:
             self.resolving.pop()
         return got
 
-    def spend(self, tokens: int, chars: int, pointer: str) -> Tuple[int, int]:
+    def spend(self, tokens: int, chars: int, pointer: Any) -> Tuple[int, int]:
         self.budget.spend(tokens, chars, 0, pointer)
         return tokens, chars
 
@@ -272,7 +300,7 @@ class _Reader:
         self.defs = _defs_of(doc)
         self.cache: Dict[str, Type] = {}
 
-    def read(self, node: Any, pointer: str) -> Type:
+    def read(self, node: Any, pointer: Any) -> Type:
         kind = _kind(node, pointer)
         if kind == "$ref":
             ref = _ref_target(node, pointer, self.defs)
@@ -298,7 +326,7 @@ class _Reader:
         return self.build(Struct, pointer, fields)
 
     @staticmethod
-    def build(cls: Any, pointer: str, *args: Any) -> Type:
+    def build(cls: Any, pointer: Any, *args: Any) -> Type:
         try:
             return cls(*args)
         except SchemaError:

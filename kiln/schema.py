@@ -30,7 +30,7 @@ from typing import Any, Dict
 
 from ._errors import SchemaError
 from ._schema_gen import generate
-from ._schema_read import _INTS, _ptr, schema_from_json
+from ._schema_read import _INTS, pointer_text as _ptr, schema_from_json
 from ._types import (Dict as _Dict, List as _List, Opt, Scalar, Str, Struct, Type, as_type,
                      bool_, f32, u8)
 

@@ -200,6 +200,8 @@ def test_required_is_read_in_one_pass():
     ("[" * 100_000, "DEPTH", "#", 144),
     ('{"type": "object", "properties": {"a": {"type": "integer"}', "TYPE", "#", 58),
     ('{"type": 1', "TYPE", "#", 10),
+    ('"' + '\\"' * 100_000, "TYPE", "#", 0),   # unterminated: each quote scanned once
+    ({"type": json.loads("[" * 900 + "]" * 900)}, "TYPE", "#", 0),   # a message, no repr
     (b'{"type": "boolean"\xff}', "TYPE", "#", 18),
     (json.dumps(json.dumps({"type": "boolean"})), "TYPE", "#", 0),
     ('{"type": "object", "type": "boolean"}', "TYPE", "#", 0),
