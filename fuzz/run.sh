@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Differential fuzzing under ASan + UBSan (see fuzz/README.md).
 #   fuzz/run.sh HARNESS SECONDS [extra libFuzzer flags]
-# HARNESS: frozen | directory | structured | safetensors | gguf | npz | records.  Findings land in fuzz/artifacts/HARNESS/.
+# HARNESS: frozen | directory | structured | safetensors | gguf | npz | records | parsers.  Findings land in fuzz/artifacts/HARNESS/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 H="$1"; SECS="$2"; shift 2
@@ -18,6 +18,7 @@ case "$H" in
     structured) SEED=("$ROOT/fuzz/corpus/frozen") ;;  # any bytes seed Hypothesis' choices
     safetensors|gguf|npz) SEED=("$ROOT/fuzz/corpus/$H") ;;
     records) SEED=("$ROOT/fuzz/corpus/records") ;;
+    parsers) SEED=("$ROOT/fuzz/corpus/parsers") ;;
 esac
 cd "$DEST/fuzz"
 export PYTHONPATH="$DEST:$DEST/fuzz"

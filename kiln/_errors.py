@@ -79,6 +79,46 @@ class EncodeError(KilnError):
         return (type(self), (self.code, self.offset, self.reason, self.path))
 
 
+class SchemaError(KilnError):
+    """A JSON Schema document (or JSON text) kiln cannot read, or a type it
+    cannot write as one.
+
+    A subclass of :class:`KilnError` (so of ``ValueError``).  ``code`` is
+    ``TYPE`` (not JSON, or outside the subset), ``DEPTH`` (more than 64
+    nested containers, or JSON text nested deeper than a schema of 64 can
+    be) or ``LIMIT`` (a type of more than 1,000,000 tokens or 16,000,000
+    characters).  ``str(e)`` is ``"CODE at POINTER: reason"``, with the
+    character offset added for faults found in JSON text.
+
+    Attributes:
+        pointer: the JSON pointer of the offending node (``#/properties/a``).
+        reason: what is wrong there.
+        offset: the character offset in the JSON text for a fault found
+            while reading the text, else 0.
+
+    Example:
+        >>> try:
+        ...     kiln.schema_from_json({"type": "integer", "minimum": 0})
+        ... except kiln.SchemaError as e:
+        ...     print(e.code, e.pointer)
+        TYPE #
+    """
+
+    def __init__(self, pointer, reason, code="TYPE", offset=0, in_text=False):
+        self.pointer = str(pointer) if pointer else "#"   # (a lazily written pointer too)
+        self.in_text = in_text
+        KilnError.__init__(self, code, offset, reason)
+
+    def __str__(self):
+        if self.in_text:
+            return "%s at %s (character %d): %s" % (self.code, self.pointer, self.offset,
+                                                    self.reason)
+        return "%s at %s: %s" % (self.code, self.pointer, self.reason)
+
+    def __reduce__(self):
+        return (type(self), (self.pointer, self.reason, self.code, self.offset, self.in_text))
+
+
 def frame_hint(e):
     """Say so when a buffer decoded without ``frame=True`` starts with a frame."""
     if e.code != "SCHEMA":
@@ -89,3 +129,4 @@ def frame_hint(e):
 # tracebacks and reprs name the public module, where users import them from
 KilnError.__module__ = "kiln"
 EncodeError.__module__ = "kiln"
+SchemaError.__module__ = "kiln"

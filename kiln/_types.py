@@ -16,9 +16,8 @@ from ._errors import KilnError
 from . import _plan as P
 from . import _wire as W
 from ._wire import MAX_DEPTH, fnv1a_tokens  # noqa: F401  (re-exported)
-
-# the longest type text, in tokens: far past any real schema, far below memory
-MAX_TOKENS = 1_000_000
+from ._typetext import (  # noqa: F401  (the limits, re-exported)
+    MAX_BUILT, MAX_BUILT_TEXT, MAX_TEXT, MAX_TOKENS, Budget, Tokens, count_tokens, field_name)
 
 # what the constructors take as a type: a Type, type text or an annotation
 TypeArg = Any
@@ -57,9 +56,14 @@ class Type:
                             % (depth, MAX_DEPTH))
         self.tokens = tuple(tokens)
         if len(self.tokens) > MAX_TOKENS:
-            # a type built by reuse (a JSON Schema's $defs) can double at each level
+            # a type built by reuse (classes, or a JSON Schema's $defs) can double at
+            # each level
             raise KilnError("LIMIT", 0, "type text of %d tokens is above %d"
                             % (len(self.tokens), MAX_TOKENS))
+        chars = sum(map(len, self.tokens))
+        if chars > MAX_TEXT:
+            raise KilnError("LIMIT", 0, "type text of %d characters is above %d"
+                            % (chars, MAX_TEXT))
         self.text = "".join(self.tokens)
         self.min_size = min_size
         self.depth = depth
@@ -208,9 +212,9 @@ class Struct(Type):
     dataclass or NamedTuple the struct is bound to.
     """
 
-    __slots__ = ("fields", "cls")
+    __slots__ = ("fields", "cls", "attrs")
 
-    def __init__(self, fields, cls=None):
+    def __init__(self, fields, cls=None, attrs=None):
         items = list(fields.items()) if hasattr(fields, "items") else list(fields)
         toks = ["struct{"]
         size = 0
@@ -235,6 +239,13 @@ class Struct(Type):
         Type.__init__(self, toks, size, depth + 1)
         self.fields = tuple(out)
         self.cls = cls
+        # the bound class's attribute of each field, where one differs from the
+        # field's (wire) name: a dataclass field with metadata {WIRE_NAME: name}
+        attrs = tuple(attrs) if attrs is not None else None
+        if attrs is not None and len(attrs) != len(out):
+            raise KilnError("TYPE", 0, "%d attribute names for %d fields" % (len(attrs),
+                                                                           len(out)))
+        self.attrs = attrs if attrs != tuple(n for n, _ in out) else None
 
     def _binding(self):
         inner = tuple(t._binding() for _, t in self.fields)
@@ -243,9 +254,11 @@ class Struct(Type):
         return (self.cls, inner)
 
     def _build_plan(self):
-        names = tuple(n for n, _ in self.fields)
-        plans = tuple(t.plan() for _, t in self.fields)
         cls = self.cls
+        # a class-bound struct reads and builds its class by attribute names
+        names = self.attrs if cls is not None and self.attrs is not None else \
+            tuple(n for n, _ in self.fields)
+        plans = tuple(t.plan() for _, t in self.fields)
         make = get = None
         if cls is not None:
             make = _make_constructor(cls, names)
@@ -407,64 +420,15 @@ def struct(fields: Any, cls: Optional[type] = None) -> "Struct":
 
 # --- canonical text parser ------------------------------------------------
 
-# whitespace may stand between tokens and inside an opener ("list <"); the
-# tokens themselves (and so .text and the hash) are canonical
-_TOKEN = re.compile(r"\s*(?:(struct)\s*\{|(list|opt|dict)\s*<|([A-Za-z_][A-Za-z0-9_]*|[:,}>]))")
-_SPACE = re.compile(r"\s*\Z")
-
-
-def _tokenize(text):
-    pos = 0
-    toks = []
-    n = len(text)
-    while pos < n:
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            if _SPACE.match(text, pos):
-                break
-            at = pos + len(text[pos:]) - len(text[pos:].lstrip())
-            raise KilnError("TYPE", at, "unexpected character %r in type text" % text[at])
-        if m.group(1):
-            tok = "struct{"
-        elif m.group(2):
-            tok = m.group(2) + "<"
-        else:
-            tok = m.group(3)
-        toks.append((tok, m.start(1) if m.group(1) else m.start(2) if m.group(2)
-                     else m.start(3)))
-        pos = m.end()
-    return toks
-
-
-_OPENERS = re.compile(r"[<{>}]")
-
-
-def _check_text_depth(text):
-    # refuse a hostile nest before tokenizing all of it
-    depth = 0
-    for m in _OPENERS.finditer(text):
-        if m.group() in "<{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise KilnError("DEPTH", _open_start(text, m.start()),
-                                "type nests more than %d containers" % MAX_DEPTH)
-        else:
-            depth -= 1
-
-
-def _open_start(text, pos):
-    # the offset of the token that opens the container ("list<" starts 4 before "<")
-    start = pos
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-        start -= 1
-    return start
+_OPENERS = ("list<", "opt<", "dict<", "struct{")
 
 
 def parse_type(text: Union[str, Type]) -> Type:
     """Parse type text (``list<struct{id:i64,}>``) into a :class:`kiln.Type` whose
     ``.text`` is canonical; whitespace and a missing last comma are accepted.  Raises
-    :class:`~kiln.KilnError` ``TYPE`` (bad token or syntax), ``DEPTH`` (over 64 levels),
-    ``LIMIT`` (over 1,000,000 tokens), and ``TypeError`` for a non-str:
+    :class:`~kiln.KilnError` ``TYPE`` (bad token or syntax, a repeated field name at
+    its offset), ``DEPTH`` (over 64 levels), ``LIMIT`` (over 1,000,000 tokens, found
+    while reading, before the rest is read), and ``TypeError`` for a non-str:
 
     >>> kiln.parse_type("struct { id : i64 }").text
     'struct{id:i64,}'
@@ -476,110 +440,71 @@ def parse_type(text: Union[str, Type]) -> Type:
     cached = _PARSE_CACHE.get(text)
     if cached is not None:
         return cached
-    _check_text_depth(text)
-    toks = _tokenize(text)
-    # iterative parser: no recursion, so a hostile nest cannot exhaust the stack
-    stack = []   # frames: [kind, pos, payload]
-    i = 0
-    n = len(toks)
-    result = None
+    if len(text) > MAX_TOKENS:
+        count_tokens(text)
+    result = _parse(Tokens(text))
+    if len(_PARSE_CACHE) < 1024:
+        _PARSE_CACHE[text] = result
+    return result
 
-    def need(tok):
-        nonlocal i
-        if i >= n or toks[i][0] != tok:
-            at = toks[i][1] if i < n else len(text)
-            raise KilnError("TYPE", at, "expected %r in type text" % tok)
-        i += 1
 
+def _parse(toks):
+    # iterative: no recursion, so a hostile nest cannot exhaust the stack
+    stack = []   # frames: [opener, offset, fields, names] (fields, names: structs)
+    budget = Budget()
     while True:
-        # parse the start of one type
-        if i >= n:
-            raise KilnError("TYPE", len(text), "type text ends early")
-        tok, at = toks[i]
-        i += 1
-        if tok in ("list<", "opt<", "dict<", "struct{"):
-            if len(stack) >= MAX_DEPTH:
-                raise KilnError("DEPTH", at, "type nests more than %d containers" % MAX_DEPTH)
-        if tok in ("list<", "opt<"):
-            stack.append([tok, at, None])
-            continue
+        # the start of one type
+        tok, at = toks.take()
+        if tok is None:
+            raise KilnError("TYPE", at, "type text ends early")
+        if tok in _OPENERS and len(stack) >= MAX_DEPTH:
+            raise KilnError("DEPTH", at, "type nests more than %d containers" % MAX_DEPTH)
         if tok == "dict<":
-            need("str")
-            need(",")
-            stack.append([tok, at, None])
+            toks.need("str")
+            toks.need(",")
+        if tok in ("list<", "opt<", "dict<"):
+            stack.append((tok, at, None, None))
             continue
         if tok == "struct{":
-            frame = ["struct{", at, []]
-            stack.append(frame)
-            if i < n and toks[i][0] == "}":
-                i += 1
-                stack.pop()
+            if toks.peek()[0] == "}":
+                toks.take()
                 value = Struct(())
             else:
-                name, nat = toks[i] if i < n else ("", len(text))
-                if not _IDENT.match(name):
-                    raise KilnError("TYPE", nat, "expected a field name")
-                i += 1
-                need(":")
-                frame[2].append(name)
+                names = set()
+                stack.append((tok, at, [field_name(toks, names)], names))
                 continue
         elif tok in SCALARS:
             value = SCALARS[tok]
         else:
             raise KilnError("TYPE", at, "unknown type token %r" % tok)
-        # reduce: attach the finished value to the enclosing frames
-        while True:
-            if not stack:
-                result = value
-                break
-            frame = stack[-1]
-            kind = frame[0]
-            if kind == "list<":
-                need(">")
+        # attach the finished value to the enclosing frames
+        while stack:
+            kind, opened, fields, names = stack[-1]
+            if kind != "struct{":
+                toks.need(">")
                 stack.pop()
-                value = List(value)
+                extra = (4, 10) if kind == "dict<" else (2, len(kind) + 1)
+                budget.spend(len(value.tokens) + extra[0], len(value.text) + extra[1], opened)
+                value = (List if kind == "list<" else Opt if kind == "opt<" else Dict)(value)
                 continue
-            if kind == "opt<":
-                need(">")
-                stack.pop()
-                value = Opt(value)
-                continue
-            if kind == "dict<":
-                need(">")
-                stack.pop()
-                value = Dict(value)
-                continue
-            # struct: value completes the pending field; the comma after the
-            # last field may be left out
-            fields = frame[2]
+            # the value completes the pending field; the last comma may be left out
             fields[-1] = (fields[-1], value)
-            if i < n and toks[i][0] == "}":
-                pass
-            else:
-                need(",")
-            if i < n and toks[i][0] == "}":
-                i += 1
+            if toks.peek()[0] != "}":
+                toks.need(",")
+            if toks.peek()[0] == "}":
+                toks.take()
                 stack.pop()
-                try:
-                    value = Struct(fields)
-                except KilnError as e:
-                    raise KilnError(e.code, frame[1], e.reason) from None
+                budget.spend(2 + sum(3 + len(t.tokens) for _, t in fields),
+                             8 + sum(2 + len(n) + len(t.text) for n, t in fields), opened)
+                value = Struct(fields)
                 continue
-            name, nat = toks[i] if i < n else ("", len(text))
-            if not _IDENT.match(name):
-                raise KilnError("TYPE", nat, "expected a field name")
-            i += 1
-            need(":")
-            fields.append(name)
-            value = None
+            fields.append(field_name(toks, names))
             break
-        if result is not None:
-            break
-    if i != n:
-        raise KilnError("TYPE", toks[i][1], "text continues after the type")
-    if len(_PARSE_CACHE) < 1024:
-        _PARSE_CACHE[text] = result
-    return result
+        else:
+            tok, at = toks.peek()
+            if tok is not None:
+                raise KilnError("TYPE", at, "text continues after the type")
+            return value
 
 
 _PARSE_CACHE = {}
@@ -708,6 +633,11 @@ def _numpy_scalar_type(t):
 
 _CLASS_CACHE = {}
 
+# the key of a dataclass field's metadata naming the field on the wire (and in
+# the schema hash) when it differs from the attribute: what ``kiln gen`` writes
+# for a schema property that is no Python attribute name (a keyword, ``__id``)
+WIRE_NAME = "kiln.name"
+
 
 def _struct_from_class(cls, depth, active):
     cached = _CLASS_CACHE.get(cls)
@@ -727,20 +657,21 @@ def _struct_from_class(cls, depth, active):
                         % (cls.__qualname__, e)) from None
     if dataclasses.is_dataclass(cls):
         names = [f.name for f in dataclasses.fields(cls)]
+        wire = [f.metadata.get(WIRE_NAME, f.name) for f in dataclasses.fields(cls)]
         for f in dataclasses.fields(cls):
             if not f.init:
                 raise KilnError("TYPE", 0, "dataclass field %s.%s has init=False"
                                 % (cls.__qualname__, f.name))
     elif _is_namedtuple(cls):
-        names = list(cls._fields)
+        names = wire = list(cls._fields)
     else:
         raise KilnError("TYPE", 0, "%s is neither a dataclass nor a NamedTuple" % cls.__qualname__)
     fields = []
-    for name in names:
+    for name, wname in zip(names, wire):
         if name not in hints:
             raise KilnError("TYPE", 0, "field %s.%s has no annotation" % (cls.__qualname__, name))
-        fields.append((name, _from_annotation(hints[name], depth + 1, active)))
-    t = Struct(fields, cls)
+        fields.append((wname, _from_annotation(hints[name], depth + 1, active)))
+    t = Struct(fields, cls, names)
     _CLASS_CACHE[cls] = t
     return t
 

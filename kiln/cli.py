@@ -457,19 +457,16 @@ def cmd_demo(args: Any) -> int:
 # --- gen ----------------------------------------------------------------------
 
 def cmd_gen(args: Any) -> int:
-    import json
-    from .schema import SchemaError, generate
+    from .schema import generate
     import kiln
     try:
-        with open(args.schema) as f:
-            doc = json.load(f)
+        with open(args.schema, "rb") as f:
+            text = f.read()
     except OSError as e:
         raise Fail("cannot read %s: %s" % (args.schema, e.strerror))
-    except ValueError as e:
-        raise Fail("%s is not JSON: %s" % (args.schema, e))
     try:
-        src = generate(doc, args.root)
-    except (SchemaError, kiln.KilnError) as e:
+        src = generate(text, args.root)   # the text is parsed once, by the reader
+    except kiln.KilnError as e:   # SchemaError included: TYPE, DEPTH or LIMIT
         raise Fail("%s: %s" % (args.schema, e), 1)
     if args.output:
         with open(args.output, "w") as f:
