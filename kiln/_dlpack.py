@@ -97,10 +97,12 @@ def _destructors():
     keeps an exception pending while the capsule dies across the release); in
     the pure-Python build none, and a capsule that no consumer ever takes keeps
     its payload alive until the process ends."""
+    from . import _compat
     try:
-        from . import _kernels_c
-        address = _kernels_c._dlpack_destructor()
-    except (ImportError, AttributeError):
+        # the kernels import kiln picked: with the fallback selected (KILN_PUREPYTHON)
+        # nothing compiled is imported, this included
+        address = _compat.kernels._dlpack_destructor()
+    except AttributeError:
         return {_NAME_VERSIONED: None, _NAME_LEGACY: None}
     return {_NAME_VERSIONED: address, _NAME_LEGACY: address}
 
