@@ -6,7 +6,8 @@
 
 Each fault is a small source patch (one exact text replaced by another).  For
 each, the tracked files of this checkout (plus the built kiln/_kernels_c*.so)
-are copied to a temporary directory, the patch is applied there, the compiled
+are copied once to a temporary directory, and for each fault that copy is
+copied again and the patch applied there, the compiled
 module is rebuilt there when the patch is in src/ (about a minute each), and
 the fault's test files run with ``--c-extensions -x -q``.  The checkout itself
 is never changed.  First the unpatched copy runs every selected test file once
@@ -106,7 +107,8 @@ def tracked_files():
     return sorted({f for f in files if os.path.isfile(os.path.join(ROOT, f))})
 
 
-def make_copy(dest):
+def snapshot(dest):
+    """The checkout as it is now (later edits to it do not reach a running check)."""
     for f in tracked_files():
         os.makedirs(os.path.join(dest, os.path.dirname(f)), exist_ok=True)
         shutil.copy2(os.path.join(ROOT, f), os.path.join(dest, f))
@@ -180,9 +182,10 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="kiln-mutation-")
     rows, status = [], 0
     try:
+        pristine = os.path.join(work, "pristine")
+        snapshot(pristine)
         if not args.no_baseline:
-            dest = os.path.join(work, "baseline")
-            make_copy(dest)
+            dest = pristine
             tests = sorted({t for f in faults for t in f.tests})
             t0 = time.time()
             rc, ran, tail, out = run_tests(dest, tests, stop_first=False)
@@ -193,7 +196,7 @@ def main(argv=None):
                 return 1
         for f in faults:
             dest = os.path.join(work, f.name)
-            make_copy(dest)
+            shutil.copytree(pristine, dest, symlinks=True)
             t0 = time.time()
             problem = apply(f, dest)
             if problem is None and f.path.startswith("src/"):
