@@ -115,3 +115,21 @@ def test_by_default_the_compiled_kernels_run(pytestconfig):
         return
     layer = str(not _compat.FREE_THREADED_BUILD)
     assert _child(CHILD, purepython=False) == ["cython", "True", layer]
+
+
+def test_tensor_objects_on_the_python_path_too():
+    """``impl`` cannot choose the tensor layer (it is installed once, at import):
+    the tensor-object tests run once more in a child on the pure kernels, so the
+    Python Tensor.numpy/values()/to_dict() are tested in a compiled run too."""
+    if kiln.IMPLEMENTATION == "python":
+        # this process is the pure one: its own run of these files is that run
+        assert not _compat.COMPILED_TENSOR_LAYER
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KILN_PUREPYTHON="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        os.path.join(root, "tests", "test_tensor_arrays.py"),
+                        os.path.join(root, "tests", "test_tensors.py")],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-500:]
