@@ -93,10 +93,11 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 def _destructors():
-    """The capsule destructor: the compiled module's C one when it is there (it
-    keeps an exception pending while the capsule dies across the release); in
-    the pure-Python build none, and a capsule that no consumer ever takes keeps
-    its payload alive until the process ends."""
+    """The capsule destructor: the compiled module's C one when kiln runs the
+    compiled kernels (it keeps an exception pending while the capsule dies across
+    the release); on the pure kernels (the pure-Python build, or KILN_PUREPYTHON=1)
+    none, and a capsule that no consumer ever takes keeps its payload alive until
+    the process ends."""
     from . import _compat
     try:
         # the kernels import kiln picked: with the fallback selected (KILN_PUREPYTHON)
