@@ -5,8 +5,9 @@
   The blocks of one page share one namespace, in page order, as a reader
   would type them.  A block starting with ``>>>`` runs as a doctest.  A block
   preceded by ``<!-- requires: torch -->`` is left out when that module is not
-  installed (the page's other blocks still run).  Blocks that are not Python (sh, text, json) use another fence
-  language and are not run.
+  installed: the page's other blocks still run, then the test is reported as
+  skipped, naming the blocks and modules.  Blocks that are not Python (sh,
+  text, json) use another fence language and are not run.
 * Every ``>>>`` example in the docstrings of kiln's public API runs, in both
   implementations.
 * The site builds with ``sphinx-build -W -n --keep-going``: any warning,

@@ -1,7 +1,6 @@
 """Property tests: round trips over generated types and values, and agreement with
 the reference decoder on every prefix, extension and single-byte flip."""
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kiln
