@@ -8,7 +8,9 @@ using the reference's own parse of the type text (never kiln's type model),
 checking on the way the exact Python type and numpy dtype kiln must return;
 :func:`ref_form` maps the reference's value onto the same form.  Floats become
 their bit patterns (so NaN payloads and -0.0 count), arrays their dtype and
-bytes, dict and struct values their items in order.
+bytes, dict and struct values their items in order.  (An f32 is compared as the
+f64 that ``struct.unpack("<f")`` makes of it, which is all the reference holds:
+every bit, except that a signalling NaN's quiet bit is set on the way.)
 
 ``ref_outcome`` and ``kiln_outcome`` give ``("ok", form)`` or
 ``("err", code, offset)``, so one ``==`` compares the value or the error with
