@@ -18,6 +18,11 @@ are 64 KiB and 1 MiB (about a minute and a half in all); the factors do not
 change with size (``--sizes 64K,1M,8M`` adds 8 MiB for the compiled kernel,
 about two minutes more, peaking near 2 GB; ``--python-max`` lets the pure
 kernel go past 1 MiB).
+
+Last, the seconds one decode of the two hostile inputs of
+tests/test_amplification.py takes at the default caps (that test checks their
+outcome and memory, not their time); the exit status is 1 when either takes
+30 s or more.
 """
 
 import argparse
@@ -224,6 +229,34 @@ def nested_hostile(impls):
     return rows
 
 
+DEFAULT_CAP_TARGET = 30.0   # seconds per input, once asserted in tests/test_amplification.py
+
+
+def default_cap_seconds(impls):
+    """The issue's two inputs at the default caps (tests/test_amplification.py's
+    child checks their outcome and memory): seconds per decode, no tracemalloc."""
+    cap = kiln.DEFAULT_MAX_COUNT
+    cases = [("list<list<struct{}>>", struct.pack("<9I", 8, *[cap] * 8)),
+             ("list<struct{}>", struct.pack("<I", cap) + b"\0")]
+    rows = []
+    for t, buf in cases:
+        for im in impls:
+            dec = kiln.Decoder(t, kernels=im.kernels)
+            progress("default caps %s %s" % (t, im.name))
+            gc.disable()
+            t0 = time.perf_counter()
+            try:
+                dec.decode(buf)
+                outcome = "accepted"
+            except kiln.KilnError as e:
+                outcome = "%s at byte %d" % (e.code, e.offset)
+            secs = time.perf_counter() - t0
+            gc.enable()
+            gc.collect()
+            rows.append((t, len(buf), im.name, outcome, secs))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.amplification",
                                  description=__doc__.split("\n")[0])
@@ -242,6 +275,7 @@ def main(argv=None):
     schema = factor_rows(SCHEMA_SHAPES, impls, sizes[:1], python_max)
     budget = budget_rows(impls)
     nested = nested_hostile(impls)
+    at_default = default_cap_seconds(impls)
     elapsed = time.perf_counter() - t0
 
     out = ["# kiln amplification: peak traced allocation per input byte", "",
@@ -284,8 +318,15 @@ def main(argv=None):
         out.append("| %s | %s | %.1f MB | %.1f | %.2f |" % (
             name, "%s at byte %d" % (err.code, err.offset) if err else "accepted",
             peak / 1e6, peak / BUDGET_COUNT, secs))
+    out += ["", "The same inputs at the default caps (target: under %.0f s each):"
+            % DEFAULT_CAP_TARGET, "",
+            "| type | bytes | implementation | outcome | seconds | target met |",
+            "| --- | ---: | --- | --- | ---: | --- |"]
+    for t, n, name, outcome, secs in at_default:
+        out.append("| `%s` | %d | %s | %s | %.2f | %s |" % (
+            t, n, name, outcome, secs, "yes" if secs < DEFAULT_CAP_TARGET else "NO"))
     print("\n".join(out))
-    return 0
+    return 0 if all(r[4] < DEFAULT_CAP_TARGET for r in at_default) else 1
 
 
 if __name__ == "__main__":

@@ -23,3 +23,20 @@ if not NO_EXTENSIONS:
 if kernels is None:
     from . import _kernels_py as kernels  # noqa: F811
     IMPLEMENTATION = "python"
+
+
+def _free_threaded_build():
+    flags = getattr(__import__("sys"), "abiflags", None)
+    if flags is not None:
+        return "t" in flags
+    import sysconfig  # (Windows has no abiflags)
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+# The one declared exception to "the compiled kernels run everything": on a
+# free-threaded build the compiled tensor layer (Tensor.numpy, the
+# TensorDirectory values()/to_dict() and view directories built in C, see
+# kiln/_tensor.py) stays off by design and those take the Python path; the
+# codec itself is still compiled.  tests/test_paths.py holds kiln to exactly this.
+FREE_THREADED_BUILD = _free_threaded_build()
+COMPILED_TENSOR_LAYER = IMPLEMENTATION == "cython" and not FREE_THREADED_BUILD

@@ -107,18 +107,17 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 def _destructors():
-    """The capsule destructor of the ctypes-built capsules: the compiled module's
-    C one when the compiled kernels are in use (it keeps an exception pending
-    while the capsule dies across the release); with the pure kernels none,
-    and nothing compiled of kiln's is imported."""
-    if _compat.IMPLEMENTATION == "cython":
-        try:
-            from . import _kernels_c
-            address = _kernels_c._dlpack_destructor()
-        except (ImportError, AttributeError):  # pragma: no cover - a partial build
-            address = None
-    else:
-        address = None
+    """The capsule destructor: the compiled module's C one when kiln runs the
+    compiled kernels (it keeps an exception pending while the capsule dies across
+    the release); on the pure kernels (the pure-Python build, or KILN_PUREPYTHON=1)
+    none, and a capsule that no consumer ever takes keeps its payload alive until
+    the process ends."""
+    try:
+        # the kernels import kiln picked: with the fallback selected (KILN_PUREPYTHON)
+        # nothing compiled is imported, this included
+        address = _compat.kernels._dlpack_destructor()
+    except AttributeError:
+        return {_NAME_VERSIONED: None, _NAME_LEGACY: None}
     return {_NAME_VERSIONED: address, _NAME_LEGACY: address}
 
 

@@ -478,9 +478,24 @@ def cmd_gen(args: Any) -> int:
 
 # --- main ----------------------------------------------------------------------
 
+class _Version(argparse.Action):
+    """``kiln --version``: the version, the kernels this process imported, and whether
+    the compiled tensor layer is on (kiln is imported only when asked)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        import kiln
+        from kiln import _compat
+        print("kiln %s, %s kernels, compiled tensor layer %s"
+              % (kiln.__version__, kiln.IMPLEMENTATION,
+                 "on" if _compat.COMPILED_TENSOR_LAYER else "off"))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kiln", description="Kiln wire format tools",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print the version and the kernels in use, then exit")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("demo", help="save, open and check a sample model; timings")
     c.set_defaults(fn=cmd_demo)

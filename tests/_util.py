@@ -40,3 +40,12 @@ def run_in_threads(work, n=4):
         th.join()
     if errors:
         raise errors[0]
+
+
+def root_base(a):
+    """What a numpy array's memory belongs to (a reshape's base is the flat array)."""
+    import numpy as np
+    b = a.base
+    while isinstance(b, np.ndarray):
+        b = b.base
+    return b

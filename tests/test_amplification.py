@@ -513,7 +513,6 @@ def test_default_caps_in_a_child(impl, default_cap_children):
     nested, trailing = doc["cases"]
     assert nested["result"] == ["LIMIT", 8], nested
     assert trailing["result"] == ["TRAILING", 4], trailing
-    for case in doc["cases"]:
-        assert case["seconds"] < 30, case
+    # (how long they take is measured by python -m benchmarks.amplification, not asserted)
     # the budget term: at most one full budget of {} was ever live
     assert doc["peak_rss"] <= DEFAULT * ZERO_ELEMENT_BYTES + (64 << 20), doc

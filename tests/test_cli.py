@@ -11,15 +11,39 @@ import numpy as np
 import pytest
 
 import kiln
+from conftest import _compiled_or_none
+from kiln import _compat
 
+
+# the kernels a command runs on unless a test asks for one: the compiled ones
+# whenever they are there (under --c-extensions they must be)
+DEFAULT_IMPL = "python" if _compiled_or_none() is None else "cython"
+_VERIFIED = set()
+
+
+def version_line(impl):
+    layer = impl == "cython" and not _compat.FREE_THREADED_BUILD
+    return "kiln %s, %s kernels, compiled tensor layer %s" % (kiln.__version__, impl,
+                                                              "on" if layer else "off")
+
+
+def _child(args, impl, cwd):
+    env = dict(os.environ)
+    env["KILN_PUREPYTHON"] = "1" if impl == "python" else "0"   # always explicit
+    return subprocess.run([sys.executable, "-m", "kiln", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=cwd)
 
 
 def run(*args, env_impl=None, cwd=None):
-    env = dict(os.environ)
-    if env_impl is not None:
-        env["KILN_PUREPYTHON"] = "1" if env_impl == "python" else "0"
-    r = subprocess.run([sys.executable, "-m", "kiln", *map(str, args)], capture_output=True,
-                       text=True, timeout=300, env=env, cwd=cwd)
+    """``kiln ARGS`` in a subprocess on the kernels ``env_impl`` (default DEFAULT_IMPL);
+    the first time each kernel is used, ``kiln --version`` in the same environment
+    must report it, so every command of this module ran the kernel it was given."""
+    impl = env_impl or DEFAULT_IMPL
+    if impl not in _VERIFIED:
+        r = _child(["--version"], impl, cwd)
+        assert (r.returncode, r.stdout.strip()) == (0, version_line(impl)), r.stderr
+        _VERIFIED.add(impl)
+    r = _child(args, impl, cwd)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -27,6 +51,11 @@ def one_line_error(err):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
+
+
+def test_version_reports_the_kernels_asked_for(impl):
+    code, out, err = run("--version", env_impl=impl.name)
+    assert (code, out.strip()) == (0, version_line(impl.name)), err
 
 
 def test_help_has_examples():
@@ -102,8 +131,9 @@ def test_check(model, tmp_path):
     bad = tmp_path / "bad.kiln"
     bad.write_bytes(bytes(raw))
     code, out, _ = run("check", bad)
-    assert code == 1 and out.strip() == "%s: TYPE at byte 104: %s" % (
-        bad, out.split(": ", 2)[2].strip()) and "byte length" in out
+    # descriptor 0 (b, f16[3]) starts at 64; its byte_length word at +40, 6 -> 7
+    assert code == 1 and out.strip() == "%s: TYPE at byte 104: byte length is 7, 3 elements " \
+        "of f16 need 6" % bad
     code, _, err = run("check", tmp_path / "nope.kiln")
     assert code == 2 and "cannot read" in one_line_error(err)
 

@@ -5,6 +5,7 @@ reports the same error offset as the reference decoder."""
 import pytest
 
 import kiln
+from _oracle import check_decode
 from _util import CASES, CASE_BY_NAME, kiln_ref
 
 SPEC_46 = """kiln-v2-empty kiln-v2-f32 kiln-v2-f32-scalar kiln-v2-f32-negzero kiln-v2-f64-nan
@@ -54,14 +55,27 @@ def _expected_offset(case):
     return None
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+# cases kiln is known to get wrong: each fails its test until fixed (strict xfail)
+KNOWN_WRONG = {
+    "kpy-depth-tensors-65": "kiln.parse_type reports DEPTH at offset 0, the reference at "
+                            "the 65th container (320) when that container is tensors",
+}
+
+
+def _case_params():
+    return [pytest.param(c, id=c["name"], marks=pytest.mark.xfail(
+        reason=KNOWN_WRONG[c["name"]], strict=True)) if c["name"] in KNOWN_WRONG
+        else pytest.param(c, id=c["name"]) for c in CASES]
+
+
+@pytest.mark.parametrize("case", _case_params())
 def test_case(impl, case):
     buf = bytes.fromhex(case["hex"])
     if case["result"] == "reject" and case["error"] == "DEPTH":
         with pytest.raises(kiln.KilnError) as ei:
             t = kiln.parse_type(case["type"])
             impl.decode(buf, t, frame=case["framed"])
-        assert ei.value.code == "DEPTH"
+        assert (ei.value.code, ei.value.offset) == _expected_offset(case)
         return
     t = kiln.parse_type(case["type"])
     if case["result"] == "reject":
@@ -70,11 +84,15 @@ def test_case(impl, case):
         assert ei.value.code == case["error"], str(ei.value)
         assert (ei.value.code, ei.value.offset) == _expected_offset(case)
     else:
-        value = impl.decode(buf, t, frame=case["framed"])
+        dec = impl.decoder(t, frame=case["framed"])
+        # the decoded value, against the reference decoder's (type, dtype, every bit)
+        check_decode(dec.decode, buf, case["type"], framed=case["framed"])
+        value = dec.decode(buf)
         assert impl.encode(value, t, frame=case["framed"]) == buf
         # the same buffer through a bytearray and a memoryview
-        assert impl.encode(impl.decode(bytearray(buf), t, frame=case["framed"]), t,
-                           frame=case["framed"]) == buf
+        check_decode(dec.decode, bytearray(buf), case["type"], framed=case["framed"])
+        check_decode(dec.decode, memoryview(buf), case["type"], framed=case["framed"])
+        assert impl.encode(dec.decode(bytearray(buf)), t, frame=case["framed"]) == buf
 
 
 def test_cli_cases_pass():

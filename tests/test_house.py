@@ -113,3 +113,24 @@ def test_no_function_is_longer_than_the_house_allows():
     long = [(p, n, ln) for p, n, ln in list(_python_functions()) + list(_cython_functions())
             if ln > MAX_FUNCTION_LINES]
     assert long == []
+
+
+def _tests_taking_impl_unused():
+    for fn in sorted(os.listdir(os.path.join(ROOT, "tests"))):
+        if not (fn.startswith("test_") and fn.endswith(".py")):
+            continue
+        with open(os.path.join(ROOT, "tests", fn)) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.name.startswith("test"):
+                args = [a.arg for a in node.args.args + node.args.kwonlyargs]
+                used = any(isinstance(n, ast.Name) and n.id == "impl"
+                           for stmt in node.body for n in ast.walk(stmt))
+                if "impl" in args and not used:
+                    yield "%s:%d %s" % (fn, node.lineno, node.name)
+
+
+def test_every_test_taking_impl_uses_it():
+    # a test run once per kernel that never touches the kernel tests one thing twice
+    assert list(_tests_taking_impl_unused()) == []

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _tensor
+from kiln import _compat, _tensor
+from _util import root_base
 
 ARRAYS = {
     "a": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -39,8 +40,12 @@ def test_arrays_match_the_python_path(impl, copy):
     for t in ts:
         a = t.numpy()
         same_array(a, _tensor._numpy_py(t))
-        np.testing.assert_array_equal(a, ARRAYS[t.name])
-        assert t.shape == ARRAYS[t.name].shape
+        # and what the array must be, whichever path made both
+        want = ARRAYS[t.name]
+        assert a.dtype == want.dtype.newbyteorder("<") and a.shape == want.shape
+        assert a.tobytes() == want.tobytes() and a.flags.c_contiguous
+        assert not a.flags.writeable or a.size == 0
+        assert t.shape == want.shape
     # values() and indexing give the same objects
     assert all(d[t.name] is t for t in ts)
     assert d.values() == ts
@@ -59,13 +64,22 @@ def test_arrays_keep_the_buffer_exported_and_stay_read_only(impl):
     a = d["a"].numpy()
     with pytest.raises(ValueError):
         a.flags.writeable = True
-    release = getattr(d._buf, "release", None)   # a memoryview: the compiled directories'
-    if release is not None:
-        try:
-            release()      # the compiled path's array base holds an export of this view
-        except BufferError:
-            pass
-    del d, release
+    if impl.name == "cython" and _compat.COMPILED_TENSOR_LAYER:
+        # the compiled kernels' directory: a view of the caller's buffer, which
+        # the array's base (a HeldBuffer) holds an export of
+        with pytest.raises(BufferError):
+            d._buf.release()
+    else:
+        # the pure kernels' directory (or any directory on a free-threaded build):
+        # one read-only owner array holding the one export of the caller's object
+        assert type(d._buf) is np.ndarray and not d._buf.flags.writeable
+    # the array's memory: the compiled tensor layer's HeldBuffer where it is on
+    # (declared in kiln._compat), else the owner's export of the bytearray
+    if _compat.COMPILED_TENSOR_LAYER:
+        assert type(root_base(a)).__name__ == "HeldBuffer"
+    else:
+        assert type(root_base(a)) is memoryview and root_base(a).obj is b
+    del d
     gc.collect()
     with pytest.raises(BufferError):
         b.append(0)
@@ -75,10 +89,12 @@ def test_arrays_keep_the_buffer_exported_and_stay_read_only(impl):
     b.append(0)
 
 
-def test_tensors_made_by_hand_take_the_python_path(impl):
+def test_tensors_made_by_hand_take_the_python_path():
     t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
     same_array(t.numpy(), _tensor._numpy_py(t))
-    assert t.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    a = t.numpy()
+    assert a.tolist() == [[0, 1, 2], [3, 4, 5]] and a.dtype == np.dtype("<i4")
+    assert type(root_base(a)) is memoryview and not a.flags.writeable
 
 
 def test_to_dict_matches_the_python_comprehension(impl):

@@ -251,6 +251,9 @@ def test_decode_tensors_equals_decode(impl):
 def test_from_dlpack_and_buffer(impl):
     a = np.arange(4, dtype=np.int16)
     assert kiln.Tensor.from_numpy(memoryview(a)).numpy().tolist() == [0, 1, 2, 3]
+    # and through each kernel's encoder and decoder
+    t = impl.decode_tensors(impl.encode_tensors([kiln.Tensor.from_numpy(memoryview(a))]))[0]
+    assert (t.dtype, t.shape, bytes(t.data)) == ("i16", (4,), a.astype("<i2").tobytes())
 
     class DL:
         def __init__(self, x):

@@ -142,7 +142,9 @@ def test_unmappable_annotation():
     @dataclasses.dataclass
     class Bad:
         x: complex
-    with pytest.raises(kiln.KilnError):
+    with pytest.raises(kiln.KilnError, match="no Kiln type for annotation") as ei:
         kiln.struct(Bad)
-    with pytest.raises(kiln.KilnError):
+    assert (ei.value.code, ei.value.offset) == ("TYPE", 0)
+    with pytest.raises(kiln.KilnError, match="only Optional") as ei:
         kiln.as_type(typing.Union[int, str])
+    assert (ei.value.code, ei.value.offset) == ("TYPE", 0)
