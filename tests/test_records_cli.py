@@ -2,14 +2,11 @@
 
 import base64
 import json
-import os
-import subprocess
-import sys
+import types
 
 import kiln
 import _records_util as U
-
-ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+from test_cli import run
 SCHEMA = {"type": "object", "properties": {
     "id": {"type": "integer"}, "name": {"type": "string"},
     "w": {"type": "array", "items": {"type": "number"}},
@@ -19,15 +16,16 @@ ROWS = [{"id": 1, "name": "a\u00e9", "w": [1.5, 2.0], "raw": base64.b64encode(b"
         {"id": 2, "name": "", "w": [], "raw": ""}]
 
 
-def kiln_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True,
-                          env=ENV, cwd=cwd, timeout=120)
+def kiln_cli(impl, *args, cwd):
+    """``kiln ARGS`` on ``impl``'s kernels (test_cli.run checks the child's kernels)."""
+    code, out, err = run(*args, env_impl=impl.name, cwd=cwd)
+    return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def test_convert_jsonl_both_ways_inspect_check(impl, tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    r = kiln_cli("convert", "d.jsonl", "d.kilnr", "--schema", "s.json", cwd=tmp_path)
+    r = kiln_cli(impl, "convert", "d.jsonl", "d.kilnr", "--schema", "s.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     want = [{"id": 1, "name": "a\u00e9", "w": [1.5, 2.0], "raw": b"\0\1"},
             {"id": 2, "name": "", "w": [], "raw": b""}]
@@ -36,14 +34,14 @@ def test_convert_jsonl_both_ways_inspect_check(impl, tmp_path):
                                [kiln.encode(v, TEXT, frame=True) for v in want])[0]
     with kiln.RecordFile(tmp_path / "d.kilnr", TEXT, kernels=impl.kernels) as rf:
         assert rf[1]["name"] == "" and rf[0]["raw"] == b"\0\1"
-    r = kiln_cli("inspect", "d.kilnr", "--json", cwd=tmp_path)
+    r = kiln_cli(impl, "inspect", "d.kilnr", "--json", cwd=tmp_path)
     rep = json.loads(r.stdout)
     assert (rep["records"], rep["schema_hash"]) == (2, "0x%016x" %
                                                     kiln.parse_type(TEXT).schema_hash)
-    assert kiln_cli("check", "d.kilnr", cwd=tmp_path).returncode == 0
-    r = kiln_cli("check", "d.kilnr", "--type", TEXT, cwd=tmp_path)
+    assert kiln_cli(impl, "check", "d.kilnr", cwd=tmp_path).returncode == 0
+    r = kiln_cli(impl, "check", "d.kilnr", "--type", TEXT, cwd=tmp_path)
     assert r.returncode == 0 and "2 records" in r.stdout
-    r = kiln_cli("convert", "d.kilnr", "back.jsonl", "--type", TEXT, cwd=tmp_path)
+    r = kiln_cli(impl, "convert", "d.kilnr", "back.jsonl", "--type", TEXT, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert [json.loads(x) for x in (tmp_path / "back.jsonl").read_text().splitlines()] == ROWS
 
@@ -56,27 +54,27 @@ def test_check_finds_the_bad_record(impl, tmp_path):
     bad = bytearray(data)
     bad[offs[2] + 20] ^= 0xFF                 # inside record 2's frame: its CRC fails
     (tmp_path / "b.kilnr").write_bytes(bytes(bad))
-    r = kiln_cli("check", "b.kilnr", cwd=tmp_path)
+    r = kiln_cli(impl, "check", "b.kilnr", cwd=tmp_path)
     assert r.returncode == 1
     assert r.stdout.startswith("b.kilnr: FRAME at byte %d:" % (offs[2] + 16 + len(fr[2])))
     (tmp_path / "t.kilnr").write_bytes(data[:-3])
-    r = kiln_cli("inspect", "t.kilnr", cwd=tmp_path)
+    r = kiln_cli(impl, "inspect", "t.kilnr", cwd=tmp_path)
     assert r.returncode == 1 and "trailer" in r.stderr
     # a value of another type inside: only the typed check sees its contents, both see the hash
     other = kiln.encode(5, "i64", frame=True)
     data, offs = U.container(h, fr[:1] + [other])
     (tmp_path / "o.kilnr").write_bytes(data)
-    r = kiln_cli("check", "o.kilnr", cwd=tmp_path)
+    r = kiln_cli(impl, "check", "o.kilnr", cwd=tmp_path)
     assert r.returncode == 1 and "SCHEMA at byte %d" % (offs[1] + 24) in r.stdout
 
 
 def test_convert_errors_name_the_line(impl, tmp_path):
     (tmp_path / "d.jsonl").write_text(json.dumps(ROWS[0]) + "\n{\"id\": \"x\"}\n")
     (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
-    r = kiln_cli("convert", "d.jsonl", "d.kilnr", "--schema", "s.json", cwd=tmp_path)
+    r = kiln_cli(impl, "convert", "d.jsonl", "d.kilnr", "--schema", "s.json", cwd=tmp_path)
     assert r.returncode == 1 and "line 2" in r.stderr
     assert not (tmp_path / "d.kilnr").exists()
-    r = kiln_cli("convert", "d.jsonl", "d.kilnr", cwd=tmp_path)
+    r = kiln_cli(impl, "convert", "d.jsonl", "d.kilnr", cwd=tmp_path)
     assert r.returncode == 2 and "--schema" in r.stderr
 
 
