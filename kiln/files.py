@@ -26,7 +26,9 @@ import builtins
 import mmap
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, List, Optional,
+                    Sequence, Tuple, TypeVar, Union, overload)
+from typing import Type as _ClassOf
 
 import numpy as np
 
@@ -35,12 +37,18 @@ from . import _wire as W
 from ._atomic import _AtomicFile, _WRITEBACK_STEP
 from ._declare import _check_file, _check_meta, _declaration, _desc_at
 from ._errors import EncodeError, KilnError, frame_hint
+from ._filemap import TensorFileMapping
 from ._rows import LazyRows
 from ._dirhead import block_head
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
     _raw_names
 
+if TYPE_CHECKING:
+    from ._types import Type
+    from .remote import RemoteFile
+
 PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
 
 # --- writing ------------------------------------------------------------------
 
@@ -606,14 +614,17 @@ def _unmap(mm: Any) -> None:
             pass
 
 
-class KilnFile:
+class KilnFile(TensorFileMapping):
     """An open tensor file: the table checked once, tensors viewed on access.
 
-    ``f.keys()`` (file order), ``f["w"]`` (a :class:`Tensor` viewing the
-    mapping), ``f.metadata``, ``f.rows("w", start, stop)`` (a leading-axis
-    slice that touches only those rows' pages), ``len(f)``, iteration over
-    names.  Use as a context manager, or call :meth:`close`; views taken
-    from the file stay valid after it is closed.  Made by :func:`kiln.open`.
+    A ``Mapping[str, Tensor]`` of name to tensor, as :class:`TensorDirectory`
+    is: ``f.keys()`` (file order, a list), ``f["w"]`` (a :class:`Tensor`
+    viewing the mapping), ``f.items()``, ``f.values()``, ``f.get("w")``,
+    ``"w" in f``, ``len(f)``, iteration over names; also ``f.metadata`` and
+    ``f.rows("w", start, stop)`` (a leading-axis slice that touches only
+    those rows' pages).  Files compare by identity, not content.  Use as a
+    context manager, or call :meth:`close`; views taken from the file stay
+    valid after it is closed.  Made by :func:`kiln.open`.
 
     Args:
         path: a file path or a binary file object.
@@ -655,20 +666,11 @@ class KilnFile:
             raise ValueError("%s is closed" % self.path)
         return d
 
-    def keys(self) -> List[Any]:
-        return self._d().keys()
+    def _view(self) -> TensorDirectory:
+        return self._d()
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._d())
-
-    def __len__(self) -> int:
-        return len(self._d())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._d()
-
-    def __getitem__(self, name: Any) -> Tensor:
-        return self._d()[name]
+    def values(self) -> List[Tensor]:  # type: ignore[override]
+        return self._d().values()
 
     def tensors(self) -> TensorDirectory:
         """The tensors as a :class:`TensorDirectory` of views (metadata left out)."""
@@ -754,7 +756,18 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
     return TensorDirectory._from_table(rows[:-1], d._buf, d._pb, d._errors), meta
 
 
-def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
+@overload
+def open(path: Union["os.PathLike[str]", BinaryIO], *, trusted: bool = ...,  # noqa: A001
+         max_count: int = ..., max_bytes: int = ..., verify: bool = ...) -> KilnFile: ...
+
+
+@overload
+def open(path: str, *, trusted: bool = ..., max_count: int = ...,  # noqa: A001
+         max_bytes: int = ..., verify: bool = ...,
+         storage_options: Optional[Dict[str, Any]] = ...) -> Union[KilnFile, "RemoteFile"]: ...
+
+
+def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     """Open a tensor file lazily: the table is checked once, tensors are read on access.
 
     Args:
@@ -768,7 +781,9 @@ def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
 
     Returns:
         KilnFile, or :class:`kiln.remote.RemoteFile` for a URL: use it as a
-        context manager.
+        context manager.  Both are ``Mapping[str, Tensor]``; type checkers
+        see a ``KilnFile`` for a ``pathlib.Path`` or a file object and
+        ``KilnFile | RemoteFile`` for a ``str`` (which may be a URL).
 
     Raises:
         KilnError: an invalid file (see :class:`KilnFile`).
@@ -881,7 +896,19 @@ def _remote(path: Any, options: Dict[str, Any]) -> Any:
     return None
 
 
-def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
+@overload
+def load(path: Union[PathLike, BinaryIO], type: _ClassOf[T], *, frame: bool = ...,
+         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+         max_copy_bytes: Optional[int] = ...) -> T: ...
+
+
+@overload
+def load(path: Union[PathLike, BinaryIO], type: Union["Type", str], *, frame: bool = ...,
+         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+         max_copy_bytes: Optional[int] = ...) -> Any: ...
+
+
+def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
          **options: Any) -> Any:
     """Decode the file at ``path`` as one value of ``type`` (framed by default).
 
@@ -890,7 +917,8 @@ def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
 
     Args:
         path: a file path or a binary file object.
-        type: as for :func:`kiln.decode`.
+        type: as for :func:`kiln.decode`; with a class the result is an
+            instance of it, and type checkers know it.
         frame: the file starts with a frame (as :func:`kiln.save` writes).
         copy, options: as for :func:`kiln.decode`.
 

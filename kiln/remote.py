@@ -39,7 +39,8 @@ import numpy as np
 from . import _api, _meta
 from . import _wire as W
 from ._errors import KilnError
-from ._tensor import TensorDirectory, element_count
+from ._filemap import TensorFileMapping
+from ._tensor import Tensor, TensorDirectory, element_count
 from .files import _payload_fault
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RowSource", "is_url"]
@@ -79,11 +80,13 @@ def _blank(size: int) -> mmap.mmap:
     return mmap.mmap(-1, size)  # pragma: no cover - Windows
 
 
-class RemoteFile:
+class RemoteFile(TensorFileMapping):
     """A Kiln tensor file behind an fsspec URL: the table checked once, payloads
     fetched on access.  Made by :func:`kiln.open` for a URL.
 
-    It offers what :class:`kiln.KilnFile` offers: ``keys()``, ``f[name]``,
+    A ``Mapping[str, Tensor]`` as :class:`kiln.KilnFile` is (``values()``
+    and ``items()`` fetch every tensor).  It offers what
+    :class:`kiln.KilnFile` offers: ``keys()``, ``f[name]``, ``get``, ``in``,
     ``metadata``, ``rows(name, start, stop)``, ``tensors()``, ``len``,
     iteration, ``close()`` and the ``with`` block.  Tensors are views of a
     private mapping that holds the fetched bytes; they stay valid after the
@@ -229,10 +232,13 @@ class RemoteFile:
 
     # --- the KilnFile interface -----------------------------------------------
 
-    def keys(self) -> List[Any]:
+    def _view(self) -> TensorDirectory:
+        return self._tensors_view()
+
+    def keys(self) -> List[str]:  # type: ignore[override]  # a list, as a directory's
         return self._tensors_view().keys()
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[str]:
         return iter(self._tensors_view())
 
     def __len__(self) -> int:
@@ -242,9 +248,9 @@ class RemoteFile:
     def __contains__(self, name: object) -> bool:
         return name in self._tensors_view()
 
-    def __getitem__(self, name: Any) -> Any:
+    def __getitem__(self, name: Any) -> Tensor:
         if isinstance(name, slice):             # as a directory slices: a list of tensors
-            return [self[i] for i in range(*name.indices(len(self)))]
+            return [self[i] for i in range(*name.indices(len(self)))]  # type: ignore[return-value]
         i = self._position(name)
         start, _, gap_end = self._spans[i]
         self._fetch(i, start, gap_end)
