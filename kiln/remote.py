@@ -97,6 +97,8 @@ class RemoteFile(TensorFileMapping):
         storage_options: passed to the fsspec filesystem (credentials,
             endpoint, ...).
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
+        verify: as for :class:`kiln.KilnFile` (the metadata is fetched with
+            the first tensor read).
 
     Raises:
         KilnError: an invalid table (any code :func:`kiln.decode_tensors`
@@ -111,7 +113,9 @@ class RemoteFile(TensorFileMapping):
 
     def __init__(self, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  trusted: bool = False, max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
+        self._verify = bool(verify)
+        self._sums: Optional[bytes] = None
         try:
             import fsspec
         except ImportError as e:  # pragma: no cover - depends on the environment
@@ -254,13 +258,20 @@ class RemoteFile(TensorFileMapping):
         i = self._position(name)
         start, _, gap_end = self._spans[i]
         self._fetch(i, start, gap_end)
-        return self._tensors_view()[name]
+        t = self._tensors_view()[name]
+        if self._verify and self.metadata is not _UNSET and self._sums is not None:
+            from ._checksum import check
+            check(self._sums, i, t.data, t.name, start, self.path)
+        return t
 
     def tensors(self) -> TensorDirectory:
         """Every tensor, fetched (one range request each), as a directory of views."""
         for i in range(self._count):
             start, _, gap_end = self._spans[i]
             self._fetch(i, start, gap_end)
+        if self._verify and self.metadata is not _UNSET and self._sums is not None:
+            from ._checksum import check_directory
+            check_directory(self._sums, self._tensors_view(), self.path)
         return self._tensors_view()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
@@ -305,7 +316,7 @@ class RemoteFile(TensorFileMapping):
                 i = len(self._all._rows) - 1
                 start, _, gap_end = self._spans[i]
                 self._fetch(i, start, gap_end)
-                self._meta = _split_metadata(self._all, self._mm, self.path)[1]
+                _, self._meta, self._sums = _split_metadata(self._all, self._mm, self.path)
         return self._meta
 
     def close(self) -> None:
