@@ -259,9 +259,9 @@ class RemoteFile(TensorFileMapping):
         start, _, gap_end = self._spans[i]
         self._fetch(i, start, gap_end)
         t = self._tensors_view()[name]
-        if self._verify and self.metadata is not _UNSET and self._sums is not None:
+        if self._verify and self._digests() is not None:
             from ._checksum import check
-            check(self._sums, i, t.data, t.name, start, self.path)
+            check(self._digests(), i, t.data, t.name, start, self.path)  # type: ignore[arg-type]
         return t
 
     def tensors(self) -> TensorDirectory:
@@ -269,9 +269,9 @@ class RemoteFile(TensorFileMapping):
         for i in range(self._count):
             start, _, gap_end = self._spans[i]
             self._fetch(i, start, gap_end)
-        if self._verify and self.metadata is not _UNSET and self._sums is not None:
+        if self._verify and self._digests() is not None:
             from ._checksum import check_directory
-            check_directory(self._sums, self._tensors_view(), self.path)
+            check_directory(self._digests(), self._tensors_view(), self.path)  # type: ignore[arg-type]
         return self._tensors_view()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
@@ -304,6 +304,11 @@ class RemoteFile(TensorFileMapping):
         n = row[1][0] if row[1] else 1   # rank 0: one row, the value
         return RowSource(self.path, self._storage_options, self._version, self._spans[i][0],
                          row[11] // n if n else 0, tuple(row[1]), row[0])
+
+    def _digests(self) -> Optional[bytes]:
+        """The recorded payload CRC-32s (the metadata fetched on first use), or None."""
+        self.metadata
+        return self._sums
 
     @property
     def metadata(self) -> Optional[Dict[str, Any]]:

@@ -195,3 +195,29 @@ def test_kiln_convert_checksum(tmp_path):
     np.savez(npz, a=np.arange(4, dtype=np.int16))
     kiln.convert.convert(str(npz), str(tmp_path / "n.kiln"), checksum=True)
     _assert_layout(tmp_path / "n.kiln", {"a": np.arange(4, dtype=np.int16)})
+
+
+def test_remote_files_verify_too(api, tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from _servers import RangeServer
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), metadata={"step": 1}, checksum=True)
+    with RangeServer(tmp_path) as server:
+        url = server.url + "m.kiln"
+        with kiln.open(url, verify=True) as f:
+            assert isinstance(f, kiln.remote.RemoteFile)
+            assert f["a"].numpy().sum() == 499500.0 and f.metadata == {"step": 1}
+            assert [k for k, _ in f.items()] == ["a", "b", "c"] and f.get("z") is None
+        assert kiln.load_tensors(url, verify=True).keys() == ["a", "b", "c"]
+        _flip(p, "a")
+        with kiln.open(url, verify=True) as f:
+            assert f["b"].numpy().tolist() == [True, False, True]
+            with pytest.raises(kiln.KilnError) as e:
+                f["a"]
+        assert e.value.code == "CHECKSUM" and "'a'" in e.value.reason
+        with pytest.raises(kiln.KilnError) as e:
+            kiln.load_tensors(url, verify=True)
+        assert e.value.code == "CHECKSUM"
+        r = _cli("check", url)
+        assert r.returncode == 1 and "CHECKSUM" in r.stdout

@@ -82,11 +82,14 @@ def test_dlpack_target(model):
     assert back.tolist() == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("bad, exc", [
-    ("readonly", ValueError), ("bytes", ValueError), ("dtype", TypeError), ("shape", ValueError),
-    ("unknown", KeyError), ("missing", KeyError), ("overlap", ValueError), ("kind", TypeError),
+@pytest.mark.parametrize("bad, exc, words", [
+    ("readonly", ValueError, "read-only"), ("bytes", ValueError, "read-only"),
+    ("dtype", TypeError, "has dtype uint16; tensor 'i' (i16) needs int16"),
+    ("shape", ValueError, "has shape (6,); tensor 'i' needs (5,)"),
+    ("unknown", KeyError, "no tensor named 'nope'"), ("missing", KeyError, "no target for"),
+    ("overlap", ValueError, "overlaps"), ("kind", TypeError, "copy_into takes"),
 ])
-def test_a_bad_target_writes_nothing(model, bad, exc):
+def test_a_bad_target_writes_nothing(model, bad, exc, words):
     t = _targets()
     if bad == "readonly":
         ro = np.zeros(5, np.int16)
@@ -108,8 +111,9 @@ def test_a_bad_target_writes_nothing(model, bad, exc):
         t["s"] = big[4:8].view(np.int64).reshape(())     # shares big[4] with "i"
     else:
         t["i"] = [0, 0, 0, 0, 0]
-    with pytest.raises(exc):   # "w" and "b" come before the bad "i" in the targets
+    with pytest.raises(exc) as e:   # "w" and "b" come before the bad "i" in the targets
         kiln.load_tensors(model, into=t)
+    assert words in str(e.value)
     assert (t["w"] == -1).all() and not t["b"].any() and int(t.get("s", 0)) == 0
 
 
