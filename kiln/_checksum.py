@@ -11,10 +11,12 @@ file's metadata under the reserved key :data:`KEY`::
 The digests bytes have a fixed length (4 per tensor), so a streaming writer
 reserves the metadata before the payloads and fills the digests in at close.
 CRC-32 is a check against accidental damage (flipped bits, truncated copies,
-torn writes), not against someone who rewrites the file on purpose: it runs
-at several GB/s in the standard library, where a cryptographic digest
-(hashlib.sha256, blake2b) runs at well under half that and proves nothing
-more without a key or signature kept outside the file.
+torn writes), not against someone who rewrites the file on purpose.  It is
+the record container's checksum too (spec/records.md), needs no extra
+package, and was the fastest standard digest measured here (256 MiB, one
+core: zlib.crc32 2.6 GB/s, hashlib.sha256 1.8 GB/s, blake2b 0.7 GB/s); a
+cryptographic digest stored in the same file proves nothing more, since
+whoever rewrites the payload can rewrite the digest as well.
 """
 
 import zlib
@@ -81,14 +83,16 @@ def check(sums: bytes, i: int, payload: Any, name: Any, offset: int, path: str) 
                         % (path, name if name is not None else i, got, want))
 
 
-def check_directory(sums: bytes, d: Any, path: str, done: Optional[set] = None) -> None:
-    """Check every tensor of directory ``d`` (its buffer as the file's bytes)."""
+def check_directory(sums: bytes, d: Any, path: str, done: Optional[set] = None,
+                    base: Optional[int] = None) -> None:
+    """Check every tensor of directory ``d``; a fault is reported at ``base`` (the
+    payload base's file offset; by default the directory's own) plus the offset."""
     for i, row in enumerate(d._rows):
         if done is not None and i in done:
             continue
         at = d._pb + row[10]
         with memoryview(d._buf)[at:at + row[11]] as mv:
-            check(sums, i, mv, _name(row[2]), at, path)
+            check(sums, i, mv, _name(row[2]), at if base is None else base + row[10], path)
         if done is not None:
             done.add(i)
 

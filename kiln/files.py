@@ -827,10 +827,7 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
         raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
     here = d._pb + row[10]   # in the directory's own buffer: the mapping, or its copy
     blob = bytes(d._buf[here:here + row[11]])
-    heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
-        sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
-    align = W.DIR_ALIGN - 1
-    at = ((W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align) + row[10]
+    at = _file_base(rows) + row[10]
     try:
         nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
     except KilnError as e:   # reported at its offset in the file
@@ -952,10 +949,19 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
 
 
 def _tensors_of(d: TensorDirectory, buf: Any, path: str, verify: bool) -> TensorDirectory:
+    base = _file_base(d._rows)   # before the split: the metadata's name is in the heap
     d, _, sums = _split_metadata(d, buf, path)
-    if verify and sums is not None:
-        _checksum.check_directory(sums, d, path)
+    if verify and sums is not None:   # offsets in the file, whichever buffer d copied into
+        _checksum.check_directory(sums, d, path, base=base)
     return d
+
+
+def _file_base(rows: Any) -> int:
+    """The payload base's file offset for a directory of ``rows`` at offset 0."""
+    heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
+        sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
+    align = W.DIR_ALIGN - 1
+    return (W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align
 
 
 def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:

@@ -70,3 +70,19 @@ def test_a_compat_editable_install_type_checks(tmp_path):
                         "--cache-dir", str(tmp_path / "c"), "user.py"], capture_output=True,
                        text=True, cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:]
+
+
+def test_a_kiln_file_is_a_mapping(tmp_path):
+    from collections.abc import Mapping
+    import kiln
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, {"a": np.ones(2, np.float32), "b": np.zeros(3, np.int8)})
+    with kiln.open(p) as f:
+        assert isinstance(f, Mapping) and isinstance(f, kiln.KilnFile)
+        assert f.keys() == ["a", "b"] and list(f) == ["a", "b"] and len(f) == 2
+        assert [k for k, _ in f.items()] == ["a", "b"] and len(f.values()) == 2
+        assert "a" in f and "z" not in f and f.get("z") is None and f.get("z", 5) == 5
+        assert f.get("b").numpy().tolist() == [0, 0, 0]
+        assert sorted(dict(f)) == ["a", "b"] and f == f and len({f}) == 1
+    with kiln.open(p) as g:
+        assert g != f    # a file is a handle: compared by identity
