@@ -738,6 +738,8 @@ class KilnFile(TensorFileMapping):
         return self._d()
 
     def values(self) -> List[Tensor]:  # type: ignore[override]
+        if self._verify and self.checksums is not None:
+            self.verify()
         return self._d().values()
 
     def tensors(self) -> TensorDirectory:

@@ -135,6 +135,10 @@ def test_a_flipped_payload_byte_is_checksum_naming_the_tensor(api, tmp_path):
         with pytest.raises(kiln.KilnError) as e3:
             f["a"]
         assert e3.value.code == "CHECKSUM" and e3.value.offset == e.value.offset
+        for read in (f.values, f.items, f.tensors, lambda: f.rows("a", 0, 1),
+                     lambda: f.get("a"), f.verify):
+            with pytest.raises(kiln.KilnError, match="CHECKSUM"):
+                read()
     with pytest.raises(kiln.KilnError):
         kiln.load_tensors(p, into={"a": np.empty((10, 100), np.float32),
                                    "b": np.empty(3, bool), "c": np.empty(0, np.int64)},
