@@ -70,6 +70,12 @@ def test_a_compat_editable_install_type_checks(tmp_path):
                         "--cache-dir", str(tmp_path / "c"), "user.py"], capture_output=True,
                        text=True, cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:]
+    (tmp_path / "pyrightconfig.json").write_text('{"typeCheckingMode": "strict"}')
+    r = subprocess.run([sys.executable, "-m", "basedpyright", "-p",
+                        str(tmp_path / "pyrightconfig.json"), "--pythonpath", py,
+                        "--outputjson", str(tmp_path / "user.py")], capture_output=True,
+                       text=True, cwd=tmp_path, env=env, timeout=300)
+    assert _pyright_errors(r) == [], r.stdout[-3000:]
 
 
 def test_a_kiln_file_is_a_mapping(tmp_path):

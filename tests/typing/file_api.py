@@ -60,6 +60,10 @@ def main(folder: str) -> None:
     mapping_api(pathlib.Path(path))
     with kiln.open(path, verify=True) as f:
         assert any_file(f) == 2 + 12 + 6
+        f.verify() if isinstance(f, kiln.KilnFile) else None
+    n: int = kiln.convert.convert(path, folder + "/m.safetensors")
+    assert n == 2
+    kiln.convert.convert(folder + "/m.safetensors", folder + "/c.kiln", checksum=True)
     with open(path, "rb") as fo:
         g: kiln.KilnFile = kiln.open(fo)
         g.close()
