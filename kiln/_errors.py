@@ -6,7 +6,7 @@ Faults found while encoding a Python value are :class:`EncodeError` (a
 subclass), whose offset is the position in the output being written.
 """
 
-CODES = ("FRAME", "LIMIT", "EOF", "TYPE", "UTF8", "TRAILING", "SCHEMA", "DEPTH")
+CODES = ("FRAME", "LIMIT", "EOF", "TYPE", "UTF8", "TRAILING", "SCHEMA", "DEPTH", "CHECKSUM")
 
 
 class KilnError(ValueError):
@@ -16,7 +16,10 @@ class KilnError(ValueError):
     ``"CODE at byte N: reason"``.
 
     Attributes:
-        code: one of ``FRAME LIMIT EOF TYPE UTF8 TRAILING SCHEMA DEPTH``.
+        code: one of ``FRAME LIMIT EOF TYPE UTF8 TRAILING SCHEMA DEPTH``, or
+            ``CHECKSUM`` (a tensor file's payload differs from the digest its
+            metadata records, found only when asked: ``verify=True``, ``kiln
+            check``).
         offset: the byte offset at which the fault was found.
         reason: a human readable explanation.
 

@@ -340,6 +340,30 @@ class Tensor:
         v = self._buf[off:off + self._row[11]]
         return v if type(v) is memoryview else v.data   # a view of a private slice
 
+    def copy_into(self, target: Any) -> None:
+        """Write the payload once into ``target``, an array the caller owns.
+
+        ``target`` is a writable numpy array, an object with the buffer
+        protocol, or one with ``__dlpack__`` (read through
+        ``numpy.from_dlpack``), of this tensor's shape and numpy dtype (the
+        ``ml_dtypes`` type for bf16 and float8; a ``uint8`` vector of
+        ``nbytes`` for the packed 4-bit and opaque dtypes).  It is checked
+        before anything is written; no array of the payload's size is made.
+
+        Raises:
+            TypeError: a target of another dtype or kind.
+            ValueError: a target of another shape, or a read-only one.
+
+        Example:
+            >>> t = kiln.Tensor.from_numpy(np.arange(3, dtype=np.int16))
+            >>> out = np.zeros(3, np.int16)
+            >>> t.copy_into(out)
+            >>> out.tolist()
+            [0, 1, 2]
+        """
+        from ._into import copy_one
+        copy_one(self, target)
+
     def numpy(self) -> np.ndarray:
         """An array over the payload (no copy), shaped, with a little-endian dtype.
 
@@ -723,6 +747,36 @@ class TensorDirectory(Mapping):
             return self[key]
         except (KeyError, IndexError):
             return default
+
+    def copy_into(self, targets: Any, *, strict: bool = True) -> None:
+        """Write each tensor's payload once into the caller's array ``targets[name]``.
+
+        Every name, dtype, shape and writability is checked first (see
+        :meth:`Tensor.copy_into`): when one target is wrong, nothing is
+        written to any of them.  Filling a model's existing weights this way
+        makes no second copy and allocates nothing of the payloads' size.
+
+        Args:
+            targets: a mapping of tensor name (or position, for unnamed
+                tensors) to a writable array.
+            strict: every tensor needs a target (``KeyError`` naming those
+                without); ``False`` fills only the names given.
+
+        Raises:
+            KeyError: a name the directory does not have, or (``strict``) a
+                tensor without a target.
+            TypeError, ValueError: as :meth:`Tensor.copy_into`; also two
+                targets that share memory.
+
+        Example:
+            >>> d = kiln.decode_tensors(kiln.encode_tensors({"w": np.ones(2, np.float32)}))
+            >>> w = np.zeros(2, np.float32)
+            >>> d.copy_into({"w": w})
+            >>> w.tolist()
+            [1.0, 1.0]
+        """
+        from ._into import copy_many
+        copy_many(self, targets, strict)
 
     def to_dict(self) -> Dict[Optional[str], np.ndarray]:
         """``{name: numpy array}`` for named tensors (views of the payloads).

@@ -26,21 +26,29 @@ import builtins
 import mmap
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, List, Optional,
+                    Sequence, Tuple, TypeVar, Union, overload)
+from typing import Type as _ClassOf
 
 import numpy as np
 
-from . import _api, _compat, _meta
+from . import _api, _checksum, _compat, _meta
 from . import _wire as W
 from ._atomic import _AtomicFile, _WRITEBACK_STEP
 from ._declare import _check_file, _check_meta, _declaration, _desc_at
 from ._errors import EncodeError, KilnError, frame_hint
+from ._filemap import TensorFileMapping
 from ._rows import LazyRows
 from ._dirhead import block_head
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
     _raw_names
 
+if TYPE_CHECKING:
+    from ._types import Type
+    from .remote import RemoteFile
+
 PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
 
 # --- writing ------------------------------------------------------------------
 
@@ -85,7 +93,7 @@ def _meta_record(metadata: Optional[Dict[str, Any]]) -> Optional[tuple]:
 
 
 def save_tensors(path: PathLike, tensors: Any, *,
-                 metadata: Optional[Dict[str, Any]] = None) -> None:
+                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False) -> None:
     """Write ``tensors`` (as :func:`kiln.encode_tensors` takes them) to ``path``.
 
     Each payload is written straight from its array: extra memory is the
@@ -99,11 +107,16 @@ def save_tensors(path: PathLike, tensors: Any, *,
             name), a sequence, or a :class:`kiln.TensorDirectory`.
         metadata: a dict with str keys of None, bool, int, float, str, bytes,
             lists and dicts; stored as the last tensor, ``__metadata__``.
+        checksum: also record a CRC-32 of every payload in the metadata
+            (under the reserved key ``__kiln_checksum__``), which
+            ``kiln check`` and ``verify=True`` compare; the tensors must be
+            named.
 
     Raises:
         EncodeError: as :func:`kiln.encode_tensors`; ``TYPE`` also for
-            metadata of another kind, metadata with unnamed tensors, or a
-            tensor named ``__metadata__``.
+            metadata of another kind, metadata with unnamed tensors, a
+            tensor named ``__metadata__`` or a metadata key
+            ``__kiln_checksum__``.
         OSError: the file cannot be written (the target is left as it was).
 
     Example:
@@ -117,6 +130,10 @@ def save_tensors(path: PathLike, tensors: Any, *,
         if rec[2] == _meta.META_NAME.encode():
             raise EncodeError("TYPE", 0, "the tensor name %r is reserved for metadata"
                               % _meta.META_NAME)
+    if checksum:
+        metadata = _checksum.with_entry(metadata, _checksum.digests(r[10] for r in records))
+    else:
+        _checksum.refuse_key(metadata)
     meta = _meta_record(metadata)
     if meta is not None:
         if records and records[0][2] is None:
@@ -203,6 +220,9 @@ class TensorWriter:
         path: the target file (a temporary file is written beside it, or
             beside the file a symbolic link names: see :doc:`files`).
         metadata: as for :func:`kiln.save_tensors`.
+        checksum: as for :func:`kiln.save_tensors`; the digests are computed
+            at ``close`` by reading the payloads back from the file (they may
+            be written in any order, a row block at a time).
 
     Raises:
         EncodeError: bad metadata (before any file is created).
@@ -218,7 +238,14 @@ class TensorWriter:
         ['layer0', 'layer1']
     """
 
-    def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None,
+                 checksum: bool = False) -> None:
+        self._checksum = bool(checksum)
+        self._user_meta = metadata
+        if checksum:   # the digests' room is reserved at the first write, filled at close
+            _meta_record(_checksum.with_entry(metadata, b""))
+        else:
+            _checksum.refuse_key(metadata)
         self._meta = _meta_record(metadata)   # before the file: a bad value leaves nothing
         self._decl: List[tuple] = []
         self._index: Dict[str, int] = {}
@@ -261,6 +288,9 @@ class TensorWriter:
     def _start(self) -> None:
         """The header, table and metadata, once (under the lock), checked as a
         reader checks them before any payload is written."""
+        if self._checksum:
+            self._meta = _meta_record(_checksum.with_entry(self._user_meta,
+                                                           bytes(4 * len(self._decl))))
         metas = self._decl + ([self._meta[:10] + (len(self._meta[10]),)] if self._meta else [])
         for i, m in enumerate(metas):
             _check_meta(m, i)
@@ -471,6 +501,8 @@ class TensorWriter:
                 if missing:
                     raise ValueError("tensors declared but not written: %s"
                                      % ", ".join(missing))
+                if self._checksum:
+                    self._write_digests(out)
                 _check_file(out)
                 out.commit()
                 self._out = None
@@ -478,6 +510,16 @@ class TensorWriter:
                 self._out = None
                 out.discard()   # the target is left as it was, and no temporary file
                 raise
+
+    def _write_digests(self, out: _AtomicFile) -> None:
+        """The payloads' CRC-32s, read back from the file, into the metadata's room."""
+        places = self._places
+        assert places is not None and self._meta is not None
+        sums = _checksum.file_digests(out.fd, [(self._base + places[i], d[10])
+                                               for i, d in enumerate(self._decl)])
+        rec = _meta_record(_checksum.with_entry(self._user_meta, sums))
+        assert rec is not None and len(rec[10]) == len(self._meta[10])
+        out.pwrite(rec[10], self._base + places[-1])
 
     def discard(self) -> None:
         """Drop the temporary file (after the writes in progress); the target is
@@ -606,22 +648,32 @@ def _unmap(mm: Any) -> None:
             pass
 
 
-class KilnFile:
+class KilnFile(TensorFileMapping):
     """An open tensor file: the table checked once, tensors viewed on access.
 
-    ``f.keys()`` (file order), ``f["w"]`` (a :class:`Tensor` viewing the
-    mapping), ``f.metadata``, ``f.rows("w", start, stop)`` (a leading-axis
-    slice that touches only those rows' pages), ``len(f)``, iteration over
-    names.  Use as a context manager, or call :meth:`close`; views taken
-    from the file stay valid after it is closed.  Made by :func:`kiln.open`.
+    A ``Mapping[str, Tensor]`` of name to tensor, as :class:`TensorDirectory`
+    is: ``f.keys()`` (file order, a list), ``f["w"]`` (a :class:`Tensor`
+    viewing the mapping), ``f.items()``, ``f.values()``, ``f.get("w")``,
+    ``"w" in f``, ``len(f)``, iteration over names; also ``f.metadata`` and
+    ``f.rows("w", start, stop)`` (a leading-axis slice that touches only
+    those rows' pages).  Files compare by identity, not content.  Use as a
+    context manager, or call :meth:`close`; views taken from the file stay
+    valid after it is closed.  Made by :func:`kiln.open`.
 
     Args:
         path: a file path or a binary file object.
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
+        verify: compare each tensor's payload with the CRC-32 the file
+            records (``checksum=True`` when written) the first time the
+            tensor is read; a mismatch raises ``KilnError`` ``CHECKSUM``
+            naming the tensor.  A file that records none is read as usual.
 
     Attributes:
         path: the file's name.
-        metadata: the metadata dict, or None when the file has none.
+        metadata: the metadata dict, or None when the file has none (the
+            checksum entry is not part of it).
+        checksums: the recorded CRC-32s (4 little-endian bytes per tensor, in
+            file order), or None.
 
     Raises:
         KilnError: any code :func:`kiln.decode_tensors` raises, at its file
@@ -638,16 +690,43 @@ class KilnFile:
 
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
         self.path = _name(path)
         mm = _map(path)
         try:
             d = _open_table(mm, trusted, max_count, max_bytes)
-            self._dir, self.metadata = _split_metadata(d, mm, self.path)
+            self._dir, self.metadata, self.checksums = _split_metadata(d, mm, self.path)
         except BaseException:
             _unmap(mm)
             raise
         self._mm: Any = mm
+        self._verify = bool(verify)
+        self._verified: set = set()
+
+    def _checked(self, name: Any) -> Tensor:
+        """Tensor ``name``; with ``verify=True`` its payload's CRC-32 compared first."""
+        d = self._d()
+        t = d[name]
+        sums = self.checksums
+        if self._verify and sums is not None:
+            i = _position(d, name, self.__dict__)
+            if i not in self._verified:
+                at = d._pb + d._rows[i][10]
+                _checksum.check(sums, i, t.data, t.name, at, self.path)
+                self._verified.add(i)
+        return t
+
+    def __getitem__(self, name: Any) -> Tensor:
+        return self._checked(name)
+
+    def verify(self) -> None:
+        """Compare every payload with the CRC-32 the file records (``CHECKSUM``
+        naming the first tensor that differs); ``KilnError`` ``CHECKSUM`` at
+        byte 0 when the file records none."""
+        if self.checksums is None:
+            raise KilnError("CHECKSUM", 0, "%s records no checksums (written without "
+                            "checksum=True)" % self.path)
+        _checksum.check_directory(self.checksums, self._d(), self.path, self._verified)
 
     def _d(self) -> TensorDirectory:
         d = self._dir   # read once: another thread may close the file meanwhile
@@ -655,28 +734,25 @@ class KilnFile:
             raise ValueError("%s is closed" % self.path)
         return d
 
-    def keys(self) -> List[Any]:
-        return self._d().keys()
+    def _view(self) -> TensorDirectory:
+        return self._d()
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._d())
-
-    def __len__(self) -> int:
-        return len(self._d())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._d()
-
-    def __getitem__(self, name: Any) -> Tensor:
-        return self._d()[name]
+    def values(self) -> List[Tensor]:  # type: ignore[override]
+        if self._verify and self.checksums is not None:
+            self.verify()
+        return self._d().values()
 
     def tensors(self) -> TensorDirectory:
-        """The tensors as a :class:`TensorDirectory` of views (metadata left out)."""
+        """The tensors as a :class:`TensorDirectory` of views (metadata left out);
+        with ``verify=True`` every payload is compared with its CRC-32 first."""
+        if self._verify and self.checksums is not None:
+            self.verify()
         return self._d()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` of a tensor's leading axis, as a read-only view."""
-        return self._d()[name].numpy()[start:stop]
+        """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
+        (with ``verify=True`` the whole tensor is read to compare its CRC-32)."""
+        return self._checked(name).numpy()[start:stop]
 
     def close(self) -> None:
         """Stop using the file; views already taken stay valid (see the module doc).
@@ -699,6 +775,16 @@ class KilnFile:
         d = self._dir
         state = "closed" if d is None else "%d tensors" % len(d)
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
+
+
+def _position(d: TensorDirectory, name: Any, cache: Dict[str, Any]) -> int:
+    """The index of tensor ``name`` (a name or a position) in ``d``, which has it."""
+    if isinstance(name, str):
+        pos = cache.get("_positions")
+        if pos is None:
+            pos = cache["_positions"] = {n: i for i, n in enumerate(d.names)}
+        return int(pos[name])
+    return int(name) % len(d)
 
 
 def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> TensorDirectory:
@@ -730,31 +816,40 @@ def _check_reserved(rows: Any, reserved: bytes, path: str) -> None:
 
 
 def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
-    """The directory without the metadata tensor, and the metadata dict (or None)."""
+    """The directory without the metadata tensor, the metadata dict (or None), and
+    the payload digests its checksum entry holds (or None; see kiln._checksum)."""
     rows = d._rows
     reserved = _meta.META_NAME.encode()
     if not isinstance(rows, LazyRows) or rows.heap_has(reserved):
         _check_reserved(rows, reserved, path)   # else the name is nowhere in the heap
     if not rows or rows[-1][2] != reserved:
-        return d, None
+        return d, None, None
     row = rows[-1]
     if row[0] != W.DTYPE_CODES["u8"] or len(row[1]) != 1:
         raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
     here = d._pb + row[10]   # in the directory's own buffer: the mapping, or its copy
     blob = bytes(d._buf[here:here + row[11]])
-    heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
-        sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
-    align = W.DIR_ALIGN - 1
-    at = ((W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align) + row[10]
+    at = _file_base(rows) + row[10]
     try:
         nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
     except KilnError as e:   # reported at its offset in the file
         raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
-    meta = _meta.from_nodes(nodes, at)
-    return TensorDirectory._from_table(rows[:-1], d._buf, d._pb, d._errors), meta
+    meta, sums = _checksum.split(_meta.from_nodes(nodes, at), len(rows) - 1, at, path)
+    return TensorDirectory._from_table(rows[:-1], d._buf, d._pb, d._errors), meta, sums
 
 
-def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
+@overload
+def open(path: Union["os.PathLike[str]", BinaryIO], *, trusted: bool = ...,  # noqa: A001
+         max_count: int = ..., max_bytes: int = ..., verify: bool = ...) -> KilnFile: ...
+
+
+@overload
+def open(path: str, *, trusted: bool = ..., max_count: int = ...,  # noqa: A001
+         max_bytes: int = ..., verify: bool = ...,
+         storage_options: Optional[Dict[str, Any]] = ...) -> Union[KilnFile, "RemoteFile"]: ...
+
+
+def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     """Open a tensor file lazily: the table is checked once, tensors are read on access.
 
     Args:
@@ -768,7 +863,9 @@ def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
 
     Returns:
         KilnFile, or :class:`kiln.remote.RemoteFile` for a URL: use it as a
-        context manager.
+        context manager.  Both are ``Mapping[str, Tensor]``; type checkers
+        see a ``KilnFile`` for a ``pathlib.Path`` or a file object and
+        ``KilnFile | RemoteFile`` for a ``str`` (which may be a URL).
 
     Raises:
         KilnError: an invalid file (see :class:`KilnFile`).
@@ -791,7 +888,8 @@ def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     return KilnFile(path, **options)
 
 
-def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> TensorDirectory:
+def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = None,
+                 verify: bool = False, **options: Any) -> TensorDirectory:
     """The tensors of a file: views of its mapping, or (``copy=True``) owned copies.
 
     A copy is read straight into one block the directory owns (one copy, no
@@ -801,16 +899,25 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
     Args:
         path: a file path or a binary file object.
         copy: read the payloads into memory the directory owns.
+        into: a mapping of tensor name to a writable array the caller owns
+            (see :meth:`kiln.TensorDirectory.copy_into`): every target is
+            checked first, then each payload is written once into its
+            target, straight from the file's mapping.
+        verify: compare every payload with the CRC-32 the file records
+            (written with ``checksum=True``) before returning;
+            ``KilnError`` ``CHECKSUM`` names the first tensor that differs.
         options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``
             (for a URL, whose payloads are all fetched, the cap applies with
             or without ``copy``).
 
     Returns:
         TensorDirectory: the tensors, without the metadata (see
-        :func:`kiln.load_metadata`).
+        :func:`kiln.load_metadata`); with ``into``, views of the file.
 
     Raises:
-        KilnError: an invalid file (see :class:`KilnFile`).
+        KilnError: an invalid file (see :class:`KilnFile`); ``CHECKSUM``.
+        TypeError, ValueError, KeyError: a bad ``into`` target (nothing
+            written).
         OSError: the file cannot be opened.
 
     Example:
@@ -818,8 +925,15 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
+    if into is not None:
+        if copy:
+            raise ValueError("pass copy=True or into=..., not both")
+        with open(path, verify=verify, **options) as f:
+            d = f.tensors()
+            d.copy_into(into)
+            return d
     cap = options.get("max_copy_bytes")
-    remote = _remote(path, options)
+    remote = _remote(path, dict(options, verify=verify) if verify else options)
     if remote is not None:
         with remote as f:   # every payload fetched into memory the directory owns
             if cap is not None:
@@ -827,16 +941,29 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
             return f.tensors()
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
         owned = _read_owned(os.fspath(path))
-        d = _api.decode_tensors(owned, **options)
-        d, _ = _split_metadata(d, owned, _name(path))
-        return d
+        return _tensors_of(_api.decode_tensors(owned, **options), owned, _name(path), verify)
     mm = _map(path)
     try:
-        d = _api.decode_tensors(mm, copy=copy, **options)
-        d, _ = _split_metadata(d, mm, _name(path))
-        return d
+        return _tensors_of(_api.decode_tensors(mm, copy=copy, **options), mm, _name(path),
+                           verify)
     finally:
         _unmap(mm)   # unmapped now when copied; with views, when the last view goes
+
+
+def _tensors_of(d: TensorDirectory, buf: Any, path: str, verify: bool) -> TensorDirectory:
+    base = _file_base(d._rows)   # before the split: the metadata's name is in the heap
+    d, _, sums = _split_metadata(d, buf, path)
+    if verify and sums is not None:   # offsets in the file, whichever buffer d copied into
+        _checksum.check_directory(sums, d, path, base=base)
+    return d
+
+
+def _file_base(rows: Any) -> int:
+    """The payload base's file offset for a directory of ``rows`` at offset 0."""
+    heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
+        sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
+    align = W.DIR_ALIGN - 1
+    return (W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align
 
 
 def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
@@ -881,7 +1008,19 @@ def _remote(path: Any, options: Dict[str, Any]) -> Any:
     return None
 
 
-def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
+@overload
+def load(path: Union[PathLike, BinaryIO], type: _ClassOf[T], *, frame: bool = ...,
+         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+         max_copy_bytes: Optional[int] = ...) -> T: ...
+
+
+@overload
+def load(path: Union[PathLike, BinaryIO], type: Union["Type", str], *, frame: bool = ...,
+         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+         max_copy_bytes: Optional[int] = ...) -> Any: ...
+
+
+def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
          **options: Any) -> Any:
     """Decode the file at ``path`` as one value of ``type`` (framed by default).
 
@@ -890,7 +1029,8 @@ def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
 
     Args:
         path: a file path or a binary file object.
-        type: as for :func:`kiln.decode`.
+        type: as for :func:`kiln.decode`; with a class the result is an
+            instance of it, and type checkers know it.
         frame: the file starts with a frame (as :func:`kiln.save` writes).
         copy, options: as for :func:`kiln.decode`.
 

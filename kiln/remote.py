@@ -39,7 +39,8 @@ import numpy as np
 from . import _api, _meta
 from . import _wire as W
 from ._errors import KilnError
-from ._tensor import TensorDirectory, element_count
+from ._filemap import TensorFileMapping
+from ._tensor import Tensor, TensorDirectory, element_count
 from .files import _payload_fault
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RowSource", "is_url"]
@@ -79,11 +80,13 @@ def _blank(size: int) -> mmap.mmap:
     return mmap.mmap(-1, size)  # pragma: no cover - Windows
 
 
-class RemoteFile:
+class RemoteFile(TensorFileMapping):
     """A Kiln tensor file behind an fsspec URL: the table checked once, payloads
     fetched on access.  Made by :func:`kiln.open` for a URL.
 
-    It offers what :class:`kiln.KilnFile` offers: ``keys()``, ``f[name]``,
+    A ``Mapping[str, Tensor]`` as :class:`kiln.KilnFile` is (``values()``
+    and ``items()`` fetch every tensor).  It offers what
+    :class:`kiln.KilnFile` offers: ``keys()``, ``f[name]``, ``get``, ``in``,
     ``metadata``, ``rows(name, start, stop)``, ``tensors()``, ``len``,
     iteration, ``close()`` and the ``with`` block.  Tensors are views of a
     private mapping that holds the fetched bytes; they stay valid after the
@@ -94,6 +97,8 @@ class RemoteFile:
         storage_options: passed to the fsspec filesystem (credentials,
             endpoint, ...).
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
+        verify: as for :class:`kiln.KilnFile` (the metadata is fetched with
+            the first tensor read).
 
     Raises:
         KilnError: an invalid table (any code :func:`kiln.decode_tensors`
@@ -108,7 +113,9 @@ class RemoteFile:
 
     def __init__(self, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  trusted: bool = False, max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
+        self._verify = bool(verify)
+        self._sums: Optional[bytes] = None
         try:
             import fsspec
         except ImportError as e:  # pragma: no cover - depends on the environment
@@ -229,10 +236,13 @@ class RemoteFile:
 
     # --- the KilnFile interface -----------------------------------------------
 
-    def keys(self) -> List[Any]:
+    def _view(self) -> TensorDirectory:
+        return self._tensors_view()
+
+    def keys(self) -> List[str]:  # type: ignore[override]  # a list, as a directory's
         return self._tensors_view().keys()
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[str]:
         return iter(self._tensors_view())
 
     def __len__(self) -> int:
@@ -242,19 +252,26 @@ class RemoteFile:
     def __contains__(self, name: object) -> bool:
         return name in self._tensors_view()
 
-    def __getitem__(self, name: Any) -> Any:
+    def __getitem__(self, name: Any) -> Tensor:
         if isinstance(name, slice):             # as a directory slices: a list of tensors
-            return [self[i] for i in range(*name.indices(len(self)))]
+            return [self[i] for i in range(*name.indices(len(self)))]  # type: ignore[return-value]
         i = self._position(name)
         start, _, gap_end = self._spans[i]
         self._fetch(i, start, gap_end)
-        return self._tensors_view()[name]
+        t = self._tensors_view()[name]
+        if self._verify and self._digests() is not None:
+            from ._checksum import check
+            check(self._digests(), i, t.data, t.name, start, self.path)  # type: ignore[arg-type]
+        return t
 
     def tensors(self) -> TensorDirectory:
         """Every tensor, fetched (one range request each), as a directory of views."""
         for i in range(self._count):
             start, _, gap_end = self._spans[i]
             self._fetch(i, start, gap_end)
+        if self._verify and self._digests() is not None:
+            from ._checksum import check_directory
+            check_directory(self._digests(), self._tensors_view(), self.path)  # type: ignore[arg-type]
         return self._tensors_view()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
@@ -288,6 +305,11 @@ class RemoteFile:
         return RowSource(self.path, self._storage_options, self._version, self._spans[i][0],
                          row[11] // n if n else 0, tuple(row[1]), row[0])
 
+    def _digests(self) -> Optional[bytes]:
+        """The recorded payload CRC-32s (the metadata fetched on first use), or None."""
+        self.metadata
+        return self._sums
+
     @property
     def metadata(self) -> Optional[Dict[str, Any]]:
         """The metadata dict (fetched on first use), or None when the file has none."""
@@ -299,7 +321,7 @@ class RemoteFile:
                 i = len(self._all._rows) - 1
                 start, _, gap_end = self._spans[i]
                 self._fetch(i, start, gap_end)
-                self._meta = _split_metadata(self._all, self._mm, self.path)[1]
+                _, self._meta, self._sums = _split_metadata(self._all, self._mm, self.path)
         return self._meta
 
     def close(self) -> None:

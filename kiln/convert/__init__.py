@@ -97,10 +97,13 @@ def kind_of(path: str) -> str:
     return kinds[ext]
 
 
-def convert(src: str, dst: str) -> int:
-    """Convert ``src`` to ``dst`` by their extensions; returns the tensor count."""
+def convert(src: str, dst: str, *, checksum: bool = False) -> int:
+    """Convert ``src`` to ``dst`` by their extensions; returns the tensor count.
+
+    ``checksum=True`` records a CRC-32 of every payload in a ``.kiln``
+    destination's metadata (see :func:`kiln.save_tensors`)."""
     try:
-        return _convert(src, dst)
+        return _convert(src, dst, checksum)
     except (KilnError, OSError):
         raise
     except (TypeError, RecursionError, MemoryError, UnicodeError, OverflowError, KeyError,
@@ -111,20 +114,22 @@ def convert(src: str, dst: str) -> int:
         raise ConvertError(src, 0, str(e), "TYPE") from None
 
 
-def _convert(src: str, dst: str) -> int:
+def _convert(src: str, dst: str, checksum: bool = False) -> int:
     a, b = kind_of(src), kind_of(dst)
+    if checksum and b != "kiln":
+        raise ConvertError(dst, 0, "checksums are recorded in a .kiln file only, not in %s" % b)
     if a == "safetensors" and b == "kiln":
         from .safetensors import safetensors_to_kiln
-        return safetensors_to_kiln(src, dst)
+        return safetensors_to_kiln(src, dst, checksum)
     if a == "kiln" and b == "safetensors":
         from .safetensors import kiln_to_safetensors
         return kiln_to_safetensors(src, dst)
     if a == "gguf" and b == "kiln":
         from .gguf import gguf_to_kiln
-        return gguf_to_kiln(src, dst)
+        return gguf_to_kiln(src, dst, checksum)
     if a == "npz" and b == "kiln":
         from .npz import npz_to_kiln
-        return npz_to_kiln(src, dst)
+        return npz_to_kiln(src, dst, checksum)
     if a == "kiln" and b == "npz":
         from .npz import kiln_to_npz
         return kiln_to_npz(src, dst)

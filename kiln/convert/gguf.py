@@ -196,15 +196,15 @@ def _check_ranges(path: str, infos: List[Tuple], places: List[int], start: int, 
             top, owner = offset + infos[i][4], i
 
 
-def gguf_to_kiln(src: str, dst: str) -> int:
+def gguf_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
     with open(src, "rb") as source:
-        return _convert(src, dst, source, map_source(src, source))
+        return _convert(src, dst, source, map_source(src, source), checksum)
 
 
-def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
+def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool = False) -> int:
     try:
         meta, infos, start = read_gguf(src, mm)
-        with TensorWriter(dst, metadata={"gguf": meta}) as w:
+        with TensorWriter(dst, metadata={"gguf": meta}, checksum=checksum) as w:
             for name, shape, gtype, _, nbytes in infos:
                 if gtype in TYPED:
                     w.add(name, TYPED[gtype], shape)

@@ -44,7 +44,7 @@ class _Member:
         self.fortran, self.header_end = fortran, header_end
 
 
-def npz_to_kiln(src: str, dst: str) -> int:
+def npz_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
     with open(src, "rb") as f:
         if f.read(6) == MAGIC:
             raise ConvertError(src, 0, "a single .npy array, not an .npz archive")
@@ -54,7 +54,7 @@ def npz_to_kiln(src: str, dst: str) -> int:
             raise ConvertError(src, 0, "not a readable npz file (%s)" % e) from None
         with zf:
             members = [_member(zf, info, src) for info in _entries(zf, src)]
-            with TensorWriter(dst) as w:
+            with TensorWriter(dst, checksum=checksum) as w:
                 for m in members:   # the table first, from each member's .npy header
                     try:
                         w.add(m.name, _kiln_dtype(m.dtype, src, m.name), m.shape)

@@ -161,16 +161,16 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
     return start, [t[:5] for t in ordered], meta
 
 
-def safetensors_to_kiln(src: str, dst: str) -> int:
+def safetensors_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
     """Convert tensor by tensor; metadata (strings) is kept."""
     with open(src, "rb") as source:
-        return _convert(src, dst, source, map_source(src, source))
+        return _convert(src, dst, source, map_source(src, source), checksum)
 
 
-def _convert(src: str, dst: str, source: Any, mm: Any) -> int:
+def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool = False) -> int:
     try:
         start, table, meta = read_header(src, mm)
-        with TensorWriter(dst, metadata=dict(meta) if meta else None) as w:
+        with TensorWriter(dst, metadata=dict(meta) if meta else None, checksum=checksum) as w:
             for name, kd, shape, _, _ in table:
                 w.add(name, kd, shape)
             for name, kd, shape, b, e in progress(table, len(table), "safetensors"):

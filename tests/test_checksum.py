@@ -1,0 +1,228 @@
+"""Opt-in payload checksums (issue 32, point 3): save_tensors / TensorWriter /
+kiln convert with checksum=True record a CRC-32 per tensor in the metadata
+under "__kiln_checksum__"; verify=True and `kiln check` compare them; a
+flipped payload byte is CHECKSUM naming the tensor.  Both kernels.
+
+Oracles: a table-driven CRC-32 written here (not zlib), and the metadata
+read with the reference decoder (spec/reference/kiln_ref.py)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _compat
+from _util import kiln_ref
+
+META_TYPE = ("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,text:str,"
+             "raw:list<u8>,}>")
+
+
+def _table():
+    out = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        out.append(c)
+    return out
+
+
+_T = _table()
+
+
+def crc32_oracle(data):
+    c = 0xFFFFFFFF
+    for b in bytes(data):
+        c = _T[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+@pytest.fixture
+def api(impl, monkeypatch):
+    monkeypatch.setattr(_compat, "kernels", impl.kernels)
+    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
+    return impl
+
+
+def _ref_entry(path):
+    """(tensors as the reference decoder reads them, the checksum entry's nodes)."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    ts, _ = kiln_ref.read_directory(buf, 0)
+    assert ts[-1]["name"] == "__metadata__"
+    nodes = kiln_ref.decode(ts[-1]["payload"], META_TYPE, True)
+    top = [i for i, n in enumerate(nodes) if n["parent"] == 0 and n["key"] == "__kiln_checksum__"]
+    assert len(top) == 1
+    kids = {n["key"]: n for n in nodes if n["parent"] == top[0]}
+    return ts[:-1], kids, buf
+
+
+def _tensors():
+    return {"a": np.arange(1000, dtype=np.float32).reshape(10, 100),
+            "b": np.array([True, False, True]), "c": np.zeros(0, np.int64)}
+
+
+def _assert_layout(path, tensors):
+    ts, kids, _ = _ref_entry(path)
+    assert set(kids) == {"algorithm", "crc32"}
+    assert kids["algorithm"]["text"] == "crc32"
+    raw = kids["crc32"]["raw"]
+    assert len(raw) == 4 * len(ts)
+    for i, t in enumerate(ts):
+        want = crc32_oracle(np.ascontiguousarray(tensors[t["name"]]).tobytes())
+        assert int.from_bytes(raw[4 * i:4 * i + 4], "little") == want
+        assert crc32_oracle(t["payload"]) == want
+
+
+def _flip(path, tensor_name):
+    """Flip one payload byte of a tensor (its payload found with the reference decoder)."""
+    ts, _, buf = _ref_entry(path)
+    payload = next(t for t in ts if t["name"] == tensor_name)["payload"]
+    at = buf.find(payload) + 5
+    assert at > 5
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([buf[at] ^ 0x10]))
+    return at
+
+
+def test_save_tensors_records_a_crc32_per_tensor(api, tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), metadata={"step": 3}, checksum=True)
+    _assert_layout(p, _tensors())
+    assert kiln.load_metadata(p) == {"step": 3}          # the entry is not user metadata
+    with kiln.open(p, verify=True) as f:
+        assert f["a"].numpy().sum() == 499500.0
+        f.verify()
+    kiln.save_tensors(p, _tensors(), checksum=True)       # no user metadata: reads back None
+    assert kiln.load_metadata(p) is None
+    assert kiln.load_tensors(p, verify=True).keys() == ["a", "b", "c"]
+
+
+def test_tensor_writer_records_digests_of_what_was_written(api, tmp_path):
+    p = tmp_path / "w.kiln"
+    t = _tensors()
+    with kiln.TensorWriter(p, metadata={"k": "v"}, checksum=True) as w:
+        for name, a in t.items():
+            w.add(name, {"float32": "f32", "bool": "bool", "int64": "i64"}[a.dtype.name],
+                  a.shape)
+        w.write_rows("a", 5, t["a"][5:])                  # rows out of order
+        w.write_rows("a", 0, t["a"][:5])
+        w.write("b", t["b"])
+        w.write("c", None)                                # a hole: zeros
+    _assert_layout(p, t)
+    assert kiln.load_metadata(p) == {"k": "v"}
+
+
+def test_a_flipped_payload_byte_is_checksum_naming_the_tensor(api, tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), checksum=True)
+    at = _flip(p, "a")
+    kiln.load_tensors(p)                                  # not asked: read as before
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.load_tensors(p, verify=True)
+    assert e.value.code == "CHECKSUM" and "'a'" in e.value.reason
+    assert e.value.offset <= at < e.value.offset + 4000
+    for copied in ({"copy": True}, {"copy": True, "max_copy_bytes": 1 << 20}):
+        with pytest.raises(kiln.KilnError) as e2:
+            kiln.load_tensors(p, verify=True, **copied)
+        assert (e2.value.code, e2.value.offset) == ("CHECKSUM", e.value.offset)   # file offset
+    with kiln.open(p, verify=True) as f:
+        assert f["b"].numpy().tolist() == [True, False, True]   # an intact tensor reads
+        with pytest.raises(kiln.KilnError) as e3:
+            f["a"]
+        assert e3.value.code == "CHECKSUM" and e3.value.offset == e.value.offset
+        for read in (f.values, f.items, f.tensors, lambda: f.rows("a", 0, 1),
+                     lambda: f.get("a"), f.verify):
+            with pytest.raises(kiln.KilnError, match="CHECKSUM"):
+                read()
+    with pytest.raises(kiln.KilnError):
+        kiln.load_tensors(p, into={"a": np.empty((10, 100), np.float32),
+                                   "b": np.empty(3, bool), "c": np.empty(0, np.int64)},
+                          verify=True)
+
+
+def test_the_reserved_key_is_refused_and_a_bad_entry_is_type(api, tmp_path):
+    p = tmp_path / "m.kiln"
+    with pytest.raises(kiln.EncodeError) as e:
+        kiln.save_tensors(p, _tensors(), metadata={"__kiln_checksum__": 1})
+    assert "reserved" in e.value.reason and not p.exists()
+    with pytest.raises(kiln.EncodeError):
+        kiln.TensorWriter(p, metadata={"__kiln_checksum__": 1}, checksum=True)
+    with pytest.raises(kiln.EncodeError):
+        kiln.save_tensors(p, [np.ones(2)], checksum=True)   # unnamed: no metadata possible
+    # a file written by hand whose entry has the wrong length
+    from kiln import files
+    rec = files._meta_record({"__kiln_checksum__": {"algorithm": "crc32", "crc32": b"\0\0"}})
+    from kiln._tensor import normalize_tensors
+    from kiln._atomic import _AtomicFile
+    records = normalize_tensors({"a": np.ones(2, np.float32)}) + [rec]
+    out = _AtomicFile(p)
+    files._write_block(out, [r[:10] + (len(r[10]),) for r in records], [r[10] for r in records])
+    out.commit()
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.open(p)
+    assert e.value.code == "TYPE" and "__kiln_checksum__" in e.value.reason
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "kiln", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_kiln_check_says_what_it_verified(tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors())
+    r = _cli("check", p)
+    assert r.returncode == 0 and "NOT verified" in r.stdout and "bool bytes" in r.stdout
+    kiln.save_tensors(p, _tensors(), checksum=True)
+    r = _cli("check", p)
+    assert r.returncode == 0 and "match the CRC-32 recorded for each of the 3 tensors" in r.stdout
+    _flip(p, "a")
+    r = _cli("check", p)
+    assert r.returncode == 1 and "CHECKSUM at byte" in r.stdout and "'a'" in r.stdout
+
+
+def test_kiln_convert_checksum(tmp_path):
+    stnp = pytest.importorskip("safetensors.numpy")
+    src, dst = tmp_path / "m.safetensors", tmp_path / "m.kiln"
+    stnp.save_file({"a": np.arange(10, dtype=np.float32)}, str(src))
+    r = _cli("convert", src, dst, "--checksum")
+    assert r.returncode == 0, r.stderr
+    _assert_layout(dst, {"a": np.arange(10, dtype=np.float32)})
+    assert "match the CRC-32" in _cli("check", dst).stdout
+    r = _cli("convert", dst, tmp_path / "back.safetensors", "--checksum")
+    assert r.returncode != 0 and "only" in r.stderr
+    npz = tmp_path / "m.npz"
+    np.savez(npz, a=np.arange(4, dtype=np.int16))
+    kiln.convert.convert(str(npz), str(tmp_path / "n.kiln"), checksum=True)
+    _assert_layout(tmp_path / "n.kiln", {"a": np.arange(4, dtype=np.int16)})
+
+
+def test_remote_files_verify_too(api, tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from _servers import RangeServer
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), metadata={"step": 1}, checksum=True)
+    with RangeServer(tmp_path) as server:
+        url = server.url + "m.kiln"
+        with kiln.open(url, verify=True) as f:
+            assert isinstance(f, kiln.remote.RemoteFile)
+            assert f["a"].numpy().sum() == 499500.0 and f.metadata == {"step": 1}
+            assert [k for k, _ in f.items()] == ["a", "b", "c"] and f.get("z") is None
+        assert kiln.load_tensors(url, verify=True).keys() == ["a", "b", "c"]
+        _flip(p, "a")
+        with kiln.open(url, verify=True) as f:
+            assert f["b"].numpy().tolist() == [True, False, True]
+            with pytest.raises(kiln.KilnError) as e:
+                f["a"]
+        assert e.value.code == "CHECKSUM" and "'a'" in e.value.reason
+        with pytest.raises(kiln.KilnError) as e:
+            kiln.load_tensors(url, verify=True)
+        assert e.value.code == "CHECKSUM"
+        r = _cli("check", url)
+        assert r.returncode == 1 and "CHECKSUM" in r.stdout
