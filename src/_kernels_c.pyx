@@ -160,7 +160,7 @@ cdef extern from *:
     #define KILN_DLTENSOR_SIZE (sizeof(void *) + 8 + 4 + 4 + 2 * sizeof(void *) + 8)
     """
 cdef extern from "kiln_text.h":
-    int kiln_short_ascii(const char *s, Py_ssize_t n, PyObject **out) except -1
+    PyObject *kiln_text(const char *s, Py_ssize_t n, const char *errors, int shared)
 
 cdef extern from "kiln_fields.h":
     int KILN_FK_ATTR, KILN_FK_DICT, KILN_FK_SLOT, KILN_FK_INDEX
