@@ -353,7 +353,7 @@ cdef object build_direct(Node nd, DCtx *c):
             Py_INCREF(v)
             args[i + 1] = <PyObject *>v
             got = i + 1
-        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode):
+        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells):
             vals = PyTuple_New(nf)   # the class changed since: call it
             for i in range(nf):
                 Py_INCREF(<object>args[i + 1])
