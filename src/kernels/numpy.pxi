@@ -229,10 +229,11 @@ def tensors_fill(d):
     callbacks run; a name that is not bytes decodes itself) and change the
     directory: both lists are measured again before every read and store
     (not copied: on 3.11 the allocation of a copy can start a collection that
-    shortens the list being copied), each row is held while it is used, and
-    the errors string is held here."""
-    cdef Py_ssize_t i, n
+    shortens the list being copied), each row and each Tensor made is held
+    while it is used, and the errors string is held here."""
+    cdef Py_ssize_t i, n, made = 0
     cdef const char *errs
+    cdef PyObject **fresh = NULL
     if _D_ok and type(d) is _D_cls:
         tensors, rows, buf, own, pb = d_slot(d, 0), d_slot(d, 1), d_slot(d, 2), d_slot(d, 7), \
             d_slot(d, 3)
@@ -245,31 +246,42 @@ def tensors_fill(d):
         return None
     errs = PyUnicode_AsUTF8(errors)
     n = PyList_GET_SIZE(rows)
-    for i in range(n):
-        if i >= PyList_GET_SIZE(tensors) or i >= PyList_GET_SIZE(rows):
-            return None   # shortened meanwhile
-        if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
-            continue
-        row = <object>PyList_GET_ITEM(rows, i)   # (held from here)
-        if type(row) is not tuple or PyTuple_GET_SIZE(row) != 12:   # (make_table's rows)
-            return None
-        nm, kd, off = <object>PyTuple_GET_ITEM(row, 2), \
-            <object>PyTuple_GET_ITEM(row, 3), <object>PyTuple_GET_ITEM(row, 10)
-        t = kiln_alloc(_T_cls)
-        # untracked while its slots are set: a collection that an allocation
-        # starts meanwhile does not walk it half made (one that fails here is
-        # freed untracked, which is allowed)
-        PyObject_GC_UnTrack(t)
-        kiln_slot_set(t, _T_off[0], name_str(nm, errs, n <= 64))
-        kiln_slot_set(t, _T_off[1], name_str(kd, errs, False))
-        kiln_slot_set(t, _T_off[2], row)
-        kiln_slot_set(t, _T_off[3], buf)
-        kiln_slot_set(t, _T_off[4], pb + off)
-        kiln_slot_set(t, _T_off[5], own)
-        PyObject_GC_Track(t)
-        if i >= PyList_GET_SIZE(tensors):
-            return None
-        tensors[i] = t      # the list owns it from here (measured just above)
+    fresh = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * (n + 1))
+    if fresh == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            if i >= PyList_GET_SIZE(tensors) or i >= PyList_GET_SIZE(rows):
+                return None   # shortened meanwhile
+            if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
+                continue
+            row = <object>PyList_GET_ITEM(rows, i)   # (held from here)
+            if type(row) is not tuple or PyTuple_GET_SIZE(row) != 12:   # (make_table's rows)
+                return None
+            nm, kd, off = <object>PyTuple_GET_ITEM(row, 2), \
+                <object>PyTuple_GET_ITEM(row, 3), <object>PyTuple_GET_ITEM(row, 10)
+            t = kiln_alloc(_T_cls)
+            # untracked while they are made: a collection that the allocations
+            # start meanwhile does not walk them; each is held here (owned,
+            # whatever happens to the list) and tracked again below
+            PyObject_GC_UnTrack(t)
+            Py_INCREF(t)
+            fresh[made] = <PyObject *>t
+            made += 1
+            kiln_slot_set(t, _T_off[0], name_str(nm, errs, n <= 64))
+            kiln_slot_set(t, _T_off[1], name_str(kd, errs, False))
+            kiln_slot_set(t, _T_off[2], row)
+            kiln_slot_set(t, _T_off[3], buf)
+            kiln_slot_set(t, _T_off[4], pb + off)
+            kiln_slot_set(t, _T_off[5], own)
+            if i >= PyList_GET_SIZE(tensors):
+                return None
+            tensors[i] = t      # the list owns it from here (measured just above)
+    finally:
+        for i in range(made):   # every Tensor made is tracked again, error or not
+            PyObject_GC_Track(<object>fresh[i])
+            Py_XDECREF(fresh[i])
+        PyMem_Free(fresh)
     return tensors
 
 
