@@ -3,8 +3,9 @@
 
 CPython's UTF-8 decoder reads its input more than once; both kernels decode
 every string from a private copy of its bytes.  The harness is
-tests/_text_mutation.py (about 2 s per kernel here; KILN_TEXT_MUTATION_SECONDS
-changes it, tools/text-mutation-stress.py runs it for longer).
+tests/_text_mutation.py (2 s with the mmap, 1 s with the bytearray, per
+kernel; KILN_TEXT_MUTATION_SECONDS changes it, tools/text-mutation-stress.py
+runs it for longer).
 """
 
 import mmap
