@@ -76,7 +76,8 @@ def _str(plan, o):
 
     def dec_str(d, p):
         q, e = read_length(d, p, max_bytes, "string")
-        return _text(bytes(d[q:e]), q, errors), e   # (see _text)
+        raw = d[q:e]   # bytes when the input is bytes: nobody can change it
+        return _text(raw if type(raw) is bytes else bytes(raw), q, errors), e   # (see _text)
     return dec_str
 
 
@@ -303,7 +304,9 @@ def _struct_body(plan, o, ns, lines, ind):
             emit("if p + 4 <= n and (ln := u32(d, p)[0]) <= %d and (e := p + 4 + ln) <= n:"
                  % o.max_bytes,
                  "    try:",
-                 "        v%d = str(bytes(d[p + 4:e]), 'utf-8', errors)" % i,  # (see _text)
+                 "        v%d = d[p + 4:e]" % i,   # bytes of bytes input, else copied (see _text)
+                 "        v%d = str(v%d if type(v%d) is bytes else bytes(v%d), 'utf-8', errors)"
+                 % (i, i, i, i),
                  "    except UnicodeDecodeError:",
                  "        v%d, e = f%d(d, p)" % (i, i),
                  "    p = e",
