@@ -91,6 +91,42 @@ def scalar_error(v, op, text, offset):
     return EncodeError("TYPE", offset, "%s does not fit %s" % (short_repr(v), text))
 
 
+def missing_field(v, names, offset):
+    """The EncodeError for a mapping that did not give a struct field: the
+    first of ``names`` it lacks now, or, when none is missing any more (code
+    the mapping ran, or another thread, changed it meanwhile), that it changed."""
+    try:
+        for nm in names:
+            if nm not in v:
+                return EncodeError("TYPE", offset, "missing field %r" % nm)
+    except Exception:  # noqa: BLE001 - its own __contains__ or a key's __eq__ failed
+        pass
+    return EncodeError("TYPE", offset, "the mapping changed while its fields were read")
+
+
+def unknown_fields(v, key_set, text, offset):
+    """The EncodeError for a mapping whose len() is not the struct's field
+    count: its keys that are no field, sorted, from one snapshot of its keys
+    (so a mapping changed meanwhile cannot break the walk), or that it changed."""
+    try:
+        extra = [k for k in list(v.keys()) if k not in key_set]
+        try:
+            extra.sort()
+        except Exception:  # noqa: BLE001 - keys of mixed types
+            extra.sort(key=repr)
+        if extra:
+            return EncodeError("TYPE", offset, "unknown fields %s for %s" % (extra, text))
+    except Exception:  # noqa: BLE001 - changed size meanwhile, a key's __hash__ failed
+        pass
+    return EncodeError("TYPE", offset, "the mapping changed while its fields were read "
+                       "(or its len() disagrees with its keys)")
+
+
+def mapping_changed(offset, e):
+    """A RuntimeError (a dict changed size during iteration) as an EncodeError."""
+    return EncodeError("TYPE", offset, "the mapping changed while it was read (%s)" % e)
+
+
 def count_lied(offset, c, gave):
     """A sequence gave a different number of items than its len() said."""
     return EncodeError("TYPE", offset, "len() said %d items but the sequence gave %s (it "

@@ -72,10 +72,13 @@ def direct_build(cls, names):
     ``__init__``, ``__new__``, ``__setattr__`` or metaclass ``__call__``, a
     ``__post_init__``, InitVar pseudo-fields, an abstract class, fields in
     another order than ``names``, an ``__init__`` whose code is not what
-    ``dataclasses`` writes for the fields): the kernel calls ``make``.  The
-    kernel checks the class's version tag and the ``__init__``'s code object
-    on every decode, after the fields, so a class changed after this answer
-    is called again.
+    ``dataclasses`` writes for the fields, or whose closure's cells hold
+    anything but what ``dataclasses`` puts there): the kernel calls
+    ``make``.  The code reads no globals (else ``None``), and its defaults do
+    not matter (every parameter is given a value).  The kernel checks the
+    class's version tag, the ``__init__``'s code object and what its closure's
+    cells hold on every decode, after the fields, so a class changed after
+    this answer is called again.
     """
     if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "tuple"
@@ -103,11 +106,16 @@ def direct_build(cls, names):
         fields = dataclasses.fields(owner)
         if tuple(f.name for f in fields) != tuple(names):
             return None   # make passes the values by position, in names' order
-        if not _same_code(code, _generated_init(fields, params.frozen)):
+        ref, reads_globals = _generated_init(fields, params.frozen)
+        if reads_globals or not _same_code(code, ref):
             return None   # not the body dataclasses writes for these fields (its
                           # parameters, names and flags included): a hand-written
                           # __init__ exec'd from a string, one a second @dataclass kept
-    except Exception:   # an exotic class: calling it is always right
+        cells = init.__closure__ or ()
+        if len(cells) != len(code.co_freevars) or not all(
+                _cell_ok(nm, c.cell_contents) for nm, c in zip(code.co_freevars, cells)):
+            return None   # e.g. the object a frozen class's __init__ stores through
+    except Exception:   # an exotic class (or an empty cell): calling it is always right
         return None
     return "object"
 
@@ -115,9 +123,24 @@ def direct_build(cls, names):
 _GENERATED = {}
 
 
+def _cell_ok(name, value):
+    """Does a closure cell of a generated __init__ hold what dataclasses puts
+    in it?  (By the cell's name, as CPython's versions spell it: 3.11 to 3.13
+    have ``_HAS_DEFAULT_FACTORY`` or ``__dataclass_HAS_DEFAULT_FACTORY__``,
+    ``__dataclass_builtins_object__``, ``_dflt_x`` or ``__dataclass_dflt_x__``.)"""
+    if "HAS_DEFAULT_FACTORY" in name:
+        return value is dataclasses._HAS_DEFAULT_FACTORY
+    if "builtins_object" in name:
+        return value is object
+    # a default factory: called only for an argument that is the sentinel
+    # above, which no decoded value is
+    return "dflt_" in name
+
+
 def _generated_init(fields, frozen):
-    """The code of the __init__ dataclasses writes for these fields (whose
-    defaults, other than a default_factory, do not change the body)."""
+    """(The code of the __init__ dataclasses writes for these fields, whose
+    defaults, other than a default_factory, do not change the body; whether
+    that code reads a global)."""
     key = (tuple((f.name, f.kw_only is True, f.default_factory is not dataclasses.MISSING)
                  for f in fields), bool(frozen))
     code = _GENERATED.get(key)
@@ -127,7 +150,10 @@ def _generated_init(fields, frozen):
                 for name, kw, fac in key[0]]
         ref = dataclasses.make_dataclass("_Generated", spec, frozen=frozen, eq=False,
                                          repr=False, match_args=False)
-        code = _GENERATED[key] = ref.__init__.__code__
+        import dis   # (imported already: dataclasses imports inspect, which imports it)
+        reads = any(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+                    for ins in dis.get_instructions(ref.__init__))
+        code = _GENERATED[key] = (ref.__init__.__code__, reads)
     return code
 
 

@@ -924,7 +924,14 @@ def normalize_tensors(value):
                      for i, t in enumerate(value.values())]
         elif isinstance(value, Mapping):
             pairs = []
-            for i, (k, x) in enumerate(value.items()):
+            # one snapshot of the items (a dict: copied in one step), so a
+            # key's code or another thread changing the mapping cannot break the loop
+            try:
+                snap = dict.copy(value).items() if type(value) is dict else list(value.items())
+            except RuntimeError as e:
+                raise EncodeError("TYPE", 0, "the tensors mapping changed while it was read "
+                                  "(%s)" % e) from None
+            for i, (k, x) in enumerate(snap):
                 if not isinstance(k, str):
                     raise EncodeError("TYPE", 0, "tensor mapping key %r is not a str" % (k,))
                 pairs.append((_utf8(k, i), x))

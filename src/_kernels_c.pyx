@@ -48,6 +48,7 @@ from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
 from . import _wire as _W
 from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, count_lied
+from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_changed
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
            "write_directory"]
@@ -160,7 +161,7 @@ cdef extern from *:
     #define KILN_DLTENSOR_SIZE (sizeof(void *) + 8 + 4 + 4 + 2 * sizeof(void *) + 8)
     """
 cdef extern from "kiln_text.h":
-    int kiln_short_ascii(const char *s, Py_ssize_t n, PyObject **out) except -1
+    PyObject *kiln_text(const char *s, Py_ssize_t n, const char *errors, int shared)
 
 cdef extern from "kiln_fields.h":
     int KILN_FK_ATTR, KILN_FK_DICT, KILN_FK_SLOT, KILN_FK_INDEX
@@ -177,7 +178,8 @@ cdef extern from "kiln_fields.h":
     object kiln_alloc(object cls)
     int KILN_BUILD_CALL, KILN_BUILD_INIT, KILN_BUILD_ATTRS, KILN_BUILD_SLOTS, KILN_BUILD_TUPLE
     Py_ssize_t kiln_slot_offset_w(object cls, PyObject *d)
-    bint kiln_build_ok(object cls, unsigned int tag, object init, object code)
+    bint kiln_build_ok(object cls, unsigned int tag, object init, object code, object closure,
+                       object cells)
     object kiln_object_new(object cls, object empty)
     object kiln_tuple_new(object cls, object args)
     int kiln_call_init(object init, PyObject **args, size_t n) except -1

@@ -137,7 +137,8 @@ static PyObject *kiln_alloc(PyObject *cls) {
 
    The decision is kept while the class's version tag stays the one it was
    made under, the metaclass's __call__ is type's and the __init__ keeps its
-   code (kiln_build_ok); it is checked after the fields are decoded, which
+   code and what its closure's cells hold (kiln_build_ok); it is checked
+   after the fields are decoded, which
    may run code (a nested class's __init__) that changes the class. */
 #define KILN_BUILD_CALL 0
 #define KILN_BUILD_INIT 1
@@ -151,12 +152,27 @@ static Py_ssize_t kiln_slot_offset_w(PyObject *cls, PyObject *d) {
 }
 
 /* the decision is still good: the class's version tag is the one it was
-   made under, the metaclass calls as type does, and the generated
-   __init__'s code was not replaced (that changes no version tag) */
-static int kiln_build_ok(PyObject *cls, unsigned int tag, PyObject *init, PyObject *code) {
-    return tag != 0 && kiln_type_tag(cls) == tag
-        && Py_TYPE(cls)->tp_call == PyType_Type.tp_call
-        && PyFunction_GET_CODE(init) == code;
+   made under, the metaclass calls as type does, the generated __init__'s
+   code was not replaced and its closure's cells hold what they held then
+   (neither changes a version tag).  `closure` is the __init__'s closure
+   when the decision was made (None or a tuple of cells, which a function
+   keeps for life), `cells` what the cells held then (owned by the caller,
+   so a pointer seen again is the same object).  The __init__'s defaults are
+   no part of it: every parameter is given a value. */
+static int kiln_build_ok(PyObject *cls, unsigned int tag, PyObject *init, PyObject *code,
+                         PyObject *closure, PyObject *cells) {
+    Py_ssize_t i, n;
+    if (!(tag != 0 && kiln_type_tag(cls) == tag
+          && Py_TYPE(cls)->tp_call == PyType_Type.tp_call
+          && PyFunction_GET_CODE(init) == code))
+        return 0;
+    if (closure == Py_None) return 1;
+    n = PyTuple_GET_SIZE(closure);
+    if (PyTuple_GET_SIZE(cells) != n) return 0;
+    for (i = 0; i < n; i++) {
+        if (PyCell_GET(PyTuple_GET_ITEM(closure, i)) != PyTuple_GET_ITEM(cells, i)) return 0;
+    }
+    return 1;
 }
 
 /* object.__new__(cls) (its checks included: an abstract class is refused) */

@@ -9,7 +9,10 @@ whatever else the machine is doing (the garbage collector is off during the
 repetitions and hash randomisation is pinned, so runs agree to the
 instruction).  Ops: records-decode, records-encode (with
 the suffix -list: tags declared list[kiln.i32], decoded to Python lists;
-then -slots: the record class a slots dataclass),
+then -slots: the record class a slots dataclass; records-decode-shared: the
+records in a bytearray, whose strings are copied before they are decoded;
+records-decode-text: a bytearray of records whose names are 300-byte ASCII
+and short non-ASCII strings, in turn),
 tensors-decode, tensors-numpy, tensors-encode, tensors-floor (one
 ``np.frombuffer`` per tensor, the many-tensors decode floor), sample-decode,
 sample-encode (500 samples of the benchmarks' sample workload).  The kernels are whatever
@@ -43,6 +46,15 @@ def build(op):
         score: float
         tags: list[kiln.i32]
 
+    if op in ("records-decode-shared", "records-decode-text"):
+        long = op == "records-decode-text"
+        t = kiln.list_(kiln.struct(Rec))
+        recs = [Rec(i, ("n%03d" % (i % 1000)) * 75 if long and i % 2 else
+                    "n\u00e9me-%d" % i if long else "name-%d" % i,
+                    i * 0.5, np.arange(i % 8, dtype=np.int32)) for i in range(20000)]
+        buf = bytearray(kiln.encode(recs, t))
+        d = kiln.Decoder(t).decode
+        return lambda: d(buf)
     if op.startswith("records"):
         slots = op.endswith("-slots")  # the class is a slots dataclass
         op = op[:-6] if slots else op

@@ -59,7 +59,12 @@ def _scalar(plan, o):
 
 
 def _text(raw, q, errors, what=""):
-    """Decode ``raw``, the body that starts at input offset ``q``."""
+    """Decode ``raw``, the body that starts at input offset ``q``.
+
+    ``raw`` is bytes: a string is decoded from a private copy (a slice of
+    bytes input, which nobody can change, or ``bytes()`` of a view), because
+    CPython's decoder reads its input more than once and the caller's buffer
+    may change meanwhile (another thread, another process's mmap)."""
     try:
         return str(raw, "utf-8", errors)
     except UnicodeDecodeError as ex:
@@ -71,7 +76,8 @@ def _str(plan, o):
 
     def dec_str(d, p):
         q, e = read_length(d, p, max_bytes, "string")
-        return _text(d[q:e], q, errors), e
+        raw = d[q:e]   # bytes when the input is bytes: nobody can change it
+        return _text(raw if type(raw) is bytes else bytes(raw), q, errors), e   # (see _text)
     return dec_str
 
 
@@ -298,7 +304,9 @@ def _struct_body(plan, o, ns, lines, ind):
             emit("if p + 4 <= n and (ln := u32(d, p)[0]) <= %d and (e := p + 4 + ln) <= n:"
                  % o.max_bytes,
                  "    try:",
-                 "        v%d = str(d[p + 4:e], 'utf-8', errors)" % i,
+                 "        v%d = d[p + 4:e]" % i,   # bytes of bytes input, else copied (see _text)
+                 "        v%d = str(v%d if type(v%d) is bytes else bytes(v%d), 'utf-8', errors)"
+                 % (i, i, i, i),
                  "    except UnicodeDecodeError:",
                  "        v%d, e = f%d(d, p)" % (i, i),
                  "    p = e",

@@ -10,8 +10,8 @@ import struct as _struct
 import numpy as np
 
 from .. import _wire as W
-from .._convert import (as_byte_run, as_pod_array, count_lied, pack_scalar, scalar_error,
-                        type_name)
+from .._convert import (as_byte_run, as_pod_array, count_lied, mapping_changed, missing_field,
+                        pack_scalar, scalar_error, type_name, unknown_fields)
 from .._errors import EncodeError, KilnError
 from .._plan import Some
 from .directory import validate_directory
@@ -165,9 +165,14 @@ def _dict(plan, rf):
             raise EncodeError("TYPE", len(out), "expected a mapping for %s, got %s"
                               % (text, type_name(v)))
         pairs = []
-        # a dict is copied in one step (under its lock on free-threaded
-        # builds), so another thread changing it cannot break the loop
-        for k, x in (dict.copy(v).items() if type(v) is dict else items()):
+        # one snapshot of the items (a dict: copied in one step, under its lock
+        # on free-threaded builds), so code the loop runs (a key's encode) or
+        # another thread changing the mapping cannot break the loop
+        try:
+            snap = dict.copy(v).items() if type(v) is dict else list(items())
+        except RuntimeError as e:   # (changed size while its items were listed)
+            raise mapping_changed(len(out), e) from None
+        for k, x in snap:
             if type(k) is not str and not isinstance(k, str):
                 raise EncodeError("TYPE", len(out), "dict key %r is not a str" % (k,))
             try:
@@ -245,14 +250,25 @@ def _struct_enc(plan, rf):
     def enc_struct(v, out):
         vals = values_of(v, out)
         start = len(out)
+        f = -1
         try:
             for pack, idx in fast:
                 if pack is None:
-                    encs[idx[0]](vals[idx[0]], out)
+                    f = idx[0]
+                    encs[f](vals[f], out)
+                    f = -1
                 elif len(idx) == 1:
                     out += pack(vals[idx[0]])
                 else:
                     out += pack(*[vals[i] for i in idx])
+        except EncodeError as e:
+            if f < 0:
+                slow(vals, out, start)
+                raise
+            # a field's own encoder failed: its path here (a second try could
+            # succeed, for a value that changes as it is read)
+            e.add_path("." + names[f])
+            raise
         except Exception:
             slow(vals, out, start)
             raise
@@ -304,11 +320,9 @@ def _values_getter(plan):
         try:
             vals = item_get(v)
         except KeyError:
-            missing = [nm for nm in names if nm not in v]
-            raise EncodeError("TYPE", len(out), "missing field %r" % missing[0]) from None
+            raise missing_field(v, names, len(out)) from None
         if len(v) != nf:
-            extra = sorted(k for k in v.keys() if k not in key_set)
-            raise EncodeError("TYPE", len(out), "unknown fields %s for %s" % (extra, plan.text))
+            raise unknown_fields(v, key_set, plan.text, len(out))
         return vals
     return values_of
 

@@ -12,6 +12,7 @@ cdef struct DCtx:
     uint64_t zbudget    # elements of minimum size 0 this decode may still build
     bint trusted
     bint copy
+    bint shared         # the input may change under us (anything but exact bytes)
     PyObject *buf       # borrowed: the caller's buffer object
     PyObject *mv        # owned, made on first use: a flat 'B' memoryview of buf
 
@@ -37,18 +38,19 @@ cdef int utf8_fail(Py_ssize_t q, int what) except -1:
 
 
 cdef inline object dec_text(DCtx *c, Py_ssize_t q, Py_ssize_t ln, int what):
-    return dec_text_at(c, <const char *>c.d + q, q, ln, what)
+    return dec_text_at(c, <const char *>c.d + q, q, ln, what, c.shared)
 
 
-cdef inline object dec_text_at(DCtx *c, const char *src, Py_ssize_t q, Py_ssize_t ln, int what):
-    """Decode ``ln`` bytes at ``src``; errors are reported at input offset ``q``."""
-    cdef PyObject *r = NULL
-    if kiln_short_ascii(src, ln, &r):
-        return _take(r)
+cdef inline object dec_text_at(DCtx *c, const char *src, Py_ssize_t q, Py_ssize_t ln, int what,
+                               bint shared):
+    """Decode ``ln`` bytes at ``src`` (``shared``: they may change meanwhile,
+    so src/kiln_text.h decodes a private copy); errors are reported at input
+    offset ``q``."""
+    cdef const char *errors = NULL
+    cdef PyObject *r
     if c.trusted:
-        r = PyUnicode_DecodeUTF8_raw(src, ln, "surrogateescape")
-    else:
-        r = PyUnicode_DecodeUTF8_raw(src, ln, NULL)
+        errors = "surrogateescape"
+    r = kiln_text(src, ln, errors, shared)
     if r == NULL:
         utf8_fail(q, what)
         return None
@@ -281,7 +283,7 @@ cdef object dec_dict(Node nd, DCtx *c):
             cur = &kb[i & 1]
             prev = &kb[(i & 1) ^ 1]
             keybuf_take(cur, c.d + q, ln)
-            key = dec_text_at(c, <const char *>cur.p, q, ln, WHAT_KEY)
+            key = dec_text_at(c, <const char *>cur.p, q, ln, WHAT_KEY, False)
             if i:
                 cmp = memcmp(prev.p, cur.p, prev.ln if prev.ln < ln else ln) \
                     if prev.ln and ln else 0
@@ -351,7 +353,7 @@ cdef object build_direct(Node nd, DCtx *c):
             Py_INCREF(v)
             args[i + 1] = <PyObject *>v
             got = i + 1
-        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode):
+        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells):
             vals = PyTuple_New(nf)   # the class changed since: call it
             for i in range(nf):
                 Py_INCREF(<object>args[i + 1])
@@ -491,6 +493,7 @@ cdef class DecodeProgram:
         c.copy = self.copy
         c.max_copy = U64_MAX if (self.max_copy is None or not self.copy) else _cap(self.max_copy)
         c.buf = <PyObject *>buf
+        c.shared = not PyBytes_CheckExact(buf)
         c.mv = NULL
         try:
             if self.framed:

@@ -21,6 +21,7 @@ cdef struct TRec:
     uint64_t off
     Py_buffer pay
     bint held
+    PyObject *rec       # owned: the record, whose name, layout and payload are borrowed
 
 
 cdef inline bint _small_int(object o, uint64_t hi, uint64_t *out) noexcept:
@@ -152,9 +153,17 @@ cdef int write_dir(Writer *w, object records) except -1:
         raise MemoryError()
     for i in range(count):
         recs[i].held = False
+        recs[i].rec = NULL
     try:
         for i in range(count):
-            if not parse_record(records[i], &recs[i]):
+            # each record held while its borrowed name, layout and payload are
+            # used: a payload's buffer export may run code that changes the list
+            if i >= len(records):
+                raise TypeError("tensor records changed while they were written")
+            rec = records[i]
+            Py_INCREF(rec)
+            recs[i].rec = <PyObject *>rec
+            if not parse_record(rec, &recs[i]):
                 raise TypeError("tensor record %d is not a well-formed write record" % i)
         plan_heap(recs, count, w.pos, &named, &heap_n)
         write_block(w, recs, count, named, heap_n)
@@ -162,6 +171,7 @@ cdef int write_dir(Writer *w, object records) except -1:
         for i in range(count):
             if recs[i].held:
                 PyBuffer_Release(&recs[i].pay)
+            Py_XDECREF(recs[i].rec)
         PyMem_Free(recs)
     return 0
 

@@ -544,7 +544,11 @@ cdef int enc_dict(Node nd, Writer *w, object v) except -1:
             if items is None:
                 efail("TYPE", w.pos, "expected a mapping for %s, got %s"
                       % (nd.text, type(v).__name__))
-            for k, x in items():
+            try:   # (one snapshot: see kiln/_kernels_py/encode.py's enc_dict)
+                snap = list(items())
+            except RuntimeError as e:   # changed size while its items were listed
+                raise mapping_changed(w.pos, e) from None
+            for k, x in snap:
                 if n >= cap:
                     cap = cap * 2 + 8
                     grown = <DEnt *>PyMem_Realloc(ents, sizeof(DEnt) * cap)
@@ -597,18 +601,16 @@ cdef tuple struct_values_generic(Node nd, Writer *w, object v):
     try:
         vals = tuple([v[nm] for nm in nd.names])
     except KeyError:
-        missing = [nm for nm in nd.names if nm not in v]
-        raise EncodeError("TYPE", w.pos, "missing field %r" % missing[0]) from None
+        raise missing_field(v, nd.names, w.pos) from None
     if len(v) != nd.nf:
         unknown_fields(nd, w, v)
     return vals
 
 
 cdef int unknown_fields(Node nd, Writer *w, object v) except -1:
-    key_set = nd.key_set
-    extra = sorted([k for k in v.keys() if k not in key_set])
-    efail("TYPE", w.pos, "unknown fields %s for %s" % (extra, nd.text))
-    return -1
+    # (kiln._convert: the keys from one snapshot; a mapping changed meanwhile
+    # is an EncodeError too)
+    raise _unknown_fields(v, nd.key_set, nd.text, w.pos)
 
 
 cdef int field_kinds(Node nd) except -1:
@@ -875,28 +877,53 @@ cdef class EncodeProgram:
 
         The value is encoded into private memory first and then copied, so
         the bytes before ``offset`` are kept and nothing is written on error
-        (the buffer then ends at ``offset``)."""
-        cdef Py_ssize_t off, size, n = 0
+        (the buffer then ends at ``offset``).
+
+        Each of the two steps on ``buffer`` (size, resize, fill; size check,
+        resize, copy) holds the bytearray's critical section on a
+        free-threaded build (nothing with the GIL), so no other thread's
+        resize can come between a size read and the write it allows (see
+        docs/threads.md)."""
+        cdef Py_ssize_t off, want, n = 0
         if type(buffer) is not bytearray:
             raise TypeError("encode_into needs a bytearray, not %s" % type(buffer).__name__)
-        size = PyByteArray_GET_SIZE(<PyObject *>buffer)
-        off = size if offset < 0 else offset
-        if off > size:
-            PyByteArray_Resize(<PyObject *>buffer, off)
-            memset(PyByteArray_AS_STRING(<PyObject *>buffer) + size, 0, off - size)
-        elif off < size:
-            PyByteArray_Resize(<PyObject *>buffer, off)  # BufferError if it has exports
+        want = offset   # (an __index__ runs here, outside the critical section)
+        with cython.critical_section(buffer):
+            off = into_start(buffer, want)
         try:
             out = self.run(value, False, &n)
         except EncodeError as e:
             e.offset += off  # offsets count from the start of ``buffer``
             raise
-        if PyByteArray_GET_SIZE(<PyObject *>buffer) != off:
-            raise RuntimeError("the bytearray changed size while encode_into was writing it")
-        PyByteArray_Resize(<PyObject *>buffer, off + n)
-        memcpy(PyByteArray_AS_STRING(<PyObject *>buffer) + off,
-               PyBytes_AS_STRING(<PyObject *>out), n)
+        with cython.critical_section(buffer):
+            into_finish(buffer, off, out, n)
         return off + n
+
+
+cdef Py_ssize_t into_start(object buffer, Py_ssize_t offset) except -1:
+    """encode_into's first step (under the bytearray's critical section):
+    the buffer made to end at ``offset`` (negative: its end); returns that
+    offset.  No Python code runs here."""
+    cdef Py_ssize_t size = PyByteArray_GET_SIZE(<PyObject *>buffer)
+    cdef Py_ssize_t off = size if offset < 0 else offset
+    if off > size:
+        PyByteArray_Resize(<PyObject *>buffer, off)
+        memset(PyByteArray_AS_STRING(<PyObject *>buffer) + size, 0, off - size)
+    elif off < size:
+        PyByteArray_Resize(<PyObject *>buffer, off)  # BufferError if it has exports
+    return off
+
+
+cdef int into_finish(object buffer, Py_ssize_t off, object out, Py_ssize_t n) except -1:
+    """encode_into's last step (under the bytearray's critical section): the
+    size checked, the buffer grown and the encoding copied in, with no other
+    thread's resize in between."""
+    if PyByteArray_GET_SIZE(<PyObject *>buffer) != off:
+        raise RuntimeError("the bytearray changed size while encode_into was writing it")
+    PyByteArray_Resize(<PyObject *>buffer, off + n)
+    memcpy(PyByteArray_AS_STRING(<PyObject *>buffer) + off,
+           PyBytes_AS_STRING(<PyObject *>out), n)
+    return 0
 
 
 def compile_encoder(plan, frame_hash, round_floats=False):

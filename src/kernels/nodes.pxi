@@ -39,6 +39,8 @@ cdef class Node:
     cdef unsigned int btag  # struct: cls's version tag when bkind was decided
     cdef object binit       # struct, built directly: the class's generated __init__
     cdef object bcode       # ... and its code when bkind was decided
+    cdef object bclosure    # ... its closure (a tuple of cells, or None)
+    cdef object bcells      # ... and what the cells held then (a tuple)
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -69,7 +71,15 @@ cdef int build_kind(Node nd) except -1:
     init = cls.__init__
     if type(init) is not _FunctionType:
         return 0
-    nd.binit, nd.bcode = init, init.__code__
+    # the closure's cells (a frozen class's __init__ stores through the object
+    # in one) are part of the decision: what they hold is kept, and compared
+    # on every build (kiln_build_ok)
+    clo = init.__closure__
+    try:
+        cells = tuple([c.cell_contents for c in clo]) if clo is not None else ()
+    except ValueError:   # an empty cell: direct_build refuses those
+        return 0
+    nd.binit, nd.bcode, nd.bclosure, nd.bcells = init, init.__code__, clo, cells
     nd.bkind = KILN_BUILD_SLOTS
     for i in range(nd.nf):
         d = kiln_type_lookup(cls, <object>fi[i].name)

@@ -222,51 +222,65 @@ cdef object name_str(object b, const char *errors, bint small):
 
 def tensors_fill(d):
     """TensorDirectory.values() of a decoded directory: make each Tensor not
-    yet made (as TensorDirectory._make does); returns d._tensors."""
+    yet made (as TensorDirectory._make does); returns d._tensors, or None
+    when the Python path must do it.
+
+    Python code may run in the loop (an allocation starts a collection, whose
+    callbacks run; a name that is not bytes decodes itself) and change the
+    directory: both lists are measured again before every read and store
+    (not copied: on 3.11 the allocation of a copy can start a collection that
+    shortens the list being copied), each row and each Tensor made is held
+    while it is used, and the errors string is held here."""
     cdef Py_ssize_t i, n, made = 0
     cdef const char *errs
     cdef PyObject **fresh = NULL
     if _D_ok and type(d) is _D_cls:
         tensors, rows, buf, own, pb = d_slot(d, 0), d_slot(d, 1), d_slot(d, 2), d_slot(d, 7), \
             d_slot(d, 3)
-        errs = PyUnicode_AsUTF8(d_slot(d, 4))
+        errors = d_slot(d, 4)
     else:
         tensors, rows, buf, own, pb = d._tensors, d._rows, d._buf, d._own, d._pb
-        errs = PyUnicode_AsUTF8(d._errors)
+        errors = d._errors
     if not _T_ok or type(tensors) is not list or type(rows) is not list or \
-            len(tensors) != len(rows):
+            len(tensors) != len(rows) or type(errors) is not str:
         return None
-    n = PyList_GET_SIZE(tensors)
+    errs = PyUnicode_AsUTF8(errors)
+    n = PyList_GET_SIZE(rows)
     fresh = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * (n + 1))
     if fresh == NULL:
         raise MemoryError()
     try:
         for i in range(n):
+            if i >= PyList_GET_SIZE(tensors) or i >= PyList_GET_SIZE(rows):
+                return None   # shortened meanwhile
             if PyList_GET_ITEM(tensors, i) != <PyObject *>None:
                 continue
-            row = <object>PyList_GET_ITEM(rows, i)
-            if type(row) is tuple and PyTuple_GET_SIZE(row) == 12:   # (make_table's rows)
-                nm, kd, off = <object>PyTuple_GET_ITEM(row, 2), \
-                    <object>PyTuple_GET_ITEM(row, 3), <object>PyTuple_GET_ITEM(row, 10)
-            else:
-                nm, kd, off = row[2], row[3], row[10]
+            row = <object>PyList_GET_ITEM(rows, i)   # (held from here)
+            if type(row) is not tuple or PyTuple_GET_SIZE(row) != 12:   # (make_table's rows)
+                return None
+            nm, kd, off = <object>PyTuple_GET_ITEM(row, 2), \
+                <object>PyTuple_GET_ITEM(row, 3), <object>PyTuple_GET_ITEM(row, 10)
             t = kiln_alloc(_T_cls)
             # untracked while they are made: a collection that the allocations
-            # start meanwhile does not walk them (they are tracked below)
+            # start meanwhile does not walk them; each is held here (owned,
+            # whatever happens to the list) and tracked again below
             PyObject_GC_UnTrack(t)
+            Py_INCREF(t)
+            fresh[made] = <PyObject *>t
+            made += 1
             kiln_slot_set(t, _T_off[0], name_str(nm, errs, n <= 64))
             kiln_slot_set(t, _T_off[1], name_str(kd, errs, False))
             kiln_slot_set(t, _T_off[2], row)
             kiln_slot_set(t, _T_off[3], buf)
             kiln_slot_set(t, _T_off[4], pb + off)
             kiln_slot_set(t, _T_off[5], own)
-            tensors[i] = t      # the list owns it from here
-            fresh[made] = <PyObject *>t
-            made += 1
-            t = None
+            if i >= PyList_GET_SIZE(tensors):
+                return None
+            tensors[i] = t      # the list owns it from here (measured just above)
     finally:
         for i in range(made):   # every Tensor made is tracked again, error or not
             PyObject_GC_Track(<object>fresh[i])
+            Py_XDECREF(fresh[i])
         PyMem_Free(fresh)
     return tensors
 
@@ -284,32 +298,41 @@ def tensors_dict_method(self):
 
 cdef object t_dict(object d):
     """{t.name: t.numpy()} of a decoded directory, or None when tensors_fill
-    would decline it."""
+    would decline it.  Python code runs in the loop (t.numpy(), d._tensor(i),
+    collections): both lists are measured again before every read (see
+    tensors_fill)."""
     cdef Py_ssize_t i, n
     cdef const char *errs
     if _D_ok and type(d) is _D_cls:
         tensors, rows, own, pb = d_slot(d, 0), d_slot(d, 1), d_slot(d, 7), d_slot(d, 3)
-        errs = PyUnicode_AsUTF8(d_slot(d, 4))
+        errors = d_slot(d, 4)
     else:
         tensors, rows, own, pb = d._tensors, d._rows, d._own, d._pb
-        errs = PyUnicode_AsUTF8(d._errors)
+        errors = d._errors
     if not _T_ok or type(tensors) is not list or type(rows) is not list or \
-            len(tensors) != len(rows):
+            len(tensors) != len(rows) or type(errors) is not str:
         return None
+    errs = PyUnicode_AsUTF8(errors)
     out = {}
-    n = PyList_GET_SIZE(tensors)
+    n = PyList_GET_SIZE(rows)
     for i in range(n):
+        if i >= PyList_GET_SIZE(tensors) or i >= PyList_GET_SIZE(rows):
+            return None   # shortened meanwhile: the Python path
         t = <object>PyList_GET_ITEM(tensors, i)
         if t is not None:   # made before: its name as it is now, its numpy()
             PyDict_SetItem(out, t.name, t.numpy())
             continue
         # not made yet: the array straight from the row (the Tensor would give the same)
+        if i >= PyList_GET_SIZE(rows):
+            return None
         row = <object>PyList_GET_ITEM(rows, i)
-        arr = row_array(row, own, pb + row[10])
+        if type(row) is not tuple or PyTuple_GET_SIZE(row) != 12:
+            return None
+        arr = row_array(row, own, pb + <object>PyTuple_GET_ITEM(row, 10))
         if arr is None:
             t = d._tensor(i)
             arr = t.numpy()
-        PyDict_SetItem(out, name_str(row[2], errs, n <= 64), arr)
+        PyDict_SetItem(out, name_str(<object>PyTuple_GET_ITEM(row, 2), errs, n <= 64), arr)
     return out
 
 
