@@ -892,7 +892,10 @@ def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
         path: a file path or a binary file object.
         type: as for :func:`kiln.decode`.
         frame: the file starts with a frame (as :func:`kiln.save` writes).
-        copy, options: as for :func:`kiln.decode`.
+        copy, options: as for :func:`kiln.decode`.  ``max_count`` and
+            ``max_bytes`` left unset grow to the file's size, so what
+            :func:`kiln.save` wrote loads back (``max_count`` keeps its
+            default for a type with zero-size elements, see the README's caps).
 
     Raises:
         KilnError: as :func:`kiln.decode` (``SCHEMA`` when the file holds
@@ -906,6 +909,8 @@ def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
     """
     mm = _map(path)
     try:
+        # caps the caller left unset grow to the file's size (_api._file_caps)
+        options = _api._file_caps(len(mm), type, options)
         return _api.decode(mm, type, frame=frame, copy=copy, **options)
     finally:
         _unmap(mm)
