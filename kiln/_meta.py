@@ -25,6 +25,37 @@ NULL, BOOL, INT, FLOAT, STR, BYTES, LIST, DICT, INTS, FLOATS = range(10)
 # its items little-endian in ``raw``: a long numeric array costs 8 bytes an item
 _ROOT = U32_MAX
 _I64 = (-(1 << 63), (1 << 63) - 1)
+# the value fields each kind uses; the others must hold their zero
+_USES = {NULL: (), BOOL: ("int",), INT: ("int",), FLOAT: ("float",), STR: ("text",),
+         BYTES: ("raw",), LIST: (), DICT: (), INTS: ("raw",), FLOATS: ("raw",)}
+_ZERO = {"int": 0, "float": 0.0, "text": "", "raw": b""}
+_NP_FLOATS = (np.float16, np.float32, np.float64)
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it stands for (np.int64(3) -> 3)."""
+    if isinstance(value, np.generic):
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, _NP_FLOATS):   # exact in a float (not np.longdouble)
+            return float(value)
+    return value
+
+
+def _unused_fault(n, kind):
+    """The name of a field kind ``kind`` does not use that is not zero, or None."""
+    for f in _ZERO:
+        if f in _USES[kind]:
+            continue
+        v = n[f]
+        if f == "float":
+            if v != 0.0 or math.copysign(1.0, v) < 0:   # NaN and -0.0 are not 0.0
+                return f
+        elif v != _ZERO[f]:
+            return f
+    return None
 
 
 def to_nodes(meta):
@@ -35,6 +66,7 @@ def to_nodes(meta):
     stack = [(meta, _ROOT, None, "", ())]
     while stack:
         value, parent, key, path, above = stack.pop()
+        value = _plain(value)
         if isinstance(value, (list, tuple, dict)):
             if id(value) in above:
                 raise EncodeError("TYPE", 0, "metadata contains itself", path)
@@ -83,8 +115,9 @@ def to_nodes(meta):
 def _numbers(values, kind):
     """Are all items ints that fit i64 (bools excluded), or all floats?"""
     if kind is int:
-        return all(type(v) is int and _I64[0] <= v <= _I64[1] for v in values)
-    return all(type(v) is float for v in values)
+        return all((type(v) is int or isinstance(v, np.integer)) and _I64[0] <= int(v) <= _I64[1]
+                   for v in values)
+    return all(type(v) is float or isinstance(v, _NP_FLOATS) for v in values)
 
 
 def from_nodes(nodes, at):
@@ -119,6 +152,10 @@ def from_nodes(nodes, at):
             v = {}
         else:
             raise KilnError("TYPE", at, "metadata node %d: unknown kind %d" % (i, kind))
+        bad = _unused_fault(n, kind)
+        if bad is not None:
+            raise KilnError("TYPE", at, "metadata node %d: kind %d does not use %r, which "
+                            "must be %r, not %r" % (i, kind, bad, _ZERO[bad], n[bad]))
         values.append(v)
         if i == 0:
             continue

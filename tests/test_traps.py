@@ -62,3 +62,78 @@ def test_load_reads_back_what_save_wrote_above_the_default_caps(kernels, tmp_pat
     with pytest.raises(kiln.KilnError) as e:
         kiln.load(p, t, max_count=1000)
     assert e.value.code == "LIMIT" and e.value.offset == 16 and "max_count=1000" in e.value.reason
+
+
+# --- metadata: the fields a kind does not use hold zero ---------------------
+
+def _file_with_node_field(tmp_path, meta, node, field, value):
+    """A file saved with ``meta`` whose metadata node ``node`` then has
+    ``field`` set to ``value`` (the same length, so every offset stays)."""
+    from kiln import _meta
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, {"a": np.zeros(2, np.float32)}, metadata=meta)
+    nodes = _meta.to_nodes(meta)
+    good = kiln.encode(nodes, _meta.META_TYPE, frame=True)
+    nodes[node][field] = value
+    bad = kiln.encode(nodes, _meta.META_TYPE, frame=True)
+    data = p.read_bytes()
+    assert len(good) == len(bad) and data.count(good) == 1
+    p.write_bytes(data.replace(good, bad))
+    return p
+
+
+@pytest.mark.parametrize("node, field, value", [
+    (1, "float", float("nan")),      # an int node: float unused
+    (1, "float", -0.0),
+    (2, "int", 1),                   # a float node: int unused
+    (0, "int", 7),                   # the root dict uses nothing
+    (3, "float", 1.0),               # a null node
+])
+def test_metadata_fields_a_kind_does_not_use_must_be_zero(kernels, tmp_path, node, field, value):
+    meta = {"i": 3, "f": 0.5, "n": None}
+    p = _file_with_node_field(tmp_path, meta, node, field, value)
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.load_metadata(p)
+    assert e.value.code == "TYPE" and ("node %d" % node) in e.value.reason
+    assert repr(field) in e.value.reason
+    with pytest.raises(kiln.KilnError):
+        kiln.open(p)
+
+
+def test_metadata_text_and_raw_unused_must_be_empty():
+    from kiln import _meta
+    for node, field, value in ((1, "text", "x"), (1, "raw", b"\x00"), (0, "text", "r")):
+        nodes = _meta.to_nodes({"i": 3})
+        nodes[node][field] = value
+        with pytest.raises(kiln.KilnError) as e:
+            _meta.from_nodes(nodes, 40)
+        assert (e.value.code, e.value.offset) == ("TYPE", 40) and repr(field) in e.value.reason
+
+
+def test_kiln_check_refuses_a_nan_in_an_unused_metadata_field(tmp_path):
+    import subprocess
+    import sys
+    from _util import ROOT
+    p = _file_with_node_field(tmp_path, {"i": 3}, 1, "float", float("nan"))
+    r = subprocess.run([sys.executable, "-m", "kiln", "check", str(p)], capture_output=True,
+                       text=True, cwd=str(ROOT), timeout=60)
+    assert r.returncode != 0 and "TYPE" in r.stdout + r.stderr
+
+
+def test_numpy_scalars_are_metadata_values_read_back_as_python_values(kernels, tmp_path):
+    p = tmp_path / "s.kiln"
+    meta = {"i": np.int64(3), "f": np.float32(0.5), "b": np.bool_(True), "u": np.uint8(200),
+            "h": np.float16(1.5), "ints": [np.int32(1), np.int64(-2)],
+            "floats": [np.float32(0.25), 2.0], "nested": {"k": [np.bool_(False)]}}
+    kiln.save_tensors(p, {"a": np.zeros(1, np.float32)}, metadata=meta)
+    got = kiln.load_metadata(p)
+    assert got == {"i": 3, "f": 0.5, "b": True, "u": 200, "h": 1.5, "ints": [1, -2],
+                   "floats": [0.25, 2.0], "nested": {"k": [False]}}
+    kinds = {k: type(v) for k, v in got.items()}
+    assert kinds == {"i": int, "f": float, "b": bool, "u": int, "h": float, "ints": list,
+                     "floats": list, "nested": dict}
+    assert [type(v) for v in got["ints"] + got["floats"]] == [int, int, float, float]
+    assert type(got["nested"]["k"][0]) is bool
+    with pytest.raises(kiln.EncodeError):
+        kiln.save_tensors(tmp_path / "x.kiln", {"a": np.zeros(1)},
+                          metadata={"c": np.complex64(1j)})
