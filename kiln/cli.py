@@ -1,8 +1,11 @@
 """The ``kiln`` command (also ``python -m kiln``).
 
-Exit codes: 0 success; 1 a check failed (an invalid file, a failing case);
-2 a usage error or a file that cannot be read or converted.  Errors are one
-line on stderr, never a traceback.
+Exit codes, the same for every command (docs/cli.md): 0 success; 1 the
+input is not what was asked for (an invalid or foreign file, a file that
+cannot be converted, a failing case); 2 a usage error or a file that cannot
+be read or written (I/O, a missing optional package); 130 interrupted; 141
+(128 + SIGPIPE) stdout was closed by its reader (``kiln inspect f | head``).
+Errors are one line on stderr, never a traceback.
 """
 
 import argparse
@@ -24,7 +27,10 @@ EPILOG = """examples:
   kiln gen schema.json -o records.py     dataclasses from a JSON Schema
   kiln hash 'struct{id:i64,name:str}'    canonical text and schema hash
 
-exit codes: 0 ok, 1 invalid input or a failed case, 2 usage or I/O error"""
+exit codes: 0 ok, 1 invalid, foreign or unconvertible input or a failed case,
+  2 usage or I/O error, 130 interrupted, 141 stdout closed (kiln ... | head)"""
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 
 
 class Fail(Exception):
@@ -70,7 +76,7 @@ def cmd_cases(args: Any) -> int:
     except OSError as e:
         raise Fail("cannot read %s: %s" % (path, e.strerror))
     except (ValueError, KeyError, TypeError):
-        raise Fail("%s is not a Kiln case file (JSON with a \"cases\" list)" % path)
+        raise Fail("%s is not a Kiln case file (JSON with a \"cases\" list)" % path, EXIT_INVALID)
     failed = 0
     for case in cases:
         ok, actual, detail = run_case(case, kiln)
@@ -99,9 +105,18 @@ def cmd_hash(args: Any) -> int:
 
 # --- inspect and check -----------------------------------------------------------
 
+def _about(path: str, e: Any) -> str:
+    """``path: message`` for an error about ``path``, naming the file once (a
+    message that names it already is kept as it is)."""
+    text = str(e)
+    return text if str(path) in text else "%s: %s" % (path, text)
+
+
 def _head(path: str, n: int) -> bytes:
     """The first ``n`` bytes of a file or an fsspec URL."""
     from .remote import is_url
+    from ._paths import local_path
+    path = local_path(path)
     if is_url(path):
         import fsspec
         fs, key = fsspec.core.url_to_fs(path)
@@ -112,6 +127,8 @@ def _head(path: str, n: int) -> bytes:
 
 def _size(path: str) -> int:
     from .remote import is_url
+    from ._paths import local_path
+    path = local_path(path)
     if is_url(path):
         import fsspec
         fs, key = fsspec.core.url_to_fs(path)
@@ -124,14 +141,18 @@ def _kind(path: str) -> str:
         magic = _head(path, 4)
     except OSError as e:
         raise Fail("cannot read %s: %s" % (path, e.strerror or e))
-    except ImportError as e:
-        raise Fail("cannot read %s: %s" % (path, e), 2)
+    except (ImportError, ValueError) as e:
+        raise Fail("cannot read %s: %s" % (path, e), EXIT_USAGE)
     if magic == b"KLNT":
         return "directory"
     if magic == b"KLN0":
         return "framed"
     if not magic:
-        raise Fail("%s is empty" % path, 1)
+        raise Fail("%s is empty" % path, EXIT_INVALID)
+    from ._paths import foreign_hint
+    hint = foreign_hint(_head(path, 16))
+    if hint is not None:
+        raise Fail("%s: %s" % (path, hint), EXIT_INVALID)
     return "bare"
 
 
@@ -213,10 +234,9 @@ def cmd_inspect(args: Any) -> int:
                           % int.from_bytes(head[8:16], "little"),
                           note="pass --type TEXT to decode it")
         else:
-            raise Fail("%s is neither a tensor directory nor a framed record: pass --type "
-                       "TEXT to read a bare value" % args.file, 1)
+            raise Fail(_NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
-        raise Fail("%s: %s" % (args.file, e), 1)
+        raise Fail(_about(args.file, e), EXIT_INVALID)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -233,6 +253,10 @@ def cmd_inspect(args: Any) -> int:
     return 0
 
 
+_NOT_KILN = ("%s is neither a tensor directory nor a framed record: pass --type TEXT "
+             "to read a bare value")
+
+
 def cmd_check(args: Any) -> int:
     import kiln
     if _records_file(args.file):
@@ -245,10 +269,10 @@ def cmd_check(args: Any) -> int:
             with kiln.open(args.file) as f:
                 f.tensors()   # a remote file: every payload fetched and checked
         else:
-            raise Fail("%s: pass --type TEXT to check a record" % args.file)
+            raise Fail(_NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
-        print("%s: %s at byte %d: %s" % (args.file, e.code, e.offset, e.reason))
-        return 1
+        print(_about(args.file, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
+        return EXIT_INVALID
     print("%s: valid" % args.file)
     return 0
 
@@ -264,8 +288,10 @@ def cmd_convert(args: Any) -> int:
     t = time.perf_counter()
     try:
         n = convert(args.src, args.dst)
-    except (ConvertError, kiln.KilnError) as e:
-        raise Fail(str(e), 1)
+    except ConvertError as e:
+        raise Fail(str(e), EXIT_INVALID)
+    except kiln.KilnError as e:
+        raise Fail(_about(args.src, e), EXIT_INVALID)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d tensors in %.2f s" % (args.src, args.dst, n, time.perf_counter() - t))
@@ -313,7 +339,7 @@ def _inspect_records(args: Any) -> int:
             with kiln.RecordFile(args.file, args.type) as rf:
                 report["first"] = [_short(v) for v in rf[:3]]
     except kiln.KilnError as e:
-        raise Fail("%s: %s" % (args.file, e), 1)
+        raise Fail(_about(args.file, e), EXIT_INVALID)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -466,7 +492,7 @@ def cmd_gen(args: Any) -> int:
     except OSError as e:
         raise Fail("cannot read %s: %s" % (args.schema, e.strerror))
     except ValueError as e:
-        raise Fail("%s is not JSON: %s" % (args.schema, e))
+        raise Fail("%s is not JSON: %s" % (args.schema, e), EXIT_INVALID)
     try:
         src = generate(doc, args.root)
     except (SchemaError, kiln.KilnError) as e:
@@ -521,9 +547,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.fn(args))
-    except Fail as e:
-        print("kiln %s: %s" % (args.cmd, e), file=sys.stderr)
-        return e.code
+        try:
+            code = int(args.fn(args))
+        except Fail as e:
+            print("kiln %s: %s" % (args.cmd, e), file=sys.stderr)
+            code = e.code
+        sys.stdout.flush()   # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader went away (kiln inspect f | head -1): the standard way,
+        # Python's docs on SIGPIPE: stdout to devnull so the exit flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

@@ -37,6 +37,7 @@ from ._declare import _check_file, _check_meta, _declaration, _desc_at
 from ._errors import EncodeError, KilnError, frame_hint
 from ._rows import LazyRows
 from ._dirhead import block_head
+from ._paths import foreign_hint, local_path
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
     _raw_names
 
@@ -566,7 +567,7 @@ def _map(path: Any) -> Any:
                 raise KilnError("EOF", 0, "%s is empty" % _name(path))
             return data
         return _map_fd(fd, _name(path))
-    p = os.fspath(path)
+    p = os.fspath(local_path(path))
     with builtins.open(p, "rb") as f:   # FileNotFoundError, IsADirectoryError, PermissionError
         return _map_fd(f.fileno(), p)
 
@@ -712,6 +713,7 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
     except KilnError as e:
         if bytes(memoryview(buf)[:4]) == W.FRAME_MAGIC:
             raise frame_hint(e) from None
+        _foreign_hint(e, buf)
         raise
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.format != "B":
@@ -719,6 +721,14 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
     rows = LazyRows(blob, count, named, names)
     return TensorDirectory._from_table(rows, mv.toreadonly(), base,
                                        "surrogateescape" if trusted else "strict")
+
+
+def _foreign_hint(e: KilnError, buf: Any) -> None:
+    """A fault at byte 0 of a file in another format: say which, and how to convert."""
+    if e.offset == 0 and e.code in ("FRAME", "EOF", "SCHEMA"):
+        hint = foreign_hint(bytes(memoryview(buf)[:16]))
+        if hint is not None:
+            e.reason += " (%s)" % hint
 
 
 def _check_reserved(rows: Any, reserved: bytes, path: str) -> None:
@@ -786,9 +796,7 @@ def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     remote = _remote(path, options)
     if remote is not None:
         return remote
-    if isinstance(path, str) and path.startswith("file://"):
-        path = path[len("file://"):]
-    return KilnFile(path, **options)
+    return KilnFile(local_path(path), **options)
 
 
 def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> TensorDirectory:
@@ -826,7 +834,7 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
                 _copy_cap(f, cap)
             return f.tensors()
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
-        owned = _read_owned(os.fspath(path))
+        owned = _read_owned(os.fspath(local_path(path)))
         d = _api.decode_tensors(owned, **options)
         d, _ = _split_metadata(d, owned, _name(path))
         return d
@@ -911,7 +919,11 @@ def load(path: PathLike, type: Any, *, frame: bool = True, copy: bool = False,
     try:
         # caps the caller left unset grow to the file's size (_api._file_caps)
         options = _api._file_caps(len(mm), type, options)
-        return _api.decode(mm, type, frame=frame, copy=copy, **options)
+        try:
+            return _api.decode(mm, type, frame=frame, copy=copy, **options)
+        except KilnError as e:
+            _foreign_hint(e, mm)
+            raise
     finally:
         _unmap(mm)
 

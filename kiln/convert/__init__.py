@@ -98,7 +98,11 @@ def kind_of(path: str) -> str:
 
 
 def convert(src: str, dst: str) -> int:
-    """Convert ``src`` to ``dst`` by their extensions; returns the tensor count."""
+    """Convert ``src`` to ``dst`` by their extensions; returns the tensor count.
+
+    Either may be a path or a ``file://`` URL."""
+    from .._paths import local_path
+    src, dst = os.fspath(local_path(src)), os.fspath(local_path(dst))
     try:
         return _convert(src, dst)
     except (KilnError, OSError):
