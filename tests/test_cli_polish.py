@@ -126,3 +126,22 @@ def test_file_urls_work_where_paths_do(tmp_path):
     assert code == 0, err
     with pytest.raises(ValueError, match="local file"):
         kiln.load_tensors("file://otherhost/m.kiln")
+
+
+@pytest.mark.parametrize("dtype, raw", [("bf16", b"\x80\x3f"), ("f8e4m3", b"\x38"),
+                                        ("e8m0", b"\x7f")])
+def test_kiln_to_npz_refuses_what_npz_cannot_read_back(tmp_path, dtype, raw):
+    from kiln.convert import ConvertError, convert
+    src = tmp_path / "m.kiln"
+    kiln.save_tensors(src, {"ok": np.ones(2, np.float32),
+                            "w": kiln.Tensor(raw, dtype=dtype, shape=(1,))})
+    dst = tmp_path / "m.npz"
+    with pytest.raises(ConvertError) as e:
+        convert(str(src), str(dst))
+    assert e.value.code == "TYPE" and dtype in e.value.reason and "safetensors" in e.value.reason
+    assert not dst.exists()
+    code, _, err = run("convert", src, dst)
+    assert code == 1 and err.count(str(src)) == 1 and dtype in err and not dst.exists()
+    convert(str(src), str(tmp_path / "m.safetensors"))    # the way that keeps it
+    convert(str(tmp_path / "m.safetensors"), str(tmp_path / "back.kiln"))
+    assert bytes(kiln.load_tensors(tmp_path / "back.kiln")["w"].data) == raw

@@ -247,6 +247,10 @@ def _write_rows(w: Any, m: _Member, arr: Any) -> None:
         w.write(m.name, np.ascontiguousarray(arr))
 
 
+# Kiln dtypes with no numpy dtype that np.load reads back
+_NO_NPY = frozenset(("i4", "u4", "e2m1", "bf16", "f8e4m3", "f8e5m2", "e8m0"))
+
+
 def kiln_to_npz(src: str, dst: str) -> int:
     with KilnFile(src) as f:
         names = f.keys()
@@ -255,9 +259,12 @@ def kiln_to_npz(src: str, dst: str) -> int:
             if not isinstance(name, str):
                 raise ConvertError(src, 0, "the tensors are unnamed; npz members need names",
                                    "TYPE")
-            if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
-                raise ConvertError(src, 0, "tensor %r is %s, which numpy has no dtype for"
-                                   % (name, t.dtype), "TYPE")
+            if t.dtype in _NO_NPY or not isinstance(t.dtype, str):
+                # (ml_dtypes' bf16/float8 would be written as void '|V2'/'|V1'
+                # members, which np.load and npz_to_kiln cannot read as numbers)
+                raise ConvertError(src, 0, "tensor %r is %s, which npz cannot hold (numpy has "
+                                   "no dtype for it); convert to .safetensors, which keeps "
+                                   "it" % (name, t.dtype), "TYPE")
         out = _AtomicFile(dst)
         try:
             with zipfile.ZipFile(out.f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
