@@ -69,11 +69,12 @@ WIDTH = {c: d[1] for c, d in W.DTYPES.items()}
 _ML_NAMES = {c: d[3] for c, d in W.DTYPES.items() if d[3] is not None}
 
 
-def numpy_dtype(code: int) -> np.dtype:
+def numpy_dtype(code: Any) -> np.dtype:
     """The numpy dtype :meth:`Tensor.numpy` uses for a dtype code.
 
     Args:
-        code: a Kiln dtype code (1..19, or an opaque code 4096..32767).
+        code: a Kiln dtype code (1..19, or an opaque code 4096..32767), or a
+            dtype as :class:`Tensor` takes it (``"bf16"``, ``"float32"``).
 
     Returns:
         numpy.dtype: little-endian for the plain numbers; an ``ml_dtypes``
@@ -88,6 +89,8 @@ def numpy_dtype(code: int) -> np.dtype:
         >>> kiln.numpy_dtype(2), kiln.numpy_dtype(16)
         (dtype('float32'), dtype('uint8'))
     """
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = _code_of(code)
     if code in _ML_NAMES:
         ml = _ml_dtypes()
         if ml is None or not hasattr(ml, _ML_NAMES[code]):
@@ -114,17 +117,43 @@ def _bits_dtype(code):
 
 
 def _code_of(dtype):
+    """The dtype code of kiln's name ("f32"), an int code, a numpy dtype or
+    type (np.float32, np.dtype("<f4"), ml_dtypes.bfloat16) or numpy's name
+    ("float32", "bfloat16").  Kiln's names come first: "i4" is kiln's 4-bit
+    integer, not numpy's int32 (numpy's short codes are not taken)."""
     if isinstance(dtype, str):
         code = DTYPE_CODES.get(dtype)
         if code is None:
-            raise ValueError("unknown tensor dtype %r (names: %s)" % (dtype, ", ".join(DTYPE_CODES)))
+            code = _NUMPY_NAMES.get(dtype)
+        if code is None:
+            raise ValueError("unknown tensor dtype %r (kiln's names: %s; or a numpy dtype, "
+                             "or its name such as 'float32')" % (dtype, ", ".join(DTYPE_CODES)))
         return code
-    if isinstance(dtype, bool) or not isinstance(dtype, int):
-        raise TypeError("dtype must be a name or an int code, not %r" % (dtype,))
+    if isinstance(dtype, bool) or dtype is None:
+        raise TypeError("dtype must be a name, an int code or a numpy dtype, not %r" % (dtype,))
+    if not isinstance(dtype, int):
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise TypeError("dtype must be a name, an int code or a numpy dtype, not %r"
+                            % (dtype,)) from None
+        if dt.byteorder == ">" or (dt.byteorder == "=" and sys.byteorder == "big"):
+            raise ValueError("numpy dtype %s is big-endian; Kiln tensors are little-endian "
+                             "(pass %s)" % (dt.str, dt.newbyteorder("<").str))
+        try:
+            return _dtype_code_of_numpy(dt)
+        except TypeError as e:
+            raise ValueError(str(e)) from None
     if dtype in DTYPE_NAMES or W.OPAQUE_MIN <= dtype <= W.OPAQUE_MAX:
         return dtype
     raise ValueError("dtype code %d is neither 1..%d nor an opaque code %d..%d"
                      % (dtype, W.DTYPE_MAX, W.OPAQUE_MIN, W.OPAQUE_MAX))
+
+
+# numpy's dtype names (and ml_dtypes' names) of the dtypes with a twin
+_NUMPY_NAMES = {np.dtype(d[2]).name: c for c, d in W.DTYPES.items()
+                if d[3] is None and d[1] != 0}
+_NUMPY_NAMES.update({d[3]: c for c, d in W.DTYPES.items() if d[3] is not None})
 
 
 def element_count(shape):
@@ -253,7 +282,7 @@ class Tensor:
     # byte_offset, byte_length) with 0xFFFF / 0xFFFFFFFF meaning "none"
     __slots__ = ("name", "layout", "_row", "_buf", "_off", "_own")
 
-    def __init__(self, data: Any, *, dtype: Union[str, int], shape: Sequence[int],
+    def __init__(self, data: Any, *, dtype: Any, shape: Sequence[int],
                  name: Optional[str] = None, layout: Optional[str] = None,
                  block_size: int = 0, quant_scheme: int = 0, quant_axis: Optional[int] = None,
                  group_size: int = 0, scale_index: Union[int, str, None] = None,

@@ -231,10 +231,12 @@ class TensorWriter:
         self._busy = 0                # writes in progress
         self._out: Optional[_AtomicFile] = _AtomicFile(path)
 
-    def add(self, name: str, dtype: Union[str, int], shape: Sequence[int], *,
+    def add(self, name: str, dtype: Any, shape: Sequence[int], *,
             layout: Optional[str] = None, nbytes: Optional[int] = None,
             block_size: int = 0) -> None:
-        """Declare one tensor (before the first ``write``).  An opaque dtype (a code
+        """Declare one tensor (before the first ``write``).  ``dtype`` is kiln's
+        name (``"f32"``), a code, a numpy dtype (``np.float32``) or numpy's name
+        (``"float32"``), as for :class:`kiln.Tensor`.  An opaque dtype (a code
         4096..32767) also needs ``layout``, ``block_size`` and ``nbytes``.
 
         Raises ``RuntimeError`` after the first write; :class:`kiln.EncodeError`

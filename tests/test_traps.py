@@ -137,3 +137,38 @@ def test_numpy_scalars_are_metadata_values_read_back_as_python_values(kernels, t
     with pytest.raises(kiln.EncodeError):
         kiln.save_tensors(tmp_path / "x.kiln", {"a": np.zeros(1)},
                           metadata={"c": np.complex64(1j)})
+
+
+# --- point 6: a dtype is kiln's name, a numpy dtype or numpy's name --------
+
+@pytest.mark.parametrize("spelling, code", [
+    ("f32", 2), (2, 2), ("float32", 2), (np.float32, 2), (np.dtype("<f4"), 2),
+    ("float64", 1), (np.float16, 3), ("bool", 7), (np.bool_, 7), ("int8", 8), ("i8", 8),
+    ("uint8", 9), (np.int16, 10), ("uint16", 11), ("int32", 12), (np.uint32, 13),
+    ("int64", 14), (np.uint64, 15), ("bfloat16", 4), ("float8_e4m3fn", 5),
+    ("float8_e5m2", 6), ("float8_e8m0fnu", 19), ("i4", 16),   # kiln's i4 (4-bit), not numpy's
+])
+def test_every_dtype_spelling_is_taken(tmp_path, spelling, code):
+    width = {2: 4, 1: 8, 3: 2, 7: 1, 8: 1, 9: 1, 10: 2, 11: 2, 12: 4, 13: 4, 14: 8, 15: 8,
+             4: 2, 5: 1, 6: 1, 19: 1, 16: 1}[code]
+    shape = (2,) if code == 16 else (1,)
+    t = kiln.Tensor(bytes(width), dtype=spelling, shape=shape)
+    assert t.code == code
+    p = tmp_path / "w.kiln"
+    with kiln.TensorWriter(p) as w:
+        w.add("a", spelling, shape)
+        w.write("a", t)
+    assert kiln.load_tensors(p)["a"].code == code
+
+
+@pytest.mark.parametrize("spelling", ["f8", "<f4", "float", "double", ">f4",
+                                      np.dtype(">f4"), np.complex64, object])
+def test_a_dtype_kiln_cannot_take_is_refused_clearly(tmp_path, spelling):
+    with pytest.raises(ValueError):
+        kiln.Tensor(bytes(8), dtype=spelling, shape=(1,))
+    with kiln.TensorWriter(tmp_path / "w.kiln") as w:
+        with pytest.raises(kiln.EncodeError) as e:
+            w.add("a", spelling, (1,))
+        assert e.value.code == "TYPE"
+        w.add("b", "f32", (1,))
+        w.write("b", np.zeros(1, np.float32))
