@@ -438,46 +438,63 @@ def _best(fn: Any, n: int = 5) -> float:
 
 
 def cmd_demo(args: Any) -> int:
+    import shutil
     import tempfile
-    import pickle
     import kiln
     value = sample()
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "sample.kiln")
+    if args.out:
+        path = args.out
+    else:   # a folder of its own, kept, so the file named below is there to look at
+        path = os.path.join(tempfile.mkdtemp(prefix="kiln-demo-"), "sample.kiln")
+    try:
         kiln.save(path, value, SAMPLE_TYPE)
-        print("saved %s (%d bytes) as %s" % (os.path.basename(path), os.path.getsize(path),
-                                              SAMPLE_TYPE))
-        back = kiln.load(path, SAMPLE_TYPE)
-        d = back["weights"]
-        print("opened zero-copy: id %d, text %r, %d tensors viewing the file's mapping"
-              % (back["id"], back["text"], len(d)))
-        print(_table_text([_row(k, t) for k, t in d.items()]))
-        same = back["id"] == value["id"] and back["text"] == value["text"] and \
-            all(bytes(a.data) == bytes(b.data) and a.shape == b.shape and a.dtype == b.dtype
-                for a, b in zip(d.values(), value["weights"]))
-        print("round trip bit for bit: %s" % ("ok" if same else "MISMATCH"))
-        arrays = {t.name: t.numpy() for t in value["weights"]}
-        buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
-        blob = pickle.dumps({"id": 42, "text": value["text"], "weights": arrays}, protocol=5)
-        rows = [("kiln encode", _best(lambda: kiln.encode(value, SAMPLE_TYPE, frame=True))),
-                ("kiln decode (views)", _best(lambda: kiln.decode(buf, SAMPLE_TYPE, frame=True))),
-                ("pickle dumps", _best(lambda: pickle.dumps(arrays, protocol=5))),
-                ("pickle loads", _best(lambda: pickle.loads(blob)))]
-        try:
-            import safetensors.numpy as stnp
-            st = stnp.save({k: v for k, v in arrays.items() if v.dtype.kind in "fiub"
-                            and "bfloat" not in str(v.dtype)})
-            rows += [("safetensors save", _best(lambda: stnp.save(
-                {k: v for k, v in arrays.items() if v.dtype.kind in "fiub"
-                 and "bfloat" not in str(v.dtype)}))),
-                ("safetensors load", _best(lambda: stnp.load(st)))]
-        except ImportError:
-            pass
-        print("timings (best of 5, %s kernels):" % kiln.IMPLEMENTATION)
-        for label, secs in rows:
-            print("  %-22s %9.1f us" % (label, secs * 1e6))
-        del d, back
+    except (OSError, ValueError) as e:
+        if not args.out:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        raise Fail("cannot write %s: %s" % (path, getattr(e, "strerror", None) or e))
+    print("saved %s (%d bytes) as %s" % (path, os.path.getsize(path), SAMPLE_TYPE))
+    print("(kept: open it with kiln inspect %s; delete it when done)" % path)
+    back = kiln.load(path, SAMPLE_TYPE)
+    d = back["weights"]
+    print("opened zero-copy: id %d, text %r, %d tensors viewing the file's mapping"
+          % (back["id"], back["text"], len(d)))
+    print(_table_text([_row(k, t) for k, t in d.items()]))
+    same = back["id"] == value["id"] and back["text"] == value["text"] and \
+        all(bytes(a.data) == bytes(b.data) and a.shape == b.shape and a.dtype == b.dtype
+            for a, b in zip(d.values(), value["weights"]))
+    print("round trip bit for bit: %s" % ("ok" if same else "MISMATCH"))
+    del d, back
+    _demo_timings(value)
     return 0 if same else 1
+
+
+def _demo_timings(value: Any) -> None:
+    """Like with like: kiln and pickle both turn the whole record (id, text and
+    every tensor) into bytes and back; safetensors holds tensors only."""
+    import pickle
+    import kiln
+    arrays = {t.name: t.bits() if t.dtype == "bf16" and "ml_dtypes" not in sys.modules
+              else t.numpy() for t in value["weights"]}
+    record = {"id": value["id"], "text": value["text"], "weights": arrays}
+    buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
+    blob = pickle.dumps(record, protocol=5)
+    rows = [("kiln encode (record)", _best(lambda: kiln.encode(value, SAMPLE_TYPE, frame=True))),
+            ("kiln decode (views)", _best(lambda: kiln.decode(buf, SAMPLE_TYPE, frame=True))),
+            ("pickle dumps (record)", _best(lambda: pickle.dumps(record, protocol=5))),
+            ("pickle loads (copies)", _best(lambda: pickle.loads(blob)))]
+    try:
+        import safetensors.numpy as stnp
+        plain = {k: v for k, v in arrays.items() if v.dtype.kind in "fiub"
+                 and k != "dense.bf16" and k != "dense.q4"}
+        st = stnp.save(plain)
+        rows += [("safetensors save (%d of %d tensors)" % (len(plain), len(arrays)),
+                  _best(lambda: stnp.save(plain))),
+                 ("safetensors load", _best(lambda: stnp.load(st)))]
+    except ImportError:
+        pass
+    print("timings (best of 5, %s kernels):" % kiln.IMPLEMENTATION)
+    for label, secs in rows:
+        print("  %-34s %9.1f us" % (label, secs * 1e6))
 
 
 # --- gen ----------------------------------------------------------------------
@@ -512,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("demo", help="save, open and check a sample model; timings")
+    c.add_argument("--out", help="where to save the sample (default: sample.kiln in a new "
+                   "temporary folder, kept and printed)")
     c.set_defaults(fn=cmd_demo)
     c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata")
     c.add_argument("file")

@@ -145,3 +145,22 @@ def test_kiln_to_npz_refuses_what_npz_cannot_read_back(tmp_path, dtype, raw):
     convert(str(src), str(tmp_path / "m.safetensors"))    # the way that keeps it
     convert(str(tmp_path / "m.safetensors"), str(tmp_path / "back.kiln"))
     assert bytes(kiln.load_tensors(tmp_path / "back.kiln")["w"].data) == raw
+
+
+def test_demo_keeps_the_file_it_names_and_takes_out(tmp_path):
+    import re
+    import shutil
+    code, out, err = run("demo", cwd=tmp_path)
+    assert code == 0, err
+    m = re.match(r"saved (\S+) \((\d+) bytes\)", out)
+    assert m, out
+    try:
+        path = m.group(1)
+        assert os.path.isfile(path) and os.path.getsize(path) == int(m.group(2))
+        assert kiln.load(path, "struct{id:i64,text:str,weights:tensors,}")["id"] == 42
+    finally:
+        shutil.rmtree(os.path.dirname(m.group(1)))
+    target = tmp_path / "here.kiln"
+    code, out, err = run("demo", "--out", target)
+    assert code == 0 and out.startswith("saved %s " % target) and target.is_file()
+    assert "pickle dumps (record)" in out and "kiln encode (record)" in out
