@@ -287,7 +287,7 @@ def cmd_convert(args: Any) -> int:
         return _convert_records(args)
     t = time.perf_counter()
     try:
-        n = convert(args.src, args.dst)
+        n = convert(args.src, args.dst, progress=_bar_wanted())
     except ConvertError as e:
         raise Fail(str(e), EXIT_INVALID)
     except kiln.KilnError as e:
@@ -296,6 +296,14 @@ def cmd_convert(args: Any) -> int:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d tensors in %.2f s" % (args.src, args.dst, n, time.perf_counter() - t))
     return 0
+
+
+def _bar_wanted() -> bool:
+    """A byte-counting tqdm bar on a terminal's stderr when tqdm is installed."""
+    if not sys.stderr.isatty():
+        return False
+    import importlib.util
+    return importlib.util.find_spec("tqdm") is not None
 
 
 # --- record files (kiln.records) ----------------------------------------------------

@@ -38,6 +38,8 @@ from ._errors import EncodeError, KilnError, frame_hint
 from ._rows import LazyRows
 from ._dirhead import block_head
 from ._paths import foreign_hint, local_path
+from . import _progress
+from ._progress import Progress as _Progress, ProgressLike as _ProgressLike
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
     _raw_names
 
@@ -45,7 +47,21 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 # --- writing ------------------------------------------------------------------
 
-def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+def _write_payload(write: Any, payload: Any, prog: Optional[_Progress]) -> None:
+    """One payload, in pieces of _progress.STEP bytes when progress is counted."""
+    if prog is None:
+        write(payload)
+        return
+    with memoryview(payload) as v:
+        b = v.cast("B") if v.ndim != 1 or v.format != "B" else v
+        for at in range(0, len(b), _progress.STEP):
+            piece = b[at:at + _progress.STEP]
+            write(piece)
+            prog.add(len(piece))
+
+
+def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[Any],
+                 prog: Optional[_Progress] = None) -> None:
     """Head, then each payload straight from its buffer (None: left as zeros)."""
     head, places, total = block_head(metas, 0)
     f = out.f
@@ -57,13 +73,14 @@ def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[
             continue
         if place > pos:
             f.seek(base + place)
-        f.write(payload)
+        _write_payload(f.write, payload, prog)
         out.wrote(meta[10])
         pos = place + meta[10]
     f.truncate(base + total)   # a trailing hole or gap reads as zeros
 
 
-def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any],
+                  prog: Optional[_Progress] = None) -> None:
     """The block to a file object that may not seek: gaps written as zeros."""
     head, places, total = block_head(metas, 0)
     f.write(head)
@@ -71,7 +88,7 @@ def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> No
     for place, payload, meta in zip(places, payloads, metas):
         if place > pos:
             f.write(bytes(place - pos))
-        f.write(payload)
+        _write_payload(f.write, payload, prog)
         pos = place + meta[10]
     if total > pos:
         f.write(bytes(total - pos))
@@ -86,7 +103,8 @@ def _meta_record(metadata: Optional[Dict[str, Any]]) -> Optional[tuple]:
 
 
 def save_tensors(path: PathLike, tensors: Any, *,
-                 metadata: Optional[Dict[str, Any]] = None) -> None:
+                 metadata: Optional[Dict[str, Any]] = None,
+                 progress: _ProgressLike = None) -> None:
     """Write ``tensors`` (as :func:`kiln.encode_tensors` takes them) to ``path``.
 
     Each payload is written straight from its array: extra memory is the
@@ -100,6 +118,9 @@ def save_tensors(path: PathLike, tensors: Any, *,
             name), a sequence, or a :class:`kiln.TensorDirectory`.
         metadata: a dict with str keys of None, bool, int, float, str, bytes,
             lists and dicts; stored as the last tensor, ``__metadata__``.
+        progress: True for a tqdm bar, or a callable ``fn(done_bytes,
+            total_bytes)``, counting the payload bytes written (see
+            :doc:`files`).
 
     Raises:
         EncodeError: as :func:`kiln.encode_tensors`; ``TYPE`` also for
@@ -126,18 +147,25 @@ def save_tensors(path: PathLike, tensors: Any, *,
     metas = [r[:10] + (len(r[10]),) for r in records]
     for i, m in enumerate(metas):
         _check_meta(m, i)
-    if hasattr(path, "write"):
-        # a binary file object: written in place, from its current position
-        _write_stream(path, metas, [r[10] for r in records])
-        return
-    out = _AtomicFile(path)
+    prog = _progress.make(progress, "save")
+    if prog is not None:
+        prog.start(sum(m[10] for m in metas))
     try:
-        _write_block(out, metas, [r[10] for r in records])
-        _check_file(out)   # never commit what a reader would refuse
-        out.commit()
-    except BaseException:
-        out.discard()
-        raise
+        if hasattr(path, "write"):
+            # a binary file object: written in place, from its current position
+            _write_stream(path, metas, [r[10] for r in records], prog)
+            return
+        out = _AtomicFile(path)
+        try:
+            _write_block(out, metas, [r[10] for r in records], prog)
+            _check_file(out)   # never commit what a reader would refuse
+            out.commit()
+        except BaseException:
+            out.discard()
+            raise
+    finally:
+        if prog is not None:
+            prog.close()
 
 
 def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
@@ -204,6 +232,8 @@ class TensorWriter:
         path: the target file (a temporary file is written beside it, or
             beside the file a symbolic link names: see :doc:`files`).
         metadata: as for :func:`kiln.save_tensors`.
+        progress: as for :func:`kiln.save_tensors`: the payload bytes of
+            the declared tensors, counted as each write completes.
 
     Raises:
         EncodeError: bad metadata (before any file is created).
@@ -219,8 +249,10 @@ class TensorWriter:
         ['layer0', 'layer1']
     """
 
-    def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None,
+                 progress: _ProgressLike = None) -> None:
         self._meta = _meta_record(metadata)   # before the file: a bad value leaves nothing
+        self._prog = _progress.make(progress, "write")   # (counts from the first write)
         self._decl: List[tuple] = []
         self._index: Dict[str, int] = {}
         self._state: List[int] = []   # per tensor: _TODO, _BUSY (a thread writes it), _DONE
@@ -276,6 +308,8 @@ class TensorWriter:
         _check_file(out)          # the table as the decoder would see it (payloads zero)
         self._base = len(head)
         self._places = places
+        if self._prog is not None:
+            self._prog.start(sum(d[10] for d in self._decl))
 
     def _live(self) -> _AtomicFile:
         if self._out is None:
@@ -335,6 +369,8 @@ class TensorWriter:
             done = True
         finally:
             self._release(i, done)
+        if self._prog is not None:
+            self._prog.add(decl[10])
 
     def write_rows(self, name: str, start: int, data: Any) -> None:
         """Write rows ``start .. start + len(data)`` of a declared tensor's
@@ -385,6 +421,8 @@ class TensorWriter:
             if k:
                 self._live().pwrite(rec[10], at)
             claimed = None
+            if self._prog is not None:
+                self._prog.add(len(rec[10]))
             with self._cv:
                 rows = self._rows_done.get(i, [])
                 if sum(b - a for a, b in rows) == shape[0]:
@@ -452,6 +490,8 @@ class TensorWriter:
             done = True
         finally:
             self._release(i, done)
+        if self._prog is not None:
+            self._prog.add(decl[10])
 
     def close(self) -> None:
         """Wait for the writes in progress, check every tensor was written and
@@ -481,6 +521,9 @@ class TensorWriter:
                 self._out = None
                 out.discard()   # the target is left as it was, and no temporary file
                 raise
+            finally:
+                if self._prog is not None:
+                    self._prog.close()
 
     def discard(self) -> None:
         """Drop the temporary file (after the writes in progress); the target is
@@ -491,6 +534,8 @@ class TensorWriter:
             if self._out is not None:
                 out, self._out = self._out, None
                 out.discard()
+            if self._prog is not None:
+                self._prog.close()
 
     def __enter__(self) -> "TensorWriter":
         return self
@@ -580,7 +625,7 @@ def _map_fd(fd: int, name: str) -> "mmap.mmap":
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
-def _read_owned(p: str) -> np.ndarray:
+def _read_owned(p: str, prog: Optional[_Progress] = None) -> np.ndarray:
     """The whole file in a read-only array this process owns."""
     with builtins.open(p, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
@@ -589,8 +634,13 @@ def _read_owned(p: str) -> np.ndarray:
         out = np.empty(size, np.uint8)
         view = memoryview(out)
         got = 0
+        step = size if prog is None else _progress.STEP
+        if prog is not None:
+            prog.start(size)
         while got < size:
-            n = f.readinto(view[got:])
+            n = f.readinto(view[got:got + step])
+            if n and prog is not None:
+                prog.add(n)
             if not n:
                 raise KilnError("EOF", got, "%s: the file ended at byte %d while being read"
                                 % (p, got))
@@ -801,7 +851,8 @@ def open(path: PathLike, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     return KilnFile(local_path(path), **options)
 
 
-def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> TensorDirectory:
+def load_tensors(path: PathLike, *, copy: bool = False, progress: _ProgressLike = None,
+                 **options: Any) -> TensorDirectory:
     """The tensors of a file: views of its mapping, or (``copy=True``) owned copies.
 
     A copy is read straight into one block the directory owns (one copy, no
@@ -811,6 +862,9 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
     Args:
         path: a file path or a binary file object.
         copy: read the payloads into memory the directory owns.
+        progress: with ``copy=True``: True for a tqdm bar, or a callable
+            ``fn(done_bytes, total_bytes)``, counting the file's bytes read
+            (a ValueError without ``copy``: views read nothing).
         options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``
             (for a URL, whose payloads are all fetched, the cap applies with
             or without ``copy``).
@@ -828,15 +882,33 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
+    if progress is not None and progress is not False and not copy:
+        raise ValueError("progress= counts the bytes a copy reads: it needs copy=True "
+                         "(views read nothing)")
+    prog = _progress.make(progress, "load")
+    try:
+        return _load_tensors(path, copy, prog, options)
+    finally:
+        if prog is not None:
+            prog.close()
+
+
+def _load_tensors(path: Any, copy: bool, prog: Optional[_Progress],
+                  options: Dict[str, Any]) -> TensorDirectory:
     cap = options.get("max_copy_bytes")
     remote = _remote(path, options)
     if remote is not None:
         with remote as f:   # every payload fetched into memory the directory owns
             if cap is not None:
                 _copy_cap(f, cap)
-            return f.tensors()
+            d = f.tensors()
+            if prog is not None:   # fetched in one go: reported once
+                n = sum(t.nbytes for t in d.values())
+                prog.start(n)
+                prog.add(n)
+            return d
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
-        owned = _read_owned(os.fspath(local_path(path)))
+        owned = _read_owned(os.fspath(local_path(path)), prog)
         d = _api.decode_tensors(owned, **options)
         d, _ = _split_metadata(d, owned, _name(path))
         return d
@@ -844,6 +916,9 @@ def load_tensors(path: PathLike, *, copy: bool = False, **options: Any) -> Tenso
     try:
         d = _api.decode_tensors(mm, copy=copy, **options)
         d, _ = _split_metadata(d, mm, _name(path))
+        if prog is not None:   # copied by the kernel in one go: reported once
+            prog.start(len(mm))
+            prog.add(len(mm))
         return d
     finally:
         _unmap(mm)   # unmapped now when copied; with views, when the last view goes
