@@ -19,12 +19,14 @@ STEP = 8 << 20   # bytes between two reports inside one payload
 class Progress:
     """Counts bytes for one operation and reports them (see the module doc)."""
 
-    __slots__ = ("_fn", "_bar", "_what", "_done", "_total", "_lock")
+    __slots__ = ("_fn", "_bar", "_tqdm", "_what", "_done", "_total", "_lock")
 
     def __init__(self, progress: ProgressLike, what: str) -> None:
+        self._tqdm: Any = None
         if progress is True:
             try:
-                import tqdm  # noqa: F401
+                from tqdm import tqdm
+                self._tqdm = tqdm
             except ImportError:
                 raise ImportError("progress=True draws a tqdm bar, and tqdm is not installed: "
                                   "pip install 'kiln-wire[progress]' (or pass a callable "
@@ -46,8 +48,7 @@ class Progress:
             self._total = int(total)
             if self._fn is None and self._bar is None:
                 import sys
-                from tqdm import tqdm
-                self._bar = tqdm(total=self._total, desc=self._what, unit="B", unit_scale=True,
+                self._bar = self._tqdm(total=self._total, desc=self._what, unit="B", unit_scale=True,
                                  unit_divisor=1024, file=sys.stderr)
 
     def add(self, n: int) -> None:
