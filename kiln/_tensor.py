@@ -359,6 +359,11 @@ class Tensor:
         dtype follows :func:`kiln.numpy_dtype`; packed and opaque payloads
         come back as 1-D ``uint8`` bytes.
 
+        Raises:
+            ImportError: a bf16 or float8 tensor when ml_dtypes is not
+                installed (``pip install 'kiln-wire[ml]'``); :meth:`bits`
+                gives its raw bit patterns.
+
         Example:
             >>> t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
             >>> a = t.numpy()
