@@ -172,3 +172,18 @@ def test_a_dtype_kiln_cannot_take_is_refused_clearly(tmp_path, spelling):
         assert e.value.code == "TYPE"
         w.add("b", "f32", (1,))
         w.write("b", np.zeros(1, np.float32))
+
+
+def test_file_caps_keep_the_zero_size_budget():
+    # the rule kiln.load applies (white-box: a file big enough to show it
+    # would need ~1 GB of empty dicts to write)
+    from kiln import _api
+    size = (1 << 25) + 1
+    assert _api._file_caps(size, "struct{x:list<i8>,}", {}) == {
+        "max_count": 1 << 26, "max_bytes": 1 << 26}
+    assert _api._file_caps(size, "struct{z:list<struct{}>,b:list<u8>,}", {}) == {
+        "max_bytes": 1 << 26}                                   # max_count: its default
+    assert _api._file_caps(size, "list<opt<list<struct{}>>>", {}) == {"max_bytes": 1 << 26}
+    assert _api._file_caps(size, "list<i8>", {"max_count": 5}) == {"max_count": 5,
+                                                                 "max_bytes": 1 << 26}
+    assert _api._file_caps(1000, "list<i8>", {}) == {}         # small files: the defaults
