@@ -481,8 +481,10 @@ def _demo_timings(value: Any) -> None:
     every tensor) into bytes and back; safetensors holds tensors only."""
     import pickle
     import kiln
-    arrays = {t.name: t.bits() if t.dtype == "bf16" and "ml_dtypes" not in sys.modules
-              else t.numpy() for t in value["weights"]}
+    from ._tensor import _ml_dtypes
+    raw = _ml_dtypes() is None   # bf16 as its bits: numpy() refuses it without ml_dtypes
+    arrays = {t.name: t.bits() if raw and t.dtype == "bf16" else t.numpy()
+              for t in value["weights"]}
     record = {"id": value["id"], "text": value["text"], "weights": arrays}
     buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
     blob = pickle.dumps(record, protocol=5)

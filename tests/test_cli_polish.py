@@ -164,3 +164,14 @@ def test_demo_keeps_the_file_it_names_and_takes_out(tmp_path):
     code, out, err = run("demo", "--out", target)
     assert code == 0 and out.startswith("saved %s " % target) and target.is_file()
     assert "pickle dumps (record)" in out and "kiln encode (record)" in out
+
+
+def test_demo_runs_without_ml_dtypes(tmp_path):
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "from kiln.cli import main\n"
+            "sys.exit(main(['demo', '--out', sys.argv[1]]))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d.kiln")],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "round trip bit for bit: ok" in r.stdout and "pickle dumps (record)" in r.stdout
