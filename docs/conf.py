@@ -47,8 +47,14 @@ napoleon_use_rtype = False
 html_theme = "alabaster"
 html_title = "kiln %s" % release
 html_static_path = []
+# alabaster's default body (at most 800 px) scrolls a 100-character code line
+# sideways; this width holds MAX_CODE_LINE characters of its code font
+# (tests/test_docs.py keeps every code line in docs/ and README.md to it)
+MAX_CODE_LINE = 100
 html_theme_options = {"description": "Kiln wire format for Python",
-                      "fixed_sidebar": False, "show_relbars": True}
+                      "fixed_sidebar": False, "show_relbars": True,
+                      "page_width": "1260px", "sidebar_width": "240px",
+                      "body_max_width": "none", "code_font_size": "0.85em"}
 
 # -n (nitpicky) turns every unresolved reference into a warning, and -W into
 # an error.  The build has no network, so no intersphinx: names from Python,

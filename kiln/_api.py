@@ -8,6 +8,7 @@ from typing import Type as _ClassOf
 from ._errors import KilnError
 from ._types import Type, as_type, tensors as _tensors_type
 from . import _compat
+from . import _wire as W
 
 T = TypeVar("T")
 
@@ -122,7 +123,7 @@ class Decoder(Generic[T]):
         trusted: skip the UTF-8 checks of strings, keys and tensor names and
             the quantization-shape checks of tensors; every count, length and
             offset is still checked against the buffer (see :doc:`security`).
-        max_count: the cap on every list, dict and directory count, and the
+        max_count: the cap on every list (but ``list<u8>``), dict and directory count, and the
             budget of zero-size elements of one value (default 16,777,216).
         max_bytes: the cap on one string, one ``list<u8>`` run and one name
             heap (default 16,777,216).
@@ -192,6 +193,35 @@ class Decoder(Generic[T]):
 
     def __repr__(self) -> str:
         return "kiln.Decoder(%r, frame=%r)" % (self.type.text, self.frame)
+
+
+def _zero_size_lists(plan: Any) -> bool:
+    """Does the plan hold a list of elements of minimum wire size 0?"""
+    if plan.op == W.OP_LIST and plan.elem.min_size == 0:
+        return True
+    return any(_zero_size_lists(p) for p in ((plan.elem,) if plan.elem is not None else ())
+               + tuple(plan.fields))
+
+
+def _file_caps(size: int, type: TypeLike, options: Dict[str, Any]) -> Dict[str, Any]:
+    """The decode options for a local file of ``size`` bytes (kiln.load).
+
+    A count or length of elements of at least one byte can never exceed the
+    bytes of the file, so a cap the caller did not set grows to the file's
+    size (rounded up to a power of two, so few decoders are cached): what
+    kiln.save wrote, kiln.load reads.  ``max_count`` stays at its default
+    for a type with zero-size elements, whose shared budget it is (those
+    elements cost no bytes, so the file's size does not bound them).
+    """
+    if size <= min(DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT):
+        return options
+    cap = 1 << (size - 1).bit_length()
+    out = dict(options)
+    if "max_bytes" not in out:
+        out["max_bytes"] = max(cap, DEFAULT_MAX_BYTES)
+    if "max_count" not in out and not _zero_size_lists(as_type(type).plan()):
+        out["max_count"] = max(min(cap, U32_MAX), DEFAULT_MAX_COUNT)
+    return out
 
 
 _lock = threading.Lock()

@@ -32,6 +32,8 @@ import sys
 import threading
 from typing import Any, List, Optional, Union
 
+from ._paths import local_path
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 _TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.(?P<n>[0-9a-f]+)\.kiln-tmp$")
@@ -72,6 +74,7 @@ class _AtomicFile:
     make at once (then nothing may be written through ``f``)."""
 
     def __init__(self, path: PathLike) -> None:
+        path = local_path(path)   # a file:// URL names a local file
         self.path = os.fspath(path)
         self.target = resolve_target(path)
         folder, base = os.path.split(self.target)

@@ -29,6 +29,37 @@ _ROOT = U32_MAX
 # the kinds that count as a level of nesting: a whole list of numbers is a list
 _CONTAINERS = (LIST, DICT, INTS, FLOATS)
 _I64 = (-(1 << 63), (1 << 63) - 1)
+# the value fields each kind uses; the others must hold their zero
+_USES = {NULL: (), BOOL: ("int",), INT: ("int",), FLOAT: ("float",), STR: ("text",),
+         BYTES: ("raw",), LIST: (), DICT: (), INTS: ("raw",), FLOATS: ("raw",)}
+_ZERO = {"int": 0, "float": 0.0, "text": "", "raw": b""}
+_NP_FLOATS = (np.float16, np.float32, np.float64)
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it stands for (np.int64(3) -> 3)."""
+    if isinstance(value, np.generic):
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, _NP_FLOATS):   # exact in a float (not np.longdouble)
+            return float(value)
+    return value
+
+
+def _unused_fault(n, kind):
+    """The name of a field kind ``kind`` does not use that is not zero, or None."""
+    for f in _ZERO:
+        if f in _USES[kind]:
+            continue
+        v = n[f]
+        if f == "float":
+            if v != 0.0 or math.copysign(1.0, v) < 0:   # NaN and -0.0 are not 0.0
+                return f
+        elif v != _ZERO[f]:
+            return f
+    return None
 
 
 def _path(link):
@@ -50,6 +81,7 @@ def to_nodes(meta):
     stack = [(meta, _ROOT, None, None, (), 0)]
     while stack:
         value, parent, key, path, above, level = stack.pop()
+        value = _plain(value)
         if isinstance(value, (list, tuple, dict)):
             if id(value) in above:
                 raise EncodeError("TYPE", 0, "metadata contains itself", _path(path))
@@ -103,8 +135,9 @@ def to_nodes(meta):
 def _numbers(values, kind):
     """Are all items ints that fit i64 (bools excluded), or all floats?"""
     if kind is int:
-        return all(type(v) is int and _I64[0] <= v <= _I64[1] for v in values)
-    return all(type(v) is float for v in values)
+        return all((type(v) is int or isinstance(v, np.integer)) and _I64[0] <= int(v) <= _I64[1]
+                   for v in values)
+    return all(type(v) is float or isinstance(v, _NP_FLOATS) for v in values)
 
 
 def node_offset(nodes, i, at):
@@ -157,6 +190,10 @@ def from_nodes(nodes, at):
             v = {}
         else:
             raise fail("TYPE", i, "unknown kind %d" % kind)
+        bad = _unused_fault(n, kind)
+        if bad is not None:
+            raise fail("TYPE", i, "kind %d does not use %r, which must be %r, not %r"
+                       % (kind, bad, _ZERO[bad], n[bad]))
         values.append(v)
         level = 1 if kind in _CONTAINERS else 0
         if i == 0:

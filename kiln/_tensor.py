@@ -13,13 +13,17 @@ dtype      numpy dtype
 f64 f32    ``<f8`` ``<f4``; f16 is ``<f2``
 i8..u64    ``|i1`` ``|u1`` ``<i2`` ``<u2`` ``<i4`` ``<u4`` ``<i8`` ``<u8``
 bool       ``|b1``
-bf16       ``ml_dtypes.bfloat16`` when ml_dtypes is installed, else ``<u2``
-f8e4m3     ``ml_dtypes.float8_e4m3fn``, else ``|u1``
-f8e5m2     ``ml_dtypes.float8_e5m2``, else ``|u1``
-e8m0       ``ml_dtypes.float8_e8m0fnu``, else ``|u1``
+bf16       ``ml_dtypes.bfloat16`` (needs ml_dtypes, the extra ``kiln-wire[ml]``)
+f8e4m3     ``ml_dtypes.float8_e4m3fn`` (needs ml_dtypes)
+f8e5m2     ``ml_dtypes.float8_e5m2`` (needs ml_dtypes)
+e8m0       ``ml_dtypes.float8_e8m0fnu`` (needs ml_dtypes)
 i4 u4 e2m1 the packed bytes as a 1-D ``|u1`` array (use :func:`unpack_nibbles`)
 opaque     the raw payload bytes as a 1-D ``|u1`` array
 =========  ==============================================================
+
+Without ml_dtypes, ``numpy()`` of a bf16 or float8 tensor raises
+``ImportError`` (an array of unsigned integers would look like numbers and
+be wrong); :meth:`Tensor.bits` gives the raw bit patterns on request.
 
 The ml_dtypes types are in host byte order; on a big-endian host ``numpy()``
 returns a byte-swapped copy for bf16 (one-byte types need no swap).
@@ -58,50 +62,58 @@ def _ml_dtypes() -> Any:
     return _ml or None
 
 from . import _wire as W
-from ._wire import U32_MAX, U64_MAX, DTYPE_CODES, PACKED
+from ._wire import U32_MAX, U64_MAX, PACKED
 
-DTYPE_NAMES = {c: d[0] for c, d in W.DTYPES.items()}
+from ._dtypes import DTYPE_NAMES, _ML_NAMES, _code_of, _dtype_code_of_numpy  # noqa: F401
+
 WIDTH = {c: d[1] for c, d in W.DTYPES.items()}
-_ML_NAMES = {c: d[3] for c, d in W.DTYPES.items() if d[3] is not None}
 
 
-def numpy_dtype(code: int) -> np.dtype:
+def numpy_dtype(code: Any) -> np.dtype:
     """The numpy dtype :meth:`Tensor.numpy` uses for a dtype code.
 
     Args:
-        code: a Kiln dtype code (1..19, or an opaque code 4096..32767).
+        code: a Kiln dtype code (1..19, or an opaque code 4096..32767), or a
+            dtype as :class:`Tensor` takes it (``"bf16"``, ``"float32"``).
 
     Returns:
         numpy.dtype: little-endian for the plain numbers; an ``ml_dtypes``
-        type for bf16 and the float8 types when ml_dtypes is installed (else
-        the unsigned integer of the same width); ``uint8`` for the packed and
+        type for bf16 and the float8 types; ``uint8`` for the packed and
         opaque dtypes (the raw bytes).
+
+    Raises:
+        ImportError: a bf16 or float8 code when ml_dtypes is not installed
+            (``pip install kiln-wire[ml]``; :meth:`Tensor.bits` reads the raw bits).
 
     Example:
         >>> kiln.numpy_dtype(2), kiln.numpy_dtype(16)
         (dtype('float32'), dtype('uint8'))
     """
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = _code_of(code)
     if code in _ML_NAMES:
         ml = _ml_dtypes()
-        if ml is not None and hasattr(ml, _ML_NAMES[code]):
-            return np.dtype(getattr(ml, _ML_NAMES[code]))
+        if ml is None or not hasattr(ml, _ML_NAMES[code]):
+            raise _no_ml(code)
+        return np.dtype(getattr(ml, _ML_NAMES[code]))
+    return _bits_dtype(code)
+
+
+def _no_ml(code, name=None):
+    what = "%s tensor%s" % (DTYPE_NAMES[code], "" if name is None else " %r" % (name,))
+    return ImportError("%s: numpy has no %s dtype and ml_dtypes %s; install it with "
+                       "pip install 'kiln-wire[ml]', or call Tensor.bits() for the raw "
+                       "bit patterns as %s" % (
+                           what, DTYPE_NAMES[code],
+                           "is not installed" if _ml is False else "lacks it",
+                           np.dtype(W.DTYPES[code][2]).name))
+
+
+def _bits_dtype(code):
+    """The unsigned integers (or raw bytes) holding a dtype's bit patterns."""
     if code in W.DTYPES:
         return np.dtype(W.DTYPES[code][2])
     return np.dtype("|u1")  # an opaque dtype: the raw bytes
-
-
-def _code_of(dtype):
-    if isinstance(dtype, str):
-        code = DTYPE_CODES.get(dtype)
-        if code is None:
-            raise ValueError("unknown tensor dtype %r (names: %s)" % (dtype, ", ".join(DTYPE_CODES)))
-        return code
-    if isinstance(dtype, bool) or not isinstance(dtype, int):
-        raise TypeError("dtype must be a name or an int code, not %r" % (dtype,))
-    if dtype in DTYPE_NAMES or W.OPAQUE_MIN <= dtype <= W.OPAQUE_MAX:
-        return dtype
-    raise ValueError("dtype code %d is neither 1..%d nor an opaque code %d..%d"
-                     % (dtype, W.DTYPE_MAX, W.OPAQUE_MIN, W.OPAQUE_MAX))
 
 
 def element_count(shape):
@@ -230,7 +242,7 @@ class Tensor:
     # byte_offset, byte_length) with 0xFFFF / 0xFFFFFFFF meaning "none"
     __slots__ = ("name", "layout", "_row", "_buf", "_off", "_own")
 
-    def __init__(self, data: Any, *, dtype: Union[str, int], shape: Sequence[int],
+    def __init__(self, data: Any, *, dtype: Any, shape: Sequence[int],
                  name: Optional[str] = None, layout: Optional[str] = None,
                  block_size: int = 0, quant_scheme: int = 0, quant_axis: Optional[int] = None,
                  group_size: int = 0, scale_index: Union[int, str, None] = None,
@@ -371,6 +383,11 @@ class Tensor:
         dtype follows :func:`kiln.numpy_dtype`; packed and opaque payloads
         come back as 1-D ``uint8`` bytes.
 
+        Raises:
+            ImportError: a bf16 or float8 tensor when ml_dtypes is not
+                installed (``pip install 'kiln-wire[ml]'``); :meth:`bits`
+                gives its raw bit patterns.
+
         Example:
             >>> t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
             >>> a = t.numpy()
@@ -379,16 +396,37 @@ class Tensor:
         """
         return _numpy_py(self)
 
-    def _numpy_slow(self, row):
+    def bits(self) -> np.ndarray:
+        """The payload's raw bit patterns as an array (no copy), read-only.
+
+        The explicit way to the bits of a dtype numpy has no type for, with
+        or without ml_dtypes: bf16 as ``uint16`` and the float8 types as
+        ``uint8``, shaped; packed and opaque payloads as 1-D ``uint8`` bytes;
+        every other dtype as its :meth:`numpy` array.
+
+        Example:
+            >>> t = kiln.Tensor(b"\\x80\\x3f", dtype="bf16", shape=(1,))
+            >>> t.bits().dtype, hex(t.bits()[0])
+            (dtype('uint16'), '0x3f80')
+        """
+        row = self._row
+        if row[0] in _ML_NAMES:
+            return self._numpy_slow(row, _bits_dtype(row[0]))
+        return self.numpy()
+
+    def _numpy_slow(self, row, dt=None):
         code = row[0]
-        dt = numpy_dtype(code)
+        if dt is None:
+            if code in _ML_NAMES and _ml_dtypes() is None:
+                raise _no_ml(code, self.name)
+            dt = numpy_dtype(code)
         n = row[11]
         if code in PACKED or code >= W.OPAQUE_MIN:
             return _view(self._buf, dt, n, self._off, (n,)) if n else np.empty(0, dt)
         if not n:
             return np.empty(row[1], dt)
         arr = _view(self._buf, dt, n // dt.itemsize, self._off, row[1])
-        if sys.byteorder == "big" and dt.itemsize > 1:  # pragma: no cover
+        if sys.byteorder == "big" and dt.itemsize > 1 and dt.kind == "V":  # pragma: no cover
             # an ml_dtypes type is host-ordered: swap the little-endian bits
             arr = arr.view(dt.newbyteorder("<")).astype(dt)
         return arr
@@ -525,8 +563,8 @@ def _owner(buf):
 def _shaped_dtypes():
     out = {}
     for code in W.DTYPES:
-        if code in PACKED or (code in _ML_NAMES and _ml is None):
-            continue   # (ml_dtypes' codes: once _ml_dtypes has looked)
+        if code in PACKED or (code in _ML_NAMES and not _ml):
+            continue   # (ml_dtypes' codes: once _ml_dtypes has found it)
         dt = numpy_dtype(code)
         if code in _ML_NAMES and (dt.kind == "V" or sys.byteorder == "big") and dt.itemsize > 1:
             continue  # host-ordered ml_dtypes need the slow path on big-endian hosts
@@ -551,35 +589,6 @@ def _as_array(array):
                                 % type(array).__name__) from None
             arr = np.asarray(mv)
     return arr
-
-
-_CODE_BY_DTYPE = {}
-
-
-def _dtype_code_of_numpy(dt):
-    code = _CODE_BY_DTYPE.get(dt)
-    if code is None:
-        code = _CODE_BY_DTYPE[dt] = _dtype_code_lookup(dt)
-    return code
-
-
-def _dtype_code_lookup(dt):
-    dt = np.dtype(dt)
-    ml = sys.modules.get("ml_dtypes")   # (an array of its dtypes means it is imported)
-    if ml is not None:
-        for code, nm in _ML_NAMES.items():
-            t = getattr(ml, nm, None)
-            if t is not None and dt == np.dtype(t):
-                return code
-    code = _CODE_BY_KIND.get((dt.kind, dt.itemsize))
-    if code is None:
-        raise TypeError("no Kiln tensor dtype for numpy dtype %s" % dt)
-    return code
-
-
-# (numpy kind, itemsize) -> dtype code, for the dtypes with a plain numpy twin
-_CODE_BY_KIND = {(np.dtype(d[2]).kind, np.dtype(d[2]).itemsize): c
-                 for c, d in W.DTYPES.items() if d[3] is None and d[1] != 0}
 
 
 class TensorDirectory(Mapping):

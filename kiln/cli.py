@@ -1,8 +1,11 @@
 """The ``kiln`` command (also ``python -m kiln``).
 
-Exit codes: 0 success; 1 a check failed (an invalid file, a failing case);
-2 a usage error or a file that cannot be read or converted.  Errors are one
-line on stderr, never a traceback.
+Exit codes, the same for every command (docs/cli.md): 0 success; 1 the
+input is not what was asked for (an invalid or foreign file, a file that
+cannot be converted, a failing case); 2 a usage error or a file that cannot
+be read or written (I/O, a missing optional package); 130 interrupted; 141
+(128 + SIGPIPE) stdout was closed by its reader (``kiln inspect f | head``).
+Errors are one line on stderr, never a traceback.
 """
 
 import argparse
@@ -24,7 +27,10 @@ EPILOG = """examples:
   kiln gen schema.json -o records.py     dataclasses from a JSON Schema
   kiln hash 'struct{id:i64,name:str}'    canonical text and schema hash
 
-exit codes: 0 ok, 1 invalid input or a failed case, 2 usage or I/O error"""
+exit codes: 0 ok, 1 invalid, foreign or unconvertible input or a failed case,
+  2 usage or I/O error, 130 interrupted, 141 stdout closed (kiln ... | head)"""
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 
 
 class Fail(Exception):
@@ -70,7 +76,7 @@ def cmd_cases(args: Any) -> int:
     except OSError as e:
         raise Fail("cannot read %s: %s" % (path, e.strerror))
     except (ValueError, KeyError, TypeError):
-        raise Fail("%s is not a Kiln case file (JSON with a \"cases\" list)" % path)
+        raise Fail("%s is not a Kiln case file (JSON with a \"cases\" list)" % path, EXIT_INVALID)
     failed = 0
     for case in cases:
         ok, actual, detail = run_case(case, kiln)
@@ -99,9 +105,18 @@ def cmd_hash(args: Any) -> int:
 
 # --- inspect and check -----------------------------------------------------------
 
+def _about(path: str, e: Any) -> str:
+    """``path: message`` for an error about ``path``, naming the file once (a
+    message that names it already is kept as it is)."""
+    text = str(e)
+    return text if str(path) in text else "%s: %s" % (path, text)
+
+
 def _head(path: str, n: int) -> bytes:
     """The first ``n`` bytes of a file or an fsspec URL."""
     from .remote import is_url
+    from ._paths import local_path
+    path = local_path(path)
     if is_url(path):
         import fsspec
         fs, key = fsspec.core.url_to_fs(path)
@@ -112,6 +127,8 @@ def _head(path: str, n: int) -> bytes:
 
 def _size(path: str) -> int:
     from .remote import is_url
+    from ._paths import local_path
+    path = local_path(path)
     if is_url(path):
         import fsspec
         fs, key = fsspec.core.url_to_fs(path)
@@ -124,14 +141,18 @@ def _kind(path: str) -> str:
         magic = _head(path, 4)
     except OSError as e:
         raise Fail("cannot read %s: %s" % (path, e.strerror or e))
-    except ImportError as e:
-        raise Fail("cannot read %s: %s" % (path, e), 2)
+    except (ImportError, ValueError) as e:
+        raise Fail("cannot read %s: %s" % (path, e), EXIT_USAGE)
     if magic == b"KLNT":
         return "directory"
     if magic == b"KLN0":
         return "framed"
     if not magic:
-        raise Fail("%s is empty" % path, 1)
+        raise Fail("%s is empty" % path, EXIT_INVALID)
+    from ._paths import foreign_hint
+    hint = foreign_hint(_head(path, 16))
+    if hint is not None:
+        raise Fail("%s: %s" % (path, hint), EXIT_INVALID)
     return "bare"
 
 
@@ -213,10 +234,9 @@ def cmd_inspect(args: Any) -> int:
                           % int.from_bytes(head[8:16], "little"),
                           note="pass --type TEXT to decode it")
         else:
-            raise Fail("%s is neither a tensor directory nor a framed record: pass --type "
-                       "TEXT to read a bare value" % args.file, 1)
+            raise Fail(_NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
-        raise Fail("%s: %s" % (args.file, e), 1)
+        raise Fail(_about(args.file, e), EXIT_INVALID)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -231,6 +251,10 @@ def cmd_inspect(args: Any) -> int:
     else:
         print("schema hash %s (%s)" % (report["schema_hash"], report["note"]))
     return 0
+
+
+_NOT_KILN = ("%s is neither a tensor directory nor a framed record: pass --type TEXT "
+             "to read a bare value")
 
 
 def cmd_check(args: Any) -> int:
@@ -248,10 +272,10 @@ def cmd_check(args: Any) -> int:
                 sums = f.checksums if hasattr(f, "checksums") else f._sums
             done = _check_words(len(d), sums is not None)
         else:
-            raise Fail("%s: pass --type TEXT to check a record" % args.file)
+            raise Fail(_NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
-        print("%s: %s at byte %d: %s" % (args.file, e.code, e.offset, e.reason))
-        return 1
+        print(_about(args.file, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
+        return EXIT_INVALID
     print("%s: valid: %s" % (args.file, done))
     return 0
 
@@ -277,13 +301,23 @@ def cmd_convert(args: Any) -> int:
         return _convert_records(args)
     t = time.perf_counter()
     try:
-        n = convert(args.src, args.dst, checksum=args.checksum)
-    except (ConvertError, kiln.KilnError) as e:
-        raise Fail(str(e), 1)
+        n = convert(args.src, args.dst, checksum=args.checksum, progress=_bar_wanted())
+    except ConvertError as e:
+        raise Fail(str(e), EXIT_INVALID)
+    except kiln.KilnError as e:
+        raise Fail(_about(args.src, e), EXIT_INVALID)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d tensors in %.2f s" % (args.src, args.dst, n, time.perf_counter() - t))
     return 0
+
+
+def _bar_wanted() -> bool:
+    """A byte-counting tqdm bar on a terminal's stderr when tqdm is installed."""
+    if not sys.stderr.isatty():
+        return False
+    import importlib.util
+    return importlib.util.find_spec("tqdm") is not None
 
 
 # --- record files (kiln.records) ----------------------------------------------------
@@ -327,7 +361,7 @@ def _inspect_records(args: Any) -> int:
             with kiln.RecordFile(args.file, args.type) as rf:
                 report["first"] = [_short(v) for v in rf[:3]]
     except kiln.KilnError as e:
-        raise Fail("%s: %s" % (args.file, e), 1)
+        raise Fail(_about(args.file, e), EXIT_INVALID)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -426,46 +460,65 @@ def _best(fn: Any, n: int = 5) -> float:
 
 
 def cmd_demo(args: Any) -> int:
+    import shutil
     import tempfile
-    import pickle
     import kiln
     value = sample()
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "sample.kiln")
+    if args.out:
+        path = args.out
+    else:   # a folder of its own, kept, so the file named below is there to look at
+        path = os.path.join(tempfile.mkdtemp(prefix="kiln-demo-"), "sample.kiln")
+    try:
         kiln.save(path, value, SAMPLE_TYPE)
-        print("saved %s (%d bytes) as %s" % (os.path.basename(path), os.path.getsize(path),
-                                              SAMPLE_TYPE))
-        back = kiln.load(path, SAMPLE_TYPE)
-        d = back["weights"]
-        print("opened zero-copy: id %d, text %r, %d tensors viewing the file's mapping"
-              % (back["id"], back["text"], len(d)))
-        print(_table_text([_row(k, t) for k, t in d.items()]))
-        same = back["id"] == value["id"] and back["text"] == value["text"] and \
-            all(bytes(a.data) == bytes(b.data) and a.shape == b.shape and a.dtype == b.dtype
-                for a, b in zip(d.values(), value["weights"]))
-        print("round trip bit for bit: %s" % ("ok" if same else "MISMATCH"))
-        arrays = {t.name: t.numpy() for t in value["weights"]}
-        buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
-        blob = pickle.dumps({"id": 42, "text": value["text"], "weights": arrays}, protocol=5)
-        rows = [("kiln encode", _best(lambda: kiln.encode(value, SAMPLE_TYPE, frame=True))),
-                ("kiln decode (views)", _best(lambda: kiln.decode(buf, SAMPLE_TYPE, frame=True))),
-                ("pickle dumps", _best(lambda: pickle.dumps(arrays, protocol=5))),
-                ("pickle loads", _best(lambda: pickle.loads(blob)))]
-        try:
-            import safetensors.numpy as stnp
-            st = stnp.save({k: v for k, v in arrays.items() if v.dtype.kind in "fiub"
-                            and "bfloat" not in str(v.dtype)})
-            rows += [("safetensors save", _best(lambda: stnp.save(
-                {k: v for k, v in arrays.items() if v.dtype.kind in "fiub"
-                 and "bfloat" not in str(v.dtype)}))),
-                ("safetensors load", _best(lambda: stnp.load(st)))]
-        except ImportError:
-            pass
-        print("timings (best of 5, %s kernels):" % kiln.IMPLEMENTATION)
-        for label, secs in rows:
-            print("  %-22s %9.1f us" % (label, secs * 1e6))
-        del d, back
+    except (OSError, ValueError) as e:
+        if not args.out:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        raise Fail("cannot write %s: %s" % (path, getattr(e, "strerror", None) or e))
+    print("saved %s (%d bytes) as %s" % (path, os.path.getsize(path), SAMPLE_TYPE))
+    print("(kept: open it with kiln inspect %s; delete it when done)" % path)
+    back = kiln.load(path, SAMPLE_TYPE)
+    d = back["weights"]
+    print("opened zero-copy: id %d, text %r, %d tensors viewing the file's mapping"
+          % (back["id"], back["text"], len(d)))
+    print(_table_text([_row(k, t) for k, t in d.items()]))
+    same = back["id"] == value["id"] and back["text"] == value["text"] and \
+        all(bytes(a.data) == bytes(b.data) and a.shape == b.shape and a.dtype == b.dtype
+            for a, b in zip(d.values(), value["weights"]))
+    print("round trip bit for bit: %s" % ("ok" if same else "MISMATCH"))
+    del d, back
+    _demo_timings(value)
     return 0 if same else 1
+
+
+def _demo_timings(value: Any) -> None:
+    """Like with like: kiln and pickle both turn the whole record (id, text and
+    every tensor) into bytes and back; safetensors holds tensors only."""
+    import pickle
+    import kiln
+    from ._tensor import _ml_dtypes
+    raw = _ml_dtypes() is None   # bf16 as its bits: numpy() refuses it without ml_dtypes
+    arrays = {t.name: t.bits() if raw and t.dtype == "bf16" else t.numpy()
+              for t in value["weights"]}
+    record = {"id": value["id"], "text": value["text"], "weights": arrays}
+    buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
+    blob = pickle.dumps(record, protocol=5)
+    rows = [("kiln encode (record)", _best(lambda: kiln.encode(value, SAMPLE_TYPE, frame=True))),
+            ("kiln decode (views)", _best(lambda: kiln.decode(buf, SAMPLE_TYPE, frame=True))),
+            ("pickle dumps (record)", _best(lambda: pickle.dumps(record, protocol=5))),
+            ("pickle loads (copies)", _best(lambda: pickle.loads(blob)))]
+    try:
+        import safetensors.numpy as stnp
+        plain = {k: v for k, v in arrays.items() if v.dtype.kind in "fiub"
+                 and k != "dense.bf16" and k != "dense.q4"}
+        st = stnp.save(plain)
+        rows += [("safetensors save (%d of %d tensors)" % (len(plain), len(arrays)),
+                  _best(lambda: stnp.save(plain))),
+                 ("safetensors load", _best(lambda: stnp.load(st)))]
+    except ImportError:
+        pass
+    print("timings (best of 5, %s kernels):" % kiln.IMPLEMENTATION)
+    for label, secs in rows:
+        print("  %-34s %9.1f us" % (label, secs * 1e6))
 
 
 # --- gen ----------------------------------------------------------------------
@@ -512,6 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the version and the kernels in use, then exit")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("demo", help="save, open and check a sample model; timings")
+    c.add_argument("--out", help="where to save the sample (default: sample.kiln in a new "
+                   "temporary folder, kept and printed)")
     c.set_defaults(fn=cmd_demo)
     c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata")
     c.add_argument("file")
@@ -549,9 +604,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.fn(args))
-    except Fail as e:
-        print("kiln %s: %s" % (args.cmd, e), file=sys.stderr)
-        return e.code
+        try:
+            code = int(args.fn(args))
+        except Fail as e:
+            print("kiln %s: %s" % (args.cmd, e), file=sys.stderr)
+            code = e.code
+        sys.stdout.flush()   # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader went away (kiln inspect f | head -1): the standard way,
+        # Python's docs on SIGPIPE: stdout to devnull so the exit flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

@@ -40,6 +40,9 @@ from ._errors import EncodeError, KilnError, frame_hint
 from ._filemap import TensorFileMapping
 from ._rows import LazyRows
 from ._dirhead import block_head
+from ._paths import foreign_hint, local_path
+from . import _progress
+from ._progress import Progress as _Progress, ProgressLike as _ProgressLike
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
     _raw_names
 
@@ -52,7 +55,21 @@ T = TypeVar("T")
 
 # --- writing ------------------------------------------------------------------
 
-def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+def _write_payload(write: Any, payload: Any, prog: Optional[_Progress]) -> None:
+    """One payload, in pieces of _progress.STEP bytes when progress is counted."""
+    if prog is None:
+        write(payload)
+        return
+    with memoryview(payload) as v:
+        b = v.cast("B") if v.ndim != 1 or v.format != "B" else v
+        for at in range(0, len(b), _progress.STEP):
+            piece = b[at:at + _progress.STEP]
+            write(piece)
+            prog.add(len(piece))
+
+
+def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[Any],
+                 prog: Optional[_Progress] = None) -> None:
     """Head, then each payload straight from its buffer (None: left as zeros)."""
     head, places, total = block_head(metas, 0)
     f = out.f
@@ -64,13 +81,14 @@ def _write_block(out: "_AtomicFile", metas: Sequence[tuple], payloads: Sequence[
             continue
         if place > pos:
             f.seek(base + place)
-        f.write(payload)
+        _write_payload(f.write, payload, prog)
         out.wrote(meta[10])
         pos = place + meta[10]
     f.truncate(base + total)   # a trailing hole or gap reads as zeros
 
 
-def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> None:
+def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any],
+                  prog: Optional[_Progress] = None) -> None:
     """The block to a file object that may not seek: gaps written as zeros."""
     head, places, total = block_head(metas, 0)
     f.write(head)
@@ -78,7 +96,7 @@ def _write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any]) -> No
     for place, payload, meta in zip(places, payloads, metas):
         if place > pos:
             f.write(bytes(place - pos))
-        f.write(payload)
+        _write_payload(f.write, payload, prog)
         pos = place + meta[10]
     if total > pos:
         f.write(bytes(total - pos))
@@ -93,7 +111,8 @@ def _meta_record(metadata: Optional[Dict[str, Any]]) -> Optional[tuple]:
 
 
 def save_tensors(path: PathLike, tensors: Any, *,
-                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False) -> None:
+                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False,
+                 progress: _ProgressLike = None) -> None:
     """Write ``tensors`` (as :func:`kiln.encode_tensors` takes them) to ``path``.
 
     Each payload is written straight from its array: extra memory is the
@@ -111,6 +130,9 @@ def save_tensors(path: PathLike, tensors: Any, *,
             (under the reserved key ``__kiln_checksum__``), which
             ``kiln check`` and ``verify=True`` compare; the tensors must be
             named.
+        progress: True for a tqdm bar, or a callable ``fn(done_bytes,
+            total_bytes)``, counting the payload bytes written (see
+            :doc:`files`).
 
     Raises:
         EncodeError: as :func:`kiln.encode_tensors`; ``TYPE`` also for
@@ -142,18 +164,25 @@ def save_tensors(path: PathLike, tensors: Any, *,
     metas = [r[:10] + (len(r[10]),) for r in records]
     for i, m in enumerate(metas):
         _check_meta(m, i)
-    if hasattr(path, "write"):
-        # a binary file object: written in place, from its current position
-        _write_stream(path, metas, [r[10] for r in records])
-        return
-    out = _AtomicFile(path)
+    prog = _progress.make(progress, "save")
+    if prog is not None:
+        prog.start(sum(m[10] for m in metas))
     try:
-        _write_block(out, metas, [r[10] for r in records])
-        _check_file(out)   # never commit what a reader would refuse
-        out.commit()
-    except BaseException:
-        out.discard()
-        raise
+        if hasattr(path, "write"):
+            # a binary file object: written in place, from its current position
+            _write_stream(path, metas, [r[10] for r in records], prog)
+            return
+        out = _AtomicFile(path)
+        try:
+            _write_block(out, metas, [r[10] for r in records], prog)
+            _check_file(out)   # never commit what a reader would refuse
+            out.commit()
+        except BaseException:
+            out.discard()
+            raise
+    finally:
+        if prog is not None:
+            prog.close()
 
 
 def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
@@ -223,6 +252,8 @@ class TensorWriter:
         checksum: as for :func:`kiln.save_tensors`; the digests are computed
             at ``close`` by reading the payloads back from the file (they may
             be written in any order, a row block at a time).
+        progress: as for :func:`kiln.save_tensors`: the payload bytes of
+            the declared tensors, counted as each write completes.
 
     Raises:
         EncodeError: bad metadata (before any file is created).
@@ -239,7 +270,7 @@ class TensorWriter:
     """
 
     def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, Any]] = None,
-                 checksum: bool = False) -> None:
+                 checksum: bool = False, progress: _ProgressLike = None) -> None:
         self._checksum = bool(checksum)
         self._user_meta = metadata
         if checksum:   # the digests' room is reserved at the first write, filled at close
@@ -247,6 +278,7 @@ class TensorWriter:
         else:
             _checksum.refuse_key(metadata)
         self._meta = _meta_record(metadata)   # before the file: a bad value leaves nothing
+        self._prog = _progress.make(progress, "write")   # (counts from the first write)
         self._decl: List[tuple] = []
         self._index: Dict[str, int] = {}
         self._state: List[int] = []   # per tensor: _TODO, _BUSY (a thread writes it), _DONE
@@ -257,10 +289,12 @@ class TensorWriter:
         self._busy = 0                # writes in progress
         self._out: Optional[_AtomicFile] = _AtomicFile(path)
 
-    def add(self, name: str, dtype: Union[str, int], shape: Sequence[int], *,
+    def add(self, name: str, dtype: Any, shape: Sequence[int], *,
             layout: Optional[str] = None, nbytes: Optional[int] = None,
             block_size: int = 0) -> None:
-        """Declare one tensor (before the first ``write``).  An opaque dtype (a code
+        """Declare one tensor (before the first ``write``).  ``dtype`` is kiln's
+        name (``"f32"``), a code, a numpy dtype (``np.float32``) or numpy's name
+        (``"float32"``), as for :class:`kiln.Tensor`.  An opaque dtype (a code
         4096..32767) also needs ``layout``, ``block_size`` and ``nbytes``.
 
         Raises ``RuntimeError`` after the first write; :class:`kiln.EncodeError`
@@ -303,6 +337,8 @@ class TensorWriter:
         _check_file(out)          # the table as the decoder would see it (payloads zero)
         self._base = len(head)
         self._places = places
+        if self._prog is not None:
+            self._prog.start(sum(d[10] for d in self._decl))
 
     def _live(self) -> _AtomicFile:
         if self._out is None:
@@ -362,6 +398,8 @@ class TensorWriter:
             done = True
         finally:
             self._release(i, done)
+        if self._prog is not None:
+            self._prog.add(decl[10])
 
     def write_rows(self, name: str, start: int, data: Any) -> None:
         """Write rows ``start .. start + len(data)`` of a declared tensor's
@@ -412,6 +450,8 @@ class TensorWriter:
             if k:
                 self._live().pwrite(rec[10], at)
             claimed = None
+            if self._prog is not None:
+                self._prog.add(len(rec[10]))
             with self._cv:
                 rows = self._rows_done.get(i, [])
                 if sum(b - a for a, b in rows) == shape[0]:
@@ -479,6 +519,8 @@ class TensorWriter:
             done = True
         finally:
             self._release(i, done)
+        if self._prog is not None:
+            self._prog.add(decl[10])
 
     def close(self) -> None:
         """Wait for the writes in progress, check every tensor was written and
@@ -510,6 +552,9 @@ class TensorWriter:
                 self._out = None
                 out.discard()   # the target is left as it was, and no temporary file
                 raise
+            finally:
+                if self._prog is not None:
+                    self._prog.close()
 
     def _write_digests(self, out: _AtomicFile) -> None:
         """The payloads' CRC-32s, read back from the file, into the metadata's room."""
@@ -530,6 +575,8 @@ class TensorWriter:
             if self._out is not None:
                 out, self._out = self._out, None
                 out.discard()
+            if self._prog is not None:
+                self._prog.close()
 
     def __enter__(self) -> "TensorWriter":
         return self
@@ -608,7 +655,7 @@ def _map(path: Any) -> Any:
                 raise KilnError("EOF", 0, "%s is empty" % _name(path))
             return data
         return _map_fd(fd, _name(path))
-    p = os.fspath(path)
+    p = os.fspath(local_path(path))
     with builtins.open(p, "rb") as f:   # FileNotFoundError, IsADirectoryError, PermissionError
         return _map_fd(f.fileno(), p)
 
@@ -619,7 +666,7 @@ def _map_fd(fd: int, name: str) -> "mmap.mmap":
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
-def _read_owned(p: str) -> np.ndarray:
+def _read_owned(p: str, prog: Optional[_Progress] = None) -> np.ndarray:
     """The whole file in a read-only array this process owns."""
     with builtins.open(p, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
@@ -628,8 +675,13 @@ def _read_owned(p: str) -> np.ndarray:
         out = np.empty(size, np.uint8)
         view = memoryview(out)
         got = 0
+        step = size if prog is None else _progress.STEP
+        if prog is not None:
+            prog.start(size)
         while got < size:
-            n = f.readinto(view[got:])
+            n = f.readinto(view[got:got + step])
+            if n and prog is not None:
+                prog.add(n)
             if not n:
                 raise KilnError("EOF", got, "%s: the file ended at byte %d while being read"
                                 % (p, got))
@@ -798,6 +850,7 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
     except KilnError as e:
         if bytes(memoryview(buf)[:4]) == W.FRAME_MAGIC:
             raise frame_hint(e) from None
+        _foreign_hint(e, buf)
         raise
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.format != "B":
@@ -805,6 +858,14 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
     rows = LazyRows(blob, count, named, names)
     return TensorDirectory._from_table(rows, mv.toreadonly(), base,
                                        "surrogateescape" if trusted else "strict")
+
+
+def _foreign_hint(e: KilnError, buf: Any) -> None:
+    """A fault at byte 0 of a file in another format: say which, and how to convert."""
+    if e.offset == 0 and e.code in ("FRAME", "EOF", "SCHEMA"):
+        hint = foreign_hint(bytes(memoryview(buf)[:16]))
+        if hint is not None:
+            e.reason += " (%s)" % hint
 
 
 def _check_reserved(rows: Any, reserved: bytes, path: str) -> None:
@@ -883,13 +944,12 @@ def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     remote = _remote(path, options)
     if remote is not None:
         return remote
-    if isinstance(path, str) and path.startswith("file://"):
-        path = path[len("file://"):]
-    return KilnFile(path, **options)
+    return KilnFile(local_path(path), **options)
 
 
 def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = None,
-                 verify: bool = False, **options: Any) -> TensorDirectory:
+                 verify: bool = False, progress: _ProgressLike = None,
+                 **options: Any) -> TensorDirectory:
     """The tensors of a file: views of its mapping, or (``copy=True``) owned copies.
 
     A copy is read straight into one block the directory owns (one copy, no
@@ -906,6 +966,9 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
         verify: compare every payload with the CRC-32 the file records
             (written with ``checksum=True``) before returning;
             ``KilnError`` ``CHECKSUM`` names the first tensor that differs.
+        progress: with ``copy=True``: True for a tqdm bar, or a callable
+            ``fn(done_bytes, total_bytes)``, counting the file's bytes read
+            (a ValueError without ``copy``: views read nothing).
         options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``
             (for a URL, whose payloads are all fetched, the cap applies with
             or without ``copy``).
@@ -925,6 +988,9 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
+    if progress is not None and progress is not False and not copy:
+        raise ValueError("progress= counts the bytes a copy reads: it needs copy=True "
+                         "(views read nothing)")
     if into is not None:
         if copy:
             raise ValueError("pass copy=True or into=..., not both")
@@ -932,20 +998,38 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
             d = f.tensors()
             d.copy_into(into)
             return d
+    prog = _progress.make(progress, "load")
+    try:
+        return _load_tensors(path, copy, verify, prog, options)
+    finally:
+        if prog is not None:
+            prog.close()
+
+
+def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[_Progress],
+                  options: Dict[str, Any]) -> TensorDirectory:
     cap = options.get("max_copy_bytes")
     remote = _remote(path, dict(options, verify=verify) if verify else options)
     if remote is not None:
         with remote as f:   # every payload fetched into memory the directory owns
             if cap is not None:
                 _copy_cap(f, cap)
-            return f.tensors()
+            d = f.tensors()
+            if prog is not None:   # fetched in one go: reported once
+                n = sum(t.nbytes for t in d.values())
+                prog.start(n)
+                prog.add(n)
+            return d
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
-        owned = _read_owned(os.fspath(path))
+        owned = _read_owned(os.fspath(local_path(path)), prog)
         return _tensors_of(_api.decode_tensors(owned, **options), owned, _name(path), verify)
     mm = _map(path)
     try:
-        return _tensors_of(_api.decode_tensors(mm, copy=copy, **options), mm, _name(path),
-                           verify)
+        d = _tensors_of(_api.decode_tensors(mm, copy=copy, **options), mm, _name(path), verify)
+        if prog is not None:   # copied by the kernel in one go: reported once
+            prog.start(len(mm))
+            prog.add(len(mm))
+        return d
     finally:
         _unmap(mm)   # unmapped now when copied; with views, when the last view goes
 
@@ -1032,7 +1116,10 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
         type: as for :func:`kiln.decode`; with a class the result is an
             instance of it, and type checkers know it.
         frame: the file starts with a frame (as :func:`kiln.save` writes).
-        copy, options: as for :func:`kiln.decode`.
+        copy, options: as for :func:`kiln.decode`.  ``max_count`` and
+            ``max_bytes`` left unset grow to the file's size, so what
+            :func:`kiln.save` wrote loads back (``max_count`` keeps its
+            default for a type with zero-size elements, see the README's caps).
 
     Raises:
         KilnError: as :func:`kiln.decode` (``SCHEMA`` when the file holds
@@ -1046,7 +1133,13 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
     """
     mm = _map(path)
     try:
-        return _api.decode(mm, type, frame=frame, copy=copy, **options)
+        # caps the caller left unset grow to the file's size (_api._file_caps)
+        options = _api._file_caps(len(mm), type, options)
+        try:
+            return _api.decode(mm, type, frame=frame, copy=copy, **options)
+        except KilnError as e:
+            _foreign_hint(e, mm)
+            raise
     finally:
         _unmap(mm)
 

@@ -83,7 +83,7 @@ def test_cases_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     code, _, err = run("cases", bad)
-    assert code == 2 and "not a Kiln case file" in one_line_error(err)
+    assert code == 1 and "not a Kiln case file" in one_line_error(err)   # invalid input
 
 
 def test_hash():

@@ -249,3 +249,48 @@ def test_reference_covers_the_public_api(built_site):
     missing = sorted("kiln." + n for n in kiln.__all__ if "kiln." + n not in documented)
     assert missing == []
     assert sorted(m for m in PUBLIC_MODULES if m not in documented) == []
+
+
+def _code_lines(path):
+    """[(line number, text)] of every fenced code line of a markdown file
+    (not the {eval-rst} directives, whose lines are not shown as code)."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m is None:
+            i += 1
+            continue
+        fence, info = m.group("fence"), m.group("info")
+        j = i + 1
+        while j < len(lines) and not (lines[j].lstrip().startswith(fence)
+                                      and lines[j].strip().strip(fence[0]) == ""):
+            if not info.startswith("{"):
+                out.append((j + 1, lines[j]))
+            j += 1
+        i = j + 1
+    return out
+
+
+def test_code_examples_fit_their_column():
+    # docs/conf.py sets the theme's width for MAX_CODE_LINE characters of code
+    spec = importlib.util.spec_from_file_location("_kiln_docs_conf", os.path.join(DOCS, "conf.py"))
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    width = conf.MAX_CODE_LINE
+    assert conf.html_theme_options["body_max_width"] == "none"
+    too_long = ["%s:%d (%d)" % (_rel(f), n, len(s)) for f in markdown_files()
+                for n, s in _code_lines(f) if len(s) > width]
+    for t in DOCTESTS:   # docstring examples: the >>> lines as the site shows them
+        too_long += ["%s (%d)" % (t.name, len(">>> " + ln)) for e in t.examples
+                     for ln in e.source.splitlines() if len(">>> " + ln) > width]
+    assert too_long == []
+
+
+def test_the_site_uses_the_wider_column(built_site):
+    r, out = built_site
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(out, "_static", "alabaster.css"), encoding="utf-8") as f:
+        css = f.read()
+    assert "1260px" in css and "max-width: 800px" not in css

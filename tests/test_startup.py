@@ -105,21 +105,46 @@ report(({"impl": kiln.IMPLEMENTATION, "before": before,
     assert out["bases"] == want
 
 
-def test_without_ml_dtypes_its_tensors_are_the_unsigned_bits(impl):
+def test_without_ml_dtypes_numpy_refuses_and_bits_gives_the_raw_bits(impl):
     # sys.modules["ml_dtypes"] = None: "import ml_dtypes" raises ImportError, as
-    # when it is not installed
+    # when it is not installed.  numpy() of a bf16/float8 tensor must not hand
+    # out unsigned integers that look like numbers: it says what to install;
+    # bits() is the explicit way to the raw bit patterns.
     out = _child(impl, r"""
 sys.modules["ml_dtypes"] = None
 import kiln
-d = kiln.decode_tensors(kiln.encode_tensors([kiln.Tensor(b"\x80\x3f", dtype="bf16", shape=(1,)),
-                                             kiln.Tensor(b"\x3c", dtype="f8e4m3", shape=(1,))]))
-arrays = [d[0].numpy(), d[1].numpy(), kiln.decode_tensors(kiln.encode_tensors(d))[0].numpy()]
-report(({"impl": kiln.IMPLEMENTATION, "codes": [str(kiln.numpy_dtype(4)),
-                  str(kiln.numpy_dtype(5))], "dtypes": [str(a.dtype) for a in arrays],
-                  "values": [a.tolist() for a in arrays]}))
+d = kiln.decode_tensors(kiln.encode_tensors({"w": kiln.Tensor(b"\x80\x3f", dtype="bf16", shape=(1,)),
+                                             "v": kiln.Tensor(b"\x3c", dtype="f8e4m3", shape=(1,)),
+                                             "e": kiln.Tensor(b"\x7f", dtype="e8m0", shape=(1,))}))
+hand = kiln.Tensor(b"\x80\x3f", dtype="bf16", shape=(1,))
+refused = []
+for what, call in [("w", lambda: d["w"].numpy()), ("v", lambda: d["v"].numpy()),
+                   ("e", lambda: d["e"].numpy()), ("hand", hand.numpy),
+                   ("dict", d.to_dict), ("asarray", lambda: __import__("numpy").asarray(hand)),
+                   ("code", lambda: kiln.numpy_dtype(4))]:
+    try:
+        call()
+        refused.append([what, None])
+    except ImportError as e:
+        refused.append([what, "kiln-wire[ml]" in str(e) and "bits()" in str(e)])
+bits = [d["w"].bits(), d["v"].bits(), d["e"].bits(), hand.bits()]
+report(({"impl": kiln.IMPLEMENTATION, "refused": refused,
+         "dtypes": [str(a.dtype) for a in bits], "values": [a.tolist() for a in bits],
+         "f32": str(kiln.numpy_dtype(2))}))
 """)
-    assert out == {"codes": ["uint16", "uint8"], "dtypes": ["uint16", "uint8", "uint16"],
-                   "values": [[0x3F80], [0x3C], [0x3F80]]}
+    assert out == {"refused": [["w", True], ["v", True], ["e", True], ["hand", True],
+                               ["dict", True], ["asarray", True], ["code", True]],
+                   "dtypes": ["uint16", "uint8", "uint8", "uint16"],
+                   "values": [[0x3F80], [0x3C], [0x7F], [0x3F80]], "f32": "float32"}
+
+
+def test_with_ml_dtypes_bits_and_numpy_agree(impl):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    d = kiln.decode_tensors(kiln.encode_tensors(
+        {"w": kiln.Tensor(b"\x80\x3f\x00\xc0", dtype="bf16", shape=(2,))}))
+    assert d["w"].numpy().dtype == np.dtype(ml_dtypes.bfloat16)
+    assert d["w"].numpy().astype(np.float32).tolist() == [1.0, -2.0]
+    assert d["w"].bits().dtype == np.dtype("<u2") and d["w"].bits().tolist() == [0x3F80, 0xC000]
 
 
 def test_every_public_name_works_and_loads_its_part_on_first_use(impl):

@@ -82,12 +82,11 @@ def _str(plan, o):
 
 
 def _bytes(plan, o):
-    cap = min(o.max_count, o.max_bytes)
-    capname = "max_bytes" if o.max_bytes < o.max_count else "max_count"
+    cap = o.max_bytes   # a list<u8> run is bytes: max_bytes alone bounds it
     form = plan.form
 
     def dec_bytes(d, p):
-        c = check_count(d, p, cap, 1, capname)
+        c = check_count(d, p, cap, 1, "max_bytes")
         q = p + 4
         raw = bytes(d[q:q + c])
         if form == FORM_ARRAY:

@@ -13,8 +13,7 @@ or compression ratio in the source claims.
 """
 
 import os
-import sys
-from typing import Any, Iterable
+from typing import Any
 
 from .._errors import KilnError
 
@@ -43,18 +42,6 @@ class ConvertError(KilnError):
 
     def __reduce__(self) -> Any:
         return (type(self), (self.path, self.offset, self.reason, self.code))
-
-
-def progress(items: Iterable[Any], total: int, what: str) -> Iterable[Any]:
-    """A progress bar on stderr for long runs when stderr is a terminal and tqdm is
-    installed; the items unchanged otherwise."""
-    if total < 16 or not sys.stderr.isatty():
-        return items
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, total=total, desc=what, unit="tensor", file=sys.stderr)
 
 
 def map_source(path: str, f: Any = None) -> Any:
@@ -97,13 +84,20 @@ def kind_of(path: str) -> str:
     return kinds[ext]
 
 
-def convert(src: str, dst: str, *, checksum: bool = False) -> int:
+def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None) -> int:
     """Convert ``src`` to ``dst`` by their extensions; returns the tensor count.
 
-    ``checksum=True`` records a CRC-32 of every payload in a ``.kiln``
-    destination's metadata (see :func:`kiln.save_tensors`)."""
+    Either may be a path or a ``file://`` URL.  ``checksum=True`` records a
+    CRC-32 of every payload in a ``.kiln`` destination's metadata (see
+    :func:`kiln.save_tensors`).  ``progress``: True for a tqdm bar, or a
+    callable ``fn(done_bytes, total_bytes)``, counting the payload bytes
+    written (as for :func:`kiln.save_tensors`)."""
+    from .._paths import local_path
+    from .. import _progress
+    src, dst = os.fspath(local_path(src)), os.fspath(local_path(dst))
+    _progress.make(progress, "convert")   # a bad value fails before any file is touched
     try:
-        return _convert(src, dst, checksum)
+        return _convert(src, dst, checksum, progress)
     except (KilnError, OSError):
         raise
     except (TypeError, RecursionError, MemoryError, UnicodeError, OverflowError, KeyError,
@@ -114,25 +108,25 @@ def convert(src: str, dst: str, *, checksum: bool = False) -> int:
         raise ConvertError(src, 0, str(e), "TYPE") from None
 
 
-def _convert(src: str, dst: str, checksum: bool = False) -> int:
+def _convert(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
     a, b = kind_of(src), kind_of(dst)
     if checksum and b != "kiln":
         raise ConvertError(dst, 0, "checksums are recorded in a .kiln file only, not in %s" % b)
     if a == "safetensors" and b == "kiln":
         from .safetensors import safetensors_to_kiln
-        return safetensors_to_kiln(src, dst, checksum)
+        return safetensors_to_kiln(src, dst, checksum, progress)
     if a == "kiln" and b == "safetensors":
         from .safetensors import kiln_to_safetensors
-        return kiln_to_safetensors(src, dst)
+        return kiln_to_safetensors(src, dst, progress)
     if a == "gguf" and b == "kiln":
         from .gguf import gguf_to_kiln
-        return gguf_to_kiln(src, dst, checksum)
+        return gguf_to_kiln(src, dst, checksum, progress)
     if a == "npz" and b == "kiln":
         from .npz import npz_to_kiln
-        return npz_to_kiln(src, dst, checksum)
+        return npz_to_kiln(src, dst, checksum, progress)
     if a == "kiln" and b == "npz":
         from .npz import kiln_to_npz
-        return kiln_to_npz(src, dst)
+        return kiln_to_npz(src, dst, progress)
     raise ConvertError(src, 0, "no conversion from %s to %s" % (a, b))
 
 

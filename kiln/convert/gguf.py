@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _wire as W
 from ..files import TensorWriter
-from . import ConvertError, map_source, progress
+from . import ConvertError, map_source
 
 # ggml type id -> (name, elements per block, bytes per block); from the ggml format
 GGML_TYPES = {
@@ -196,22 +196,22 @@ def _check_ranges(path: str, infos: List[Tuple], places: List[int], start: int, 
             top, owner = offset + infos[i][4], i
 
 
-def gguf_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
+def gguf_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
     with open(src, "rb") as source:
-        return _convert(src, dst, source, map_source(src, source), checksum)
+        return _convert(src, dst, source, map_source(src, source), checksum, progress)
 
 
-def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool = False) -> int:
+def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool, progress: Any) -> int:
     try:
         meta, infos, start = read_gguf(src, mm)
-        with TensorWriter(dst, metadata={"gguf": meta}, checksum=checksum) as w:
+        with TensorWriter(dst, metadata={"gguf": meta}, checksum=checksum, progress=progress) as w:
             for name, shape, gtype, _, nbytes in infos:
                 if gtype in TYPED:
                     w.add(name, TYPED[gtype], shape)
                 else:
                     w.add(name, W.OPAQUE_MIN + gtype, shape, layout="ggml." + GGML_TYPES[gtype][0],
                           nbytes=nbytes, block_size=GGML_TYPES[gtype][2])
-            for name, _, _, offset, _ in progress(infos, len(infos), "gguf"):
+            for name, _, _, offset, _ in infos:
                 w.write_from(name, source, start + offset)   # file to file
         return len(infos)
     finally:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _wire as W
 from ..files import KilnFile, TensorWriter, _AtomicFile
-from . import CHUNK, ConvertError, progress
+from . import CHUNK, ConvertError
 
 MAGIC = b"\x93NUMPY"
 MAX_NPY_HEADER = 10000     # numpy's own default cap (read_array_header's max_header_size)
@@ -44,7 +44,7 @@ class _Member:
         self.fortran, self.header_end = fortran, header_end
 
 
-def npz_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
+def npz_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
     with open(src, "rb") as f:
         if f.read(6) == MAGIC:
             raise ConvertError(src, 0, "a single .npy array, not an .npz archive")
@@ -54,7 +54,7 @@ def npz_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
             raise ConvertError(src, 0, "not a readable npz file (%s)" % e) from None
         with zf:
             members = [_member(zf, info, src) for info in _entries(zf, src)]
-            with TensorWriter(dst, checksum=checksum) as w:
+            with TensorWriter(dst, checksum=checksum, progress=progress) as w:
                 for m in members:   # the table first, from each member's .npy header
                     try:
                         w.add(m.name, _kiln_dtype(m.dtype, src, m.name), m.shape)
@@ -62,7 +62,7 @@ def npz_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
                         if isinstance(e, ConvertError):
                             raise
                         raise ConvertError(src, m.info.header_offset, str(e), "TYPE") from None
-                for m in progress(members, len(members), "npz"):
+                for m in members:
                     _stream(zf, m, w, src)
     return len(members)
 
@@ -247,7 +247,21 @@ def _write_rows(w: Any, m: _Member, arr: Any) -> None:
         w.write(m.name, np.ascontiguousarray(arr))
 
 
-def kiln_to_npz(src: str, dst: str) -> int:
+# Kiln dtypes with no numpy dtype that np.load reads back
+_NO_NPY = frozenset(("i4", "u4", "e2m1", "bf16", "f8e4m3", "f8e5m2", "e8m0"))
+
+
+def kiln_to_npz(src: str, dst: str, progress: Any = None) -> int:
+    from .. import _progress
+    prog = _progress.make(progress, "convert")
+    try:
+        return _to_npz(src, dst, prog)
+    finally:
+        if prog is not None:
+            prog.close()
+
+
+def _to_npz(src: str, dst: str, prog: Any) -> int:
     with KilnFile(src) as f:
         names = f.keys()
         for name in names:
@@ -255,15 +269,22 @@ def kiln_to_npz(src: str, dst: str) -> int:
             if not isinstance(name, str):
                 raise ConvertError(src, 0, "the tensors are unnamed; npz members need names",
                                    "TYPE")
-            if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
-                raise ConvertError(src, 0, "tensor %r is %s, which numpy has no dtype for"
-                                   % (name, t.dtype), "TYPE")
+            if t.dtype in _NO_NPY or not isinstance(t.dtype, str):
+                # (ml_dtypes' bf16/float8 would be written as void '|V2'/'|V1'
+                # members, which np.load and npz_to_kiln cannot read as numbers)
+                raise ConvertError(src, 0, "tensor %r is %s, which npz cannot hold (numpy has "
+                                   "no dtype for it); convert to .safetensors, which keeps "
+                                   "it" % (name, t.dtype), "TYPE")
+        if prog is not None:
+            prog.start(sum(f[name].nbytes for name in names))
         out = _AtomicFile(dst)
         try:
             with zipfile.ZipFile(out.f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-                for name in progress(names, len(names), "npz"):
+                for name in names:
                     with zf.open(name + ".npy", "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, f[name].numpy(), allow_pickle=False)
+                    if prog is not None:
+                        prog.add(f[name].nbytes)
             out.commit()
         except BaseException:
             out.discard()

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Tuple
 
 from .. import _wire as W
 from ..files import KilnFile, TensorWriter
-from . import ConvertError, check_bools, map_source, progress
+from . import ConvertError, check_bools, map_source
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -161,19 +161,19 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
     return start, [t[:5] for t in ordered], meta
 
 
-def safetensors_to_kiln(src: str, dst: str, checksum: bool = False) -> int:
+def safetensors_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
     """Convert tensor by tensor; metadata (strings) is kept."""
     with open(src, "rb") as source:
-        return _convert(src, dst, source, map_source(src, source), checksum)
+        return _convert(src, dst, source, map_source(src, source), checksum, progress)
 
 
-def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool = False) -> int:
+def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool, progress: Any) -> int:
     try:
         start, table, meta = read_header(src, mm)
-        with TensorWriter(dst, metadata=dict(meta) if meta else None, checksum=checksum) as w:
+        with TensorWriter(dst, metadata=dict(meta) if meta else None, checksum=checksum, progress=progress) as w:
             for name, kd, shape, _, _ in table:
                 w.add(name, kd, shape)
-            for name, kd, shape, b, e in progress(table, len(table), "safetensors"):
+            for name, kd, shape, b, e in table:
                 if kd == "bool":
                     check_bools(src, source.fileno(), start + b, e - b)
                 w.write_from(name, source, start + b)   # file to file, not through memory
@@ -185,9 +185,19 @@ def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool = False) -
             pass
 
 
-def kiln_to_safetensors(src: str, dst: str) -> int:
+def kiln_to_safetensors(src: str, dst: str, progress: Any = None) -> int:
     """Convert a Kiln tensor file; metadata values that are not strings become JSON text."""
-    from ..files import _AtomicFile
+    from ..files import _AtomicFile, _write_payload
+    from .. import _progress
+    prog = _progress.make(progress, "convert")
+    try:
+        return _to_safetensors(src, dst, prog, _AtomicFile, _write_payload)
+    finally:
+        if prog is not None:
+            prog.close()
+
+
+def _to_safetensors(src: str, dst: str, prog: Any, _AtomicFile: Any, _write_payload: Any) -> int:
     with KilnFile(src) as f:
         names = f.keys()
         header: Dict[str, Any] = {}
@@ -206,13 +216,15 @@ def kiln_to_safetensors(src: str, dst: str) -> int:
             off += t.nbytes
         blob = json.dumps(header, separators=(",", ":")).encode()
         blob += b" " * (-len(blob) % 8)   # payloads 8-byte aligned, as safetensors writes
+        if prog is not None:
+            prog.start(off)
         out = _AtomicFile(dst)
         try:
             out.f.write(len(blob).to_bytes(8, "little"))
             out.f.write(blob)
-            for name in progress(names, len(names), "safetensors"):
+            for name in names:
                 t = f[name]
-                out.f.write(t.data)
+                _write_payload(out.f.write, t.data, prog)
                 out.wrote(t.nbytes)
             out.commit()
         except BaseException:

@@ -112,8 +112,7 @@ cdef object dec_bytes(Node nd, DCtx *c):
     cdef int st = count_rule(c.d, c.n, p, c.bytes_cap, 1, &ln)
     cdef char *dst
     if KILN_UNLIKELY(st != 0):
-        count_fail(st, WHAT_COUNT, p, ln, c.bytes_cap, 1, c.n,
-                   "max_bytes" if c.max_bytes < c.max_count else "max_count")
+        count_fail(st, WHAT_COUNT, p, ln, c.bytes_cap, 1, c.n, "max_bytes")
     c.pos = p + 4 + ln
     if nd.form == FORM_ARRAY:
         arr = new_array(nd.dt_native, ln, &dst)
@@ -487,7 +486,7 @@ cdef class DecodeProgram:
         c.pos = 0
         c.max_count = self.cmax_count
         c.max_bytes = self.cmax_bytes
-        c.bytes_cap = self.cmax_count if self.cmax_count < self.cmax_bytes else self.cmax_bytes
+        c.bytes_cap = self.cmax_bytes   # a list<u8> run: max_bytes alone bounds it
         c.zbudget = self.cmax_count
         c.trusted = self.trusted
         c.copy = self.copy
