@@ -140,7 +140,7 @@ report(({"impl": kiln.IMPLEMENTATION, "refused": refused,
 
 def test_with_ml_dtypes_bits_and_numpy_agree(impl):
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    d = kiln.decode_tensors(kiln.encode_tensors(
+    d = impl.decode_tensors(impl.encode_tensors(
         {"w": kiln.Tensor(b"\x80\x3f\x00\xc0", dtype="bf16", shape=(2,))}))
     assert d["w"].numpy().dtype == np.dtype(ml_dtypes.bfloat16)
     assert d["w"].numpy().astype(np.float32).tolist() == [1.0, -2.0]

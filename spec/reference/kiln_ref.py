@@ -204,8 +204,8 @@ class _Reader:
         if kind == "str":
             return self.text()[1]
         if kind == "list":
-            if arg[0] == "u8":
-                n = self.count([self.max_count, self.max_bytes], 1)
+            if arg[0] == "u8":                            # a byte count: max_bytes alone
+                n = self.count([self.max_bytes], 1)
                 return bytes(self.take(n))
             at = self.pos
             m = min_size(arg)
