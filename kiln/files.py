@@ -33,6 +33,7 @@ from . import _api, _compat, _meta
 from . import _wire as W
 from ._errors import EncodeError, KilnError, frame_hint
 from ._rows import LazyRows
+from ._local import PayloadChecks, check_regular, open_regular
 from ._kernels_py.dirwrite import block_head
 from ._tensor import Tensor, TensorDirectory, normalize_tensors, _code_of, element_count, \
     _raw_names
@@ -625,19 +626,22 @@ def _map(path: Any) -> Any:
             return data
         return _map_fd(fd, _name(path))
     p = os.fspath(path)
-    with builtins.open(p, "rb") as f:   # FileNotFoundError, IsADirectoryError, PermissionError
-        return _map_fd(f.fileno(), p)
+    fd = open_regular(p)   # FileNotFoundError, IsADirectoryError, PermissionError, NotAFile
+    try:
+        return _map_fd(fd, p)
+    finally:
+        os.close(fd)
 
 
 def _map_fd(fd: int, name: str) -> "mmap.mmap":
-    if os.fstat(fd).st_size == 0:
+    if check_regular(fd, name).st_size == 0:
         raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
 def _read_owned(p: str) -> np.ndarray:
     """The whole file in a read-only array this process owns."""
-    with builtins.open(p, "rb", buffering=0) as f:
+    with builtins.open(open_regular(p), "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % p)
@@ -673,6 +677,13 @@ class KilnFile:
     names.  Use as a context manager, or call :meth:`close`; views taken
     from the file stay valid after it is closed.  Made by :func:`kiln.open`.
 
+    Opening checks everything the table decides; a tensor's payload
+    contents (bool bytes, an odd 4-bit tail, the alignment gap after it) are
+    checked when that tensor is first read (``f[name]``, ``f.rows``,
+    ``f.tensors()``), so opening costs the table whatever the payloads
+    claim.  A bad payload byte is then ``KilnError`` ``TYPE`` at its offset
+    in the file, raised by the read.
+
     Args:
         path: a file path or a binary file object.
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
@@ -685,7 +696,9 @@ class KilnFile:
         KilnError: any code :func:`kiln.decode_tensors` raises, at its file
             offset (``EOF`` also for an empty or short file); ``TYPE`` for a
             misplaced or malformed ``__metadata__`` tensor.
-        OSError: a missing file, a directory, no permission.
+        OSError: a missing file, a directory, no permission;
+            ``kiln._local.NotAFile`` for a FIFO, a socket or a device
+            (refused without waiting on it).
 
     Example:
         >>> kiln.save_tensors("model.kiln", {"w": np.arange(6, dtype=np.int32).reshape(3, 2)})
@@ -700,11 +713,12 @@ class KilnFile:
         self.path = _name(path)
         mm = _map(path)
         try:
-            d = _open_table(mm, trusted, max_count, max_bytes)
+            d, end = _open_table(mm, trusted, max_count, max_bytes)
             self._dir, self.metadata = _split_metadata(d, mm, self.path)
         except BaseException:
             _unmap(mm)
             raise
+        self._checks = PayloadChecks(end)
         self._mm: Any = mm
 
     def _d(self) -> TensorDirectory:
@@ -725,15 +739,34 @@ class KilnFile:
         return name in self._d()
 
     def __getitem__(self, name: Any) -> Tensor:
-        return self._d()[name]
+        got = self._d()[name]
+        if isinstance(got, list):   # a slice
+            return [self._checks.tensor(t) for t in got]  # type: ignore[return-value]
+        return self._checks.tensor(got)
 
     def tensors(self) -> TensorDirectory:
-        """The tensors as a :class:`TensorDirectory` of views (metadata left out)."""
+        """The tensors as a :class:`TensorDirectory` of views (metadata left out),
+        every payload checked."""
+        d = self._d()
+        for t in d.values():
+            self._checks.tensor(t)
+        return d
+
+    def _tensors_view(self) -> TensorDirectory:
+        """The table as tensors whose payloads are not checked: for listing
+        names, dtypes and shapes (``kiln inspect``), never for reading them."""
         return self._d()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` of a tensor's leading axis, as a read-only view."""
-        return self._d()[name].numpy()[start:stop]
+        """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
+        (only those rows' payload bytes are read and checked)."""
+        t = self._d()[name]
+        row = t._row
+        if row[0] <= W.DTYPE_MAX and W.DTYPES[row[0]][1] and row[1] and row[1][0]:
+            self._checks.rows(t, start, stop)
+        else:
+            self._checks.tensor(t)   # packed, opaque, rank 0 or empty: the whole payload
+        return t.numpy()[start:stop]
 
     def close(self) -> None:
         """Stop using the file; views already taken stay valid (see the module doc)."""
@@ -753,10 +786,13 @@ class KilnFile:
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
-def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> TensorDirectory:
-    """The file's tensors as views, its table checked in full now but its rows
-    built when a tensor is asked for (see kiln._rows): opening a file of
-    thousands of tensors to read one builds one row, not thousands."""
+def _open_table(buf: Any, trusted: bool, max_count: int,
+                max_bytes: int) -> Tuple[TensorDirectory, int]:
+    """The file's tensors as views, and where the block ends: the table checked
+    in full now (the payload contents are left to kiln._local.PayloadChecks,
+    tensor by tensor) but its rows built when a tensor is asked for (see
+    kiln._rows): opening a file of thousands of tensors to read one builds
+    one row, not thousands."""
     _api._check_caps(max_count, max_bytes)
     try:
         end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
@@ -770,7 +806,7 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
         mv = mv.cast("B")
     rows = LazyRows(blob, count, named, names)
     return TensorDirectory._from_table(rows, mv.toreadonly(), base,
-                                       "surrogateescape" if trusted else "strict")
+                                       "surrogateescape" if trusted else "strict"), end
 
 
 def _check_reserved(rows: Any, reserved: bytes, path: str) -> None:

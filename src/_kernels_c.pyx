@@ -50,7 +50,7 @@ from . import _wire as _W
 from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, count_lied
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "write_directory"]
+           "check_header", "check_payload", "write_directory"]
 
 
 # --- C declarations --------------------------------------------------------
