@@ -99,30 +99,45 @@ def cmd_hash(args: Any) -> int:
 # --- inspect and check -----------------------------------------------------------
 
 def _head(path: str, n: int) -> bytes:
-    """The first ``n`` bytes of a file or an fsspec URL."""
-    from .remote import is_url
+    """The first ``n`` bytes of a regular file or a URL (one range request):
+    a FIFO, a socket or a device is refused without waiting on it."""
+    from .remote import head, is_url
     if is_url(path):
-        import fsspec
-        fs, key = fsspec.core.url_to_fs(path)
-        return bytes(fs.cat_file(key, start=0, end=min(n, fs.info(key)["size"])))
-    with open(path, "rb") as f:
-        return f.read(n)
+        return head(path, n)[1]
+    from ._local import read_head
+    return read_head(path, n)
 
 
 def _size(path: str) -> int:
-    from .remote import is_url
+    from .remote import head, is_url
     if is_url(path):
-        import fsspec
-        fs, key = fsspec.core.url_to_fs(path)
-        return int(fs.info(key)["size"])
-    return os.path.getsize(path)
+        return head(path, 0)[0]
+    from ._local import file_size
+    return file_size(path)
+
+
+def _is_url(path: str) -> bool:
+    from .remote import is_url
+    return is_url(path)
+
+
+def _oserror(e: OSError) -> str:
+    """An OSError as one line: its message, or the system's text for its errno."""
+    return str(e.strerror or e)
+
+
+def _read(fn: Any, path: str) -> Any:
+    try:
+        return fn(path)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (path, _oserror(e)))
 
 
 def _kind(path: str) -> str:
     try:
         magic = _head(path, 4)
     except OSError as e:
-        raise Fail("cannot read %s: %s" % (path, e.strerror or e))
+        raise Fail("cannot read %s: %s" % (path, _oserror(e)))
     except ImportError as e:
         raise Fail("cannot read %s: %s" % (path, e), 2)
     if magic == b"KLNT":
@@ -185,7 +200,7 @@ def _table_text(rows: List[Dict[str, Any]]) -> str:
 def cmd_inspect(args: Any) -> int:
     import kiln
     kind = _kind(args.file)
-    report: Dict[str, Any] = {"file": args.file, "size": _size(args.file)}
+    report: Dict[str, Any] = {"file": args.file, "size": _read(_size, args.file)}
     try:
         if args.type:
             frame = kind == "framed"
@@ -213,6 +228,8 @@ def cmd_inspect(args: Any) -> int:
                        "TEXT to read a bare value" % args.file, 1)
     except kiln.KilnError as e:
         raise Fail("%s: %s" % (args.file, e), 1)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.file, _oserror(e)))
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -236,13 +253,19 @@ def cmd_check(args: Any) -> int:
         if args.type:
             kiln.load(args.file, args.type, frame=args.framed or kind == "framed")
         elif kind == "directory":
-            with kiln.open(args.file) as f:
-                f.tensors()   # a remote file: every payload fetched and checked
+            if _is_url(args.file):
+                with kiln.open(args.file) as f:
+                    f.tensors()   # every payload fetched and checked, then the metadata
+                    f.metadata
+            else:
+                kiln.load_tensors(args.file)   # every check up front, metadata included
         else:
             raise Fail("%s: pass --type TEXT to check a record" % args.file)
     except kiln.KilnError as e:
         print("%s: %s at byte %d: %s" % (args.file, e.code, e.offset, e.reason))
         return 1
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.file, _oserror(e)))
     print("%s: valid" % args.file)
     return 0
 

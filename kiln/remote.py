@@ -73,7 +73,7 @@ def head(url: str, n: int, storage_options: Optional[Dict[str, Any]] = None
     with one range request (``kiln inspect`` and ``kiln check`` of a URL)."""
     src = source(url, storage_options)
     try:
-        data = src.first(n)
+        data = src.first(max(n, 1))[:n]   # a range is at least one byte
         return int(src.size or 0), data
     finally:
         src.close()
