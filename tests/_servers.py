@@ -11,8 +11,8 @@ and the ways real servers get them wrong.
   ``Content-Range`` that names them (another range than the question).
 * ``"bad-total"``: ``206`` with the range asked for, but a total size one more
   than the file's.
-* ``"grow"``: the first answer is right, every later one says the file grew
-  by 4 KiB (a changing size, with the same ETag).
+* ``"bad-length"``: ``206`` with the range asked for, but a ``Content-Length``
+  (and a body) one byte short of it.
 * ``"gzip"``: ``206`` with the range gzip-compressed and ``Content-Encoding:
   gzip`` (what a compressing proxy does, whatever the client asked for).
 * ``"short"``: a ``Content-Length`` of the range, half of it sent, then the
@@ -21,8 +21,10 @@ and the ways real servers get them wrong.
 * ``"chunked-long"``: ``206`` without ``Content-Length``, chunked, with 4 KiB
   more than the range.
 
-``sent`` counts the bytes written to clients; ``requests`` holds each
-request's ``Range`` and ``Accept-Encoding`` headers.
+``start_at``: the first ``start_at`` requests are answered right, so a
+behaviour can hit a tensor's read instead of the open.  ``sent`` counts the
+bytes written to clients; ``requests`` holds each request's ``Range`` and
+``Accept-Encoding`` headers.
 """
 
 import gzip
@@ -77,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         size = st.st_size
-        behave = server.behave
+        behave = server.behave if nth > server.start_at else "ranges"
         a, b, status = 0, size - 1, 200
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and behave != "ignore-range":
@@ -94,10 +96,12 @@ class _Handler(BaseHTTPRequestHandler):
         total = size
         if status == 206 and behave == "shift":
             a, b = a + server.shift, min(b + server.shift, size - 1)
-        if status == 206 and (behave == "bad-total" or (behave == "grow" and nth > 1)):
-            total = size + (1 if behave == "bad-total" else 4096)
+        if status == 206 and behave == "bad-total":
+            total = size + 1
         with open(path, "rb") as f:
             data = os.pread(f.fileno(), b - a + 1, a) if status == 206 else None
+            if status == 206 and behave == "bad-length":
+                data = data[:-1]
             if status == 206 and behave == "gzip":
                 data = gzip.compress(data)
             self.send_response(status)
@@ -145,10 +149,10 @@ class RangeServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, root, behave="ranges", shift=64):
+    def __init__(self, root, behave="ranges", shift=64, start_at=0):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.root, self.sent, self.lock = str(root), 0, threading.Lock()
-        self.behave, self.shift = behave, shift
+        self.behave, self.shift, self.start_at = behave, shift, start_at
         self.requests = []
         self.url = "http://127.0.0.1:%d/" % self.server_address[1]
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
