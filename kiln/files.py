@@ -829,13 +829,13 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
     if row[0] != W.DTYPE_CODES["u8"] or len(row[1]) != 1:
         raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
     here = d._pb + row[10]   # in the directory's own buffer: the mapping, or its copy
-    blob = bytes(d._buf[here:here + row[11]])
     heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
         sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
     align = W.DIR_ALIGN - 1
     at = ((W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align) + row[10]
-    try:
-        nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
+    try:   # straight from the buffer: a claimed length costs what the decode reads
+        with d._buf[here:here + row[11]] as blob:
+            nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
     except KilnError as e:   # reported at its offset in the file
         raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
     meta = _meta.from_nodes(nodes, at)

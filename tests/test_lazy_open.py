@@ -120,6 +120,27 @@ def test_over_http_the_cost_does_not_depend_on_the_claim_either(impl, sparse_fil
     assert abs(big["sent"] - small["sent"]) < 256 and big["sent"] < (80 << 10), (big, small)
 
 
+def test_a_claimed_metadata_length_costs_what_its_decode_reads(api, tmp_path):
+    """A ``__metadata__`` payload claiming 64 MiB of zeros: the open refuses
+    its frame without copying the claim first."""
+    import tracemalloc
+    meta = kiln.Tensor(bytes(64 << 20), dtype="u8", shape=(64 << 20,), name="__metadata__")
+    data = kiln.encode_tensors([kiln.Tensor.from_numpy(np.ones(2, np.float32), name="a"), meta])
+    (tmp_path / "m.kiln").write_bytes(data)
+    d = kiln.decode_tensors(data)
+    at = d._pb + d._rows[1][10]                    # the metadata payload's first byte
+    del data, meta, d
+    tracemalloc.start()
+    try:
+        with pytest.raises(kiln.KilnError) as e:
+            kiln.open(tmp_path / "m.kiln")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (e.value.code, e.value.offset) == ("FRAME", at), e.value
+    assert peak < (4 << 20), peak
+
+
 # --- the checks still run: when the tensor is read, at the offset the full check gives ----
 
 def _with_fault(tmp_path, what):

@@ -191,3 +191,15 @@ def test_a_server_ignoring_ranges_costs_what_was_asked(tmp_path):
     assert out["huge"]["what"] == "RemoteError" and out["tiny"]["what"] == "opened"
     assert out["huge"]["maxrss"] - out["tiny"]["maxrss"] < 16 * MiB, out
     assert out["huge"]["sent"] < 32 * MiB, out       # socket buffers, not the 256 MiB
+
+
+def test_http_storage_options_are_headers_and_a_timeout(api, tmp_path):
+    _two(tmp_path)
+    with RangeServer(tmp_path) as server:
+        url = server.url + "two.kiln"
+        with kiln.open(url, storage_options={"headers": {"X-Kiln": "1"}, "timeout": 5}) as f:
+            assert f["a"].numpy().tolist() == list(range(16))
+        with pytest.raises(TypeError, match="'client_kwargs'"):
+            kiln.open(url, storage_options={"client_kwargs": {}})
+    with pytest.raises(RemoteError, match="transport fault"):
+        kiln.open(server.url + "two.kiln")            # the server is gone: refused
