@@ -49,6 +49,7 @@ from . import _api, _compat, _meta
 from . import _wire as W
 from ._errors import KilnError, frame_hint
 from ._fetch import RemoteError, RemoteFileChanged, source
+from .files import _open_table
 from ._tensor import TensorDirectory, element_count, _raw_names
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RemoteError", "RowSource", "is_url", "head"]
@@ -173,7 +174,6 @@ class RemoteFile:
                max_bytes: int) -> Tuple[TensorDirectory, int]:
         """The header checked (steps 1 to 6) before the rest of the table is asked
         for, then the table: ``(directory, payload base)``."""
-        from .files import _open_table
         mm[:min(len(first), W.HEADER_SIZE)] = first[:W.HEADER_SIZE]
         try:
             base = _compat.kernels.check_header(mm, 0, max_count, max_bytes)
