@@ -114,7 +114,7 @@ class RemoteFile:
             payload byte the directory check refuses (raised by the read).
         RemoteFileChanged: the object changed after it was opened.
         RemoteError: a transport fault, or an answer that does not match
-            its question (see :mod:`kiln._fetch`).
+            its question (see the module doc).
         OSError: ``FileNotFoundError``, ``PermissionError``...
     """
 
