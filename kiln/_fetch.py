@@ -160,7 +160,8 @@ class HttpSource:
             path += "?" + parts.query
         headers = dict(self.headers)
         headers.update({"Range": "bytes=%d-%d" % (start, end - 1),
-                        "Accept-Encoding": "identity"})
+                        "Accept-Encoding": "identity", "Connection": "close"})
+        self.close()   # one connection per request: a kept-alive one was seen to stall
         for attempt in (0, 1):
             reused = self._conn is not None and url == self.url
             if not reused:
