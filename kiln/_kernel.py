@@ -46,8 +46,13 @@ class Kernels(Protocol):
                                 ) -> Tuple[int, int, int, bool, bytes,
                                            List[Optional[bytes]]]: ...
 
+    def check_header(self, buf: Any, start: int, max_count: int, max_bytes: int) -> int: ...
+
+    def check_payload(self, buf: Any, at: int, code: int, count: int, nbytes: int,
+                      origin: int) -> None: ...
+
     def write_directory(self, records: Sequence[Record], out: bytearray) -> int: ...
 
 
 INTERFACE = ("compile_decoder", "compile_encoder", "validate_directory",
-             "validate_directory_copy", "write_directory")
+             "validate_directory_copy", "check_header", "check_payload", "write_directory")

@@ -113,34 +113,49 @@ def _about(path: str, e: Any) -> str:
 
 
 def _head(path: str, n: int) -> bytes:
-    """The first ``n`` bytes of a file or an fsspec URL."""
-    from .remote import is_url
+    """The first ``n`` bytes of a regular file or a URL (one range request):
+    a FIFO, a socket or a device is refused without waiting on it."""
+    from .remote import head, is_url
     from ._paths import local_path
     path = local_path(path)
     if is_url(path):
-        import fsspec
-        fs, key = fsspec.core.url_to_fs(path)
-        return bytes(fs.cat_file(key, start=0, end=min(n, fs.info(key)["size"])))
-    with open(path, "rb") as f:
-        return f.read(n)
+        return head(path, n)[1]
+    from ._local import read_head
+    return read_head(path, n)
 
 
 def _size(path: str) -> int:
-    from .remote import is_url
+    from .remote import head, is_url
     from ._paths import local_path
     path = local_path(path)
     if is_url(path):
-        import fsspec
-        fs, key = fsspec.core.url_to_fs(path)
-        return int(fs.info(key)["size"])
-    return os.path.getsize(path)
+        return head(path, 0)[0]
+    from ._local import file_size
+    return file_size(path)
+
+
+def _is_url(path: str) -> bool:
+    from .remote import is_url
+    return is_url(path)
+
+
+def _oserror(e: OSError) -> str:
+    """An OSError as one line: its message, or the system's text for its errno."""
+    return str(e.strerror or e)
+
+
+def _read(fn: Any, path: str) -> Any:
+    try:
+        return fn(path)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (path, _oserror(e)))
 
 
 def _kind(path: str) -> str:
     try:
         magic = _head(path, 4)
     except OSError as e:
-        raise Fail("cannot read %s: %s" % (path, e.strerror or e))
+        raise Fail("cannot read %s: %s" % (path, _oserror(e)))
     except (ImportError, ValueError) as e:
         raise Fail("cannot read %s: %s" % (path, e), EXIT_USAGE)
     if magic == b"KLNT":
@@ -210,7 +225,7 @@ def cmd_inspect(args: Any) -> int:
     if _records_file(args.file):
         return _inspect_records(args)
     kind = _kind(args.file)
-    report: Dict[str, Any] = {"file": args.file, "size": _size(args.file)}
+    report: Dict[str, Any] = {"file": args.file, "size": _read(_size, args.file)}
     try:
         if args.type:
             frame = kind == "framed"
@@ -237,6 +252,8 @@ def cmd_inspect(args: Any) -> int:
             raise Fail(_NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
         raise Fail(_about(args.file, e), EXIT_INVALID)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.file, _oserror(e)))
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -268,7 +285,8 @@ def cmd_check(args: Any) -> int:
             done = "the record decodes in full as %s" % args.type
         elif kind == "directory":
             with kiln.open(args.file, verify=True) as f:
-                d = f.tensors()   # a remote file: every payload fetched and checked
+                d = f.tensors()   # every payload fetched (a URL) and checked
+                f.metadata        # a URL: its metadata fetched and checked too
                 sums = f.checksums if hasattr(f, "checksums") else f._sums
             done = _check_words(len(d), sums is not None)
         else:
@@ -276,6 +294,8 @@ def cmd_check(args: Any) -> int:
     except kiln.KilnError as e:
         print(_about(args.file, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
         return EXIT_INVALID
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.file, _oserror(e)))
     print("%s: valid: %s" % (args.file, done))
     return 0
 

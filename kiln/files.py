@@ -40,6 +40,7 @@ from ._errors import EncodeError, KilnError, frame_hint
 from ._filemap import TensorFileMapping
 from ._rows import LazyRows
 from ._dirhead import block_head
+from ._local import PayloadChecks, check_regular, open_regular
 from ._paths import foreign_hint, local_path
 from . import _progress
 from ._progress import Progress as _Progress, ProgressLike as _ProgressLike
@@ -606,16 +607,13 @@ def _payload_fault(code: int, count: int, data: Any, tail: bool) -> Optional[Tup
     (a bool byte other than 0 or 1; with ``tail``, the piece ending the
     payload, an odd 4-bit tail's high nibble), as (index in ``data``, reason);
     None when there is none.  For payload bytes that reach kiln without the
-    directory check: copies between files and remote fetches."""
-    if code == W.DTYPE_BOOL:
-        if len(data):
-            arr = np.frombuffer(data, np.uint8)
-            if int(arr.max()) > 1:
-                at = int(np.argmax(arr > 1))
-                return at, "bool byte is %d, not 0 or 1" % arr[at]
-    elif tail and code <= W.DTYPE_MAX and W.DTYPES[code][1] == 0 and count & 1 and \
-            len(data) and data[-1] & 0xF0:
-        return len(data) - 1, "high nibble of an odd packed tail is not 0"
+    directory check: copies between files.  The check is the kernel's own
+    ``check_payload``, the one a lazy open runs when a tensor is read."""
+    n = memoryview(data).nbytes
+    try:   # a piece that does not end the payload: its last byte is not the tail
+        _compat.kernels.check_payload(data, 0, code, count, n if tail else n + 1, 0)
+    except KilnError as e:
+        return e.offset, e.reason
     return None
 
 
@@ -656,19 +654,22 @@ def _map(path: Any) -> Any:
             return data
         return _map_fd(fd, _name(path))
     p = os.fspath(local_path(path))
-    with builtins.open(p, "rb") as f:   # FileNotFoundError, IsADirectoryError, PermissionError
-        return _map_fd(f.fileno(), p)
+    fd = open_regular(p)   # FileNotFoundError, IsADirectoryError, PermissionError, NotAFile
+    try:
+        return _map_fd(fd, p)
+    finally:
+        os.close(fd)
 
 
 def _map_fd(fd: int, name: str) -> "mmap.mmap":
-    if os.fstat(fd).st_size == 0:
+    if check_regular(fd, name).st_size == 0:
         raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
 def _read_owned(p: str, prog: Optional[_Progress] = None) -> np.ndarray:
     """The whole file in a read-only array this process owns."""
-    with builtins.open(p, "rb", buffering=0) as f:
+    with builtins.open(open_regular(p), "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % p)
@@ -712,6 +713,13 @@ class KilnFile(TensorFileMapping):
     context manager, or call :meth:`close`; views taken from the file stay
     valid after it is closed.  Made by :func:`kiln.open`.
 
+    Opening checks everything the table decides; a tensor's payload
+    contents (bool bytes, an odd 4-bit tail, the alignment gap after it) are
+    checked when that tensor is first read (``f[name]``, ``f.rows``,
+    ``f.tensors()``), so opening costs the table whatever the payloads
+    claim.  A bad payload byte is then ``KilnError`` ``TYPE`` at its offset
+    in the file, raised by the read.
+
     Args:
         path: a file path or a binary file object.
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
@@ -731,7 +739,9 @@ class KilnFile(TensorFileMapping):
         KilnError: any code :func:`kiln.decode_tensors` raises, at its file
             offset (``EOF`` also for an empty or short file); ``TYPE`` for a
             misplaced or malformed ``__metadata__`` tensor.
-        OSError: a missing file, a directory, no permission.
+        OSError: a missing file, a directory, no permission;
+            ``kiln._local.NotAFile`` for a FIFO, a socket or a device
+            (refused without waiting on it).
 
     Example:
         >>> kiln.save_tensors("model.kiln", {"w": np.arange(6, dtype=np.int32).reshape(3, 2)})
@@ -746,11 +756,12 @@ class KilnFile(TensorFileMapping):
         self.path = _name(path)
         mm = _map(path)
         try:
-            d = _open_table(mm, trusted, max_count, max_bytes)
+            d, end = _open_table(mm, trusted, max_count, max_bytes)
             self._dir, self.metadata, self.checksums = _split_metadata(d, mm, self.path)
         except BaseException:
             _unmap(mm)
             raise
+        self._checks = PayloadChecks(end)
         self._mm: Any = mm
         self._verify = bool(verify)
         self._verified: set = set()
@@ -759,6 +770,9 @@ class KilnFile(TensorFileMapping):
         """Tensor ``name``; with ``verify=True`` its payload's CRC-32 compared first."""
         d = self._d()
         t = d[name]
+        if isinstance(t, list):   # a slice
+            return [self._checked(i) for i in range(*name.indices(len(d)))]  # type: ignore
+        self._checks.tensor(t)   # its payload's contents, the first time it is read
         sums = self.checksums
         if self._verify and sums is not None:
             i = _position(d, name, self.__dict__)
@@ -790,21 +804,42 @@ class KilnFile(TensorFileMapping):
         return self._d()
 
     def values(self) -> List[Tensor]:  # type: ignore[override]
+        vals = self._d().values()
+        for t in vals:
+            self._checks.tensor(t)
         if self._verify and self.checksums is not None:
             self.verify()
-        return self._d().values()
+        return vals
 
     def tensors(self) -> TensorDirectory:
-        """The tensors as a :class:`TensorDirectory` of views (metadata left out);
-        with ``verify=True`` every payload is compared with its CRC-32 first."""
+        """The tensors as a :class:`TensorDirectory` of views (metadata left out),
+        every payload checked; with ``verify=True`` every payload is also
+        compared with its CRC-32."""
+        d = self._d()
+        for t in d.values():
+            self._checks.tensor(t)
         if self._verify and self.checksums is not None:
             self.verify()
+        return d
+
+    def _tensors_view(self) -> TensorDirectory:
+        """The table as tensors whose payloads are not checked: for listing
+        names, dtypes and shapes (``kiln inspect``), never for reading them."""
         return self._d()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
-        (with ``verify=True`` the whole tensor is read to compare its CRC-32)."""
-        return self._checked(name).numpy()[start:stop]
+        (only those rows' payload bytes are read and checked; with
+        ``verify=True`` the whole tensor is read to compare its CRC-32)."""
+        if self._verify and self.checksums is not None:
+            return self._checked(name).numpy()[start:stop]
+        t = self._d()[name]
+        row = t._row
+        if row[0] <= W.DTYPE_MAX and W.DTYPES[row[0]][1] and row[1] and row[1][0]:
+            self._checks.rows(t, start, stop)
+        else:
+            self._checks.tensor(t)   # packed, opaque, rank 0 or empty: the whole payload
+        return t.numpy()[start:stop]
 
     def close(self) -> None:
         """Stop using the file; views already taken stay valid (see the module doc).
@@ -839,10 +874,13 @@ def _position(d: TensorDirectory, name: Any, cache: Dict[str, Any]) -> int:
     return int(name) % len(d)
 
 
-def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> TensorDirectory:
-    """The file's tensors as views, its table checked in full now but its rows
-    built when a tensor is asked for (see kiln._rows): opening a file of
-    thousands of tensors to read one builds one row, not thousands."""
+def _open_table(buf: Any, trusted: bool, max_count: int,
+                max_bytes: int) -> Tuple[TensorDirectory, int]:
+    """The file's tensors as views, and where the block ends: the table checked
+    in full now (the payload contents are left to kiln._local.PayloadChecks,
+    tensor by tensor) but its rows built when a tensor is asked for (see
+    kiln._rows): opening a file of thousands of tensors to read one builds
+    one row, not thousands."""
     _api._check_caps(max_count, max_bytes)
     try:
         end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
@@ -857,7 +895,7 @@ def _open_table(buf: Any, trusted: bool, max_count: int, max_bytes: int) -> Tens
         mv = mv.cast("B")
     rows = LazyRows(blob, count, named, names)
     return TensorDirectory._from_table(rows, mv.toreadonly(), base,
-                                       "surrogateescape" if trusted else "strict")
+                                       "surrogateescape" if trusted else "strict"), end
 
 
 def _foreign_hint(e: KilnError, buf: Any) -> None:
@@ -889,10 +927,10 @@ def _split_metadata(d: TensorDirectory, mm: Any, path: str) -> Any:
     if row[0] != W.DTYPE_CODES["u8"] or len(row[1]) != 1:
         raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
     here = d._pb + row[10]   # in the directory's own buffer: the mapping, or its copy
-    blob = bytes(d._buf[here:here + row[11]])
     at = _file_base(rows) + row[10]
-    try:
-        nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
+    try:   # straight from the buffer: a claimed length costs what the decode reads
+        with memoryview(d._buf)[here:here + row[11]] as blob:
+            nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
     except KilnError as e:   # reported at its offset in the file
         raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
     meta, sums = _checksum.split(_meta.from_nodes(nodes, at), len(rows) - 1, at, path)

@@ -1,31 +1,40 @@
-"""Kiln tensor files in object stores and on web servers, read lazily through fsspec.
+"""Kiln tensor files on web servers and in object stores, read lazily.
 
-``kiln.open("s3://bucket/model.kiln")`` (any fsspec URL: ``s3://``, ``gs://``,
-``http(s)://``, ``memory://``...) returns a :class:`RemoteFile`.  Opening
-costs one metadata request (size and version) and one range request for the
-header and table, which are then checked by the same kernel that checks a
-local file.  A tensor's bytes are fetched when it is first accessed, and a
-leading-axis slice (:meth:`RemoteFile.rows`) fetches only its rows.
+``kiln.open("https://host/model.kiln")`` or ``kiln.open("s3://bucket/model.kiln")``
+(any fsspec URL: ``s3://``, ``gs://``, ``memory://``...) returns a
+:class:`RemoteFile`.  Opening costs one range request for the first 64 KiB
+(for an fsspec URL also a metadata request for the size and version), whose
+header is checked before anything more is asked for, and, when the table is
+longer, one more request for the rest of the table; the table is then
+checked by the same kernel that checks a local file.  A tensor's bytes are
+fetched when it is first accessed, and a leading-axis slice
+(:meth:`RemoteFile.rows`) fetches only its rows.
+
+``http(s)://`` URLs are read by kiln's own client (``kiln._fetch``): every
+answer is compared with its question (status, ``Content-Range``,
+``Content-Length``, ``Content-Encoding``, size and version) before its body
+is read, and no more than the bytes asked for are ever read.  Other URLs are
+read through fsspec and its filesystem's package (``s3fs``, ``gcsfs``...).
 
 How it works: the table is checked inside a private anonymous mapping the
-size of the remote file, whose untouched pages cost no memory.  Fetched
-payloads are checked the way the directory check checks them (bool bytes 0
-or 1, an odd 4-bit tail's high nibble 0, the alignment gap after a payload
-all zeros) and then written into that mapping once, before any view of them
-is handed out, so tensors are the same zero-copy views a local file gives
-and keep the mapping alive the same way.  Bytes of tensors never accessed
-are never fetched, and so never checked.
+size of the remote file, whose untouched pages cost no memory.  The open
+checks everything the table decides, not the payload contents.  Fetched
+payloads are checked by the kernel's ``check_payload`` (bool bytes 0 or 1,
+an odd 4-bit tail's high nibble 0, the alignment gap after a payload all
+zeros), the check a lazily opened local file runs when a tensor is read, and
+then written into that mapping once, before any view of them is handed
+out, so tensors are the same zero-copy views a local file gives and keep
+the mapping alive the same way.  Bytes of tensors never accessed are never
+fetched, never checked and never touched.
 
-A remote file that changes after it was opened is detected: after each
-fetch the object's size and version (ETag, Last-Modified, version id or
-checksum, whichever the store reports) are read again and compared with
-those seen at open, and a difference is :class:`RemoteFileChanged`, never
-bytes of two versions decoded together.  A store that reports only a size
-can only be checked by its size.  An object shorter than its table claims
-is a ``KilnError`` ``EOF``, as for a local file.
-
-Needs ``fsspec`` and the filesystem's own package (``s3fs``, ``gcsfs``,
-``aiohttp`` for HTTP).
+A remote file that changes after it was opened is detected: each answer's
+size and version (for HTTP the ``Content-Range`` total, ``ETag`` and
+``Last-Modified``; for fsspec the size and whatever version the store
+reports, read again after each fetch) are compared with those seen at open,
+and a difference is :class:`RemoteFileChanged`, never bytes of two versions
+decoded together.  An object shorter than its table claims is a
+``KilnError`` ``EOF``, as for a local file.  Every transport fault, and
+every answer that does not match its question, is :class:`RemoteError`.
 """
 
 import mmap
@@ -36,24 +45,19 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from . import _api, _meta
+from . import _api, _compat, _meta
 from . import _wire as W
-from ._errors import KilnError
+from ._errors import KilnError, frame_hint
+from ._fetch import RemoteError, RemoteFileChanged, source
 from ._filemap import TensorFileMapping
-from ._tensor import Tensor, TensorDirectory, element_count
-from .files import _payload_fault
+from .files import _open_table
+from ._tensor import Tensor, TensorDirectory, element_count, _raw_names
 
-__all__ = ["RemoteFile", "RemoteFileChanged", "RowSource", "is_url"]
+__all__ = ["RemoteFile", "RemoteFileChanged", "RemoteError", "RowSource", "is_url", "head"]
 
 _HEAD_GUESS = 64 << 10          # first request: the header and, usually, the whole table
-_VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation", "LastModified",
-                 "Last-Modified", "last_modified", "mtime", "created", "Content-MD5", "md5Hash",
-                 "Digest", "crc32c")
 _MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0
-
-
-class RemoteFileChanged(OSError):
-    """The remote file changed after it was opened: its size or version differs."""
+_ALIGN = W.DIR_ALIGN - 1
 
 
 def is_url(path: Any) -> bool:
@@ -65,9 +69,16 @@ def is_url(path: Any) -> bool:
         scheme != "file"
 
 
-def _version(info: Dict[str, Any]) -> Tuple[Any, ...]:
-    return (info.get("size"),) + tuple((k, str(info[k])) for k in _VERSION_KEYS
-                                       if info.get(k) is not None)
+def head(url: str, n: int, storage_options: Optional[Dict[str, Any]] = None
+         ) -> Tuple[int, bytes]:
+    """The object's size and its first ``n`` bytes (fewer when it is shorter),
+    with one range request (``kiln inspect`` and ``kiln check`` of a URL)."""
+    src = source(url, storage_options)
+    try:
+        data = src.first(max(n, 1))[:n]   # a range is at least one byte
+        return int(src.size or 0), data
+    finally:
+        src.close()
 
 
 def _blank(size: int) -> mmap.mmap:
@@ -93,9 +104,10 @@ class RemoteFile(TensorFileMapping):
     file is closed.
 
     Args:
-        url: an fsspec URL.
-        storage_options: passed to the fsspec filesystem (credentials,
-            endpoint, ...).
+        url: an ``http(s)://`` URL or another fsspec URL.
+        storage_options: for http(s), ``headers`` (a dict of request
+            headers) and ``timeout`` (seconds, default 60); for other URLs,
+            passed to the fsspec filesystem (credentials, endpoint, ...).
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
         verify: as for :class:`kiln.KilnFile` (the metadata is fetched with
             the first tensor read).
@@ -104,86 +116,100 @@ class RemoteFile(TensorFileMapping):
         KilnError: an invalid table (any code :func:`kiln.decode_tensors`
             raises, at its offset in the file); ``EOF`` for an empty object
             or one shorter than its table claims, ``TYPE`` for a fetched
-            payload byte the directory check refuses.
+            payload byte the directory check refuses (raised by the read).
         RemoteFileChanged: the object changed after it was opened.
-        OSError: what the filesystem raises (``FileNotFoundError``,
-            ``PermissionError``...); a store that answers a range request
-            with more bytes than asked (it ignored the range).
+        RemoteError: a transport fault, or an answer that does not match
+            its question (see the module doc).
+        OSError: ``FileNotFoundError``, ``PermissionError``...
     """
 
     def __init__(self, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  trusted: bool = False, max_count: int = W.DEFAULT_MAX_COUNT,
                  max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
+        _api._check_caps(max_count, max_bytes)
         self._verify = bool(verify)
         self._sums: Optional[bytes] = None
-        try:
-            import fsspec
-        except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("kiln.open of a URL needs fsspec: pip install fsspec") from e
         self.path = url
         self._storage_options = dict(storage_options or {})
-        self._fs, self._key = fsspec.core.url_to_fs(url, **self._storage_options)
-        info = self._fs.info(self._key)
-        if info.get("type") == "directory":
-            raise IsADirectoryError("%s is a directory" % url)
-        size = info.get("size")
-        if not isinstance(size, int):
-            raise OSError("%s: the store does not report the object's size" % url)
-        self._version = _version(info)
-        self.size = size
-        if size == 0:
-            raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % url)
+        self._src = source(url, self._storage_options)
         self._lock = threading.Lock()
         self._mm: Optional[mmap.mmap] = None
         try:
+            first = self._src.first(_HEAD_GUESS)
+        except BaseException:
+            self._src.close()
+            raise
+        size = self.size = int(self._src.size or 0)
+        self._version = self._src.version
+        if size == 0:
+            self._src.close()
+            raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % url)
+        try:
             mm = _blank(size)
         except (OSError, OverflowError, ValueError) as e:
+            self._src.close()
             raise KilnError("LIMIT", 0, "%s: the store reports %d bytes, which cannot be mapped "
                             "here (%s)" % (url, size, e)) from None
         try:
-            head = self._read(0, min(size, _HEAD_GUESS), "the header")
-            need = _table_end(head, size, max_count, max_bytes)
-            if need > len(head):
-                head += self._read(len(head), need, "the table")
-            mm[:len(head)] = head
-            d = _api.decode_tensors(mm, trusted=trusted, max_count=max_count,
-                                    max_bytes=max_bytes)
+            d, base = self._table(mm, first, trusted, max_count, max_bytes)
         except BaseException:
             _close(mm)
+            self._src.close()
             raise
+        # a server without ranges sent the whole (small) object at once: payloads are
+        # taken from that answer (checked when read); else each read is a request
+        self._head = first[base:] if self._src.whole else b""
         self._mm = mm
         self._all = d
-        self._base = d._pb
-        rows = d._rows
+        self._base = base
+        names = _raw_names(d._rows)
         reserved = _meta.META_NAME.encode()
-        self._has_meta = bool(rows) and rows[-1][2] == reserved
-        for i, row in enumerate(rows[:-1]):
-            if row[2] == reserved:
-                _close(mm)
+        self._has_meta = bool(names) and names[-1] == reserved
+        for i, name in enumerate(names[:-1]):
+            if name == reserved:
+                self.close()
                 raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF,
                                 "%s: the name %r is reserved for the metadata, the last tensor"
                                 % (url, reserved.decode()))
-        self._count = len(rows) - self._has_meta
-        # payload i's span [start, end of its gap): the gap is fetched and checked with it
-        ends = [self._base + r[10] for r in rows[1:]] + [size]
-        self._spans = [(self._base + r[10], self._base + r[10] + r[11], ends[i])
-                       for i, r in enumerate(rows)]
-        self._done: List[List[Tuple[int, int]]] = [[] for _ in rows]   # fetched byte ranges
+        self._count = len(names) - self._has_meta
+        self._done: Dict[int, List[Tuple[int, int]]] = {}   # fetched byte ranges, by tensor
         self._meta: Any = _UNSET
         self._dir: Optional[TensorDirectory] = None
         self._names: Optional[Dict[Any, int]] = None
 
+    def _table(self, mm: mmap.mmap, first: bytes, trusted: bool, max_count: int,
+               max_bytes: int) -> Tuple[TensorDirectory, int]:
+        """The header checked (steps 1 to 6) before the rest of the table is asked
+        for, then the table: ``(directory, payload base)``."""
+        mm[:min(len(first), W.HEADER_SIZE)] = first[:W.HEADER_SIZE]
+        try:
+            base = _compat.kernels.check_header(mm, 0, max_count, max_bytes)
+        except KilnError as e:
+            if first[:4] == W.FRAME_MAGIC:
+                raise frame_hint(e) from None
+            raise
+        mm[:min(len(first), base)] = first[:base]
+        if base > len(first):
+            mm[len(first):base] = self._src.read(len(first), base, "the table")
+        d, _ = _open_table(mm, trusted, max_count, max_bytes)
+        return d, base
+
     # --- fetching -----------------------------------------------------------
 
-    def _read(self, start: int, end: int, what: str) -> bytes:
-        return _read(self._fs, self._key, self.path, self._version, start, end, what)
+    def _span(self, i: int) -> Tuple[int, int, int]:
+        """Payload ``i``'s start and end, and the end of the gap after it (the
+        gap is fetched and checked with it)."""
+        row = self._all._rows[i]
+        start = self._base + row[10]
+        end = start + row[11]
+        return start, end, min((end + _ALIGN) & ~_ALIGN, self.size)
 
     def _fetch(self, i: int, lo: int, hi: int) -> None:
         """Make bytes [lo, hi) of payload span ``i`` present (absolute offsets)."""
         with self._lock:
             if self._mm is None:
                 raise ValueError("%s is closed" % self.path)
-            done = self._done[i]
+            done = self._done.setdefault(i, [])
             for a, b in _missing(done, lo, hi):
                 self._fill(i, a, b)
                 done.append((a, b))
@@ -191,19 +217,21 @@ class RemoteFile(TensorFileMapping):
                 _merge(done)
 
     def _fill(self, i: int, a: int, b: int) -> None:
-        start, end, gap_end = self._spans[i]
+        start, end, _ = self._span(i)
         row = self._all._rows[i]
-        data = self._read(a, b, "tensor %r" % (_text(row[2]) if row[2] else i))
-        body = memoryview(data)[:max(0, min(b, end) - a)]
-        fault = _payload_fault(row[0], element_count(row[1]), body, b >= end > a)
-        if fault is not None:
-            raise KilnError("TYPE", a + fault[0], "%s: %s" % (self.path, fault[1]))
-        if b > end:
-            tail = memoryview(data)[max(end, a) - a:]
-            if any(tail):
-                at = next(k for k, v in enumerate(tail) if v)
-                raise KilnError("TYPE", max(end, a) + at, "%s: alignment gap byte is not 0"
-                                % self.path)
+        have = self._base + len(self._head)    # bytes [base, have) came with the table
+        what = "tensor %r" % (_text(row[2]) if row[2] else i)
+        if b <= have:
+            data = self._head[a - self._base:b - self._base]
+        elif a < have:
+            data = self._head[a - self._base:] + self._src.read(have, b, what)
+        else:
+            data = self._src.read(a, b, what)
+        try:
+            _compat.kernels.check_payload(data, a - start, row[0], element_count(row[1]),
+                                          row[11], start)
+        except KilnError as e:
+            raise KilnError(e.code, e.offset, "%s: %s" % (self.path, e.reason)) from None
         assert self._mm is not None
         self._mm[a:b] = data
 
@@ -256,7 +284,7 @@ class RemoteFile(TensorFileMapping):
         if isinstance(name, slice):             # as a directory slices: a list of tensors
             return [self[i] for i in range(*name.indices(len(self)))]  # type: ignore[return-value]
         i = self._position(name)
-        start, _, gap_end = self._spans[i]
+        start, _, gap_end = self._span(i)
         self._fetch(i, start, gap_end)
         t = self._tensors_view()[name]
         if self._verify and self._digests() is not None:
@@ -267,7 +295,7 @@ class RemoteFile(TensorFileMapping):
     def tensors(self) -> TensorDirectory:
         """Every tensor, fetched (one range request each), as a directory of views."""
         for i in range(self._count):
-            start, _, gap_end = self._spans[i]
+            start, _, gap_end = self._span(i)
             self._fetch(i, start, gap_end)
         if self._verify and self._digests() is not None:
             from ._checksum import check_directory
@@ -281,7 +309,7 @@ class RemoteFile(TensorFileMapping):
         row = d._rows[i]
         shape = row[1]
         width = W.DTYPES[row[0]][1] if row[0] <= W.DTYPE_MAX else 0
-        lo, _, gap_end = self._spans[i]
+        lo, _, gap_end = self._span(i)
         if not shape or width == 0:
             return self[name].numpy()[start:stop]     # packed or opaque: the whole payload
         n = shape[0]
@@ -302,7 +330,7 @@ class RemoteFile(TensorFileMapping):
         if row[0] > W.DTYPE_MAX or W.DTYPES[row[0]][1] == 0:
             raise TypeError("tensor %r has no rows of whole bytes" % (name,))
         n = row[1][0] if row[1] else 1   # rank 0: one row, the value
-        return RowSource(self.path, self._storage_options, self._version, self._spans[i][0],
+        return RowSource(self.path, self._storage_options, self._version, self._span(i)[0],
                          row[11] // n if n else 0, tuple(row[1]), row[0])
 
     def _digests(self) -> Optional[bytes]:
@@ -319,7 +347,7 @@ class RemoteFile(TensorFileMapping):
             else:
                 from .files import _split_metadata
                 i = len(self._all._rows) - 1
-                start, _, gap_end = self._spans[i]
+                start, _, gap_end = self._span(i)
                 self._fetch(i, start, gap_end)
                 _, self._meta, self._sums = _split_metadata(self._all, self._mm, self.path)
         return self._meta
@@ -328,6 +356,7 @@ class RemoteFile(TensorFileMapping):
         """Stop using the file; views already taken stay valid."""
         with self._lock:
             mm, self._mm = self._mm, None
+            self._src.close()
         self._dir = None
         if mm is not None:
             self._all = None  # type: ignore[assignment]
@@ -369,48 +398,19 @@ class RowSource:
             # nothing to fetch: and a store may read the empty range bytes=N-(N-1)
             # as no range at all (S3: the whole object) or refuse it (416)
             return b""
-        import fsspec
-        fs, key = fsspec.core.url_to_fs(self.url, **self.storage_options)
-        a = self.offset + start * self.row_bytes
-        data = _read(fs, key, self.url, self.version, a, self.offset + stop * self.row_bytes,
-                     "rows %d..%d" % (start, stop))
-        fault = _payload_fault(self.code, 0, data, False)   # whole-byte rows: bools only
-        if fault is not None:
-            raise KilnError("TYPE", a + fault[0], "%s: %s" % (self.url, fault[1]))
+        src = source(self.url, self.storage_options, self.version)
+        try:
+            a = self.offset + start * self.row_bytes
+            data = src.read(a, self.offset + stop * self.row_bytes, "rows %d..%d" % (start, stop))
+        finally:
+            src.close()
+        n_bytes = self.row_bytes * n
+        try:
+            _compat.kernels.check_payload(data, a - self.offset, self.code,
+                                          element_count(self.shape), n_bytes, self.offset)
+        except KilnError as e:
+            raise KilnError(e.code, e.offset, "%s: %s" % (self.url, e.reason)) from None
         return data
-
-
-def _read(fs: Any, key: str, url: str, version: Tuple[Any, ...], start: int, end: int,
-          what: str) -> bytes:
-    """Bytes [start, end) of the object, then a check that it is still the
-    version that was opened."""
-    data = fs.cat_file(key, start=start, end=end)
-    now = _version(fs.info(key))
-    if now != version:
-        raise RemoteFileChanged("%s changed after it was opened (was %s, now %s): reopen it"
-                                % (url, _show(version), _show(now)))
-    if len(data) > end - start:
-        raise OSError("%s: the store sent %d bytes for bytes %d..%d (%s): it ignored the range "
-                      "request" % (url, len(data), start, end, what))
-    if len(data) != end - start:
-        raise KilnError("EOF", start + len(data), "%s: the object ended at byte %d while "
-                        "reading %s (bytes %d..%d)" % (url, start + len(data), what, start, end))
-    return bytes(data)
-
-
-def _table_end(head: bytes, size: int, max_count: int, max_bytes: int) -> int:
-    """Where the payloads begin, from the header's counts (bounded by the file
-    size; a header too short or malformed, or counts above the caps, are left
-    to the directory check: nothing more is fetched for them)."""
-    if len(head) < W.HEADER_SIZE or head[:4] != W.DIR_MAGIC:
-        return len(head)
-    count = int.from_bytes(head[W.H_COUNT:W.H_COUNT + 4], "little")
-    names = int.from_bytes(head[W.H_NAME_BYTES:W.H_NAME_BYTES + 4], "little")
-    if count > max_count or names > max_bytes:
-        return len(head)
-    want = W.HEADER_SIZE + W.DESC_SIZE * count + names
-    want = (want + W.DIR_ALIGN - 1) & ~(W.DIR_ALIGN - 1)
-    return min(want, size)
 
 
 def _missing(done: List[Tuple[int, int]], lo: int, hi: int) -> List[Tuple[int, int]]:
@@ -438,10 +438,6 @@ def _merge(done: List[Tuple[int, int]]) -> None:
 
 def _text(name: bytes) -> str:
     return name.decode("utf-8", "replace")
-
-
-def _show(version: Tuple[Any, ...]) -> str:
-    return ", ".join(["size %s" % version[0]] + ["%s %s" % kv for kv in version[1:]])
 
 
 def _close(mm: mmap.mmap) -> None:

@@ -51,7 +51,7 @@ from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, co
 from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_changed
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "write_directory"]
+           "check_header", "check_payload", "write_directory"]
 
 
 # --- C declarations --------------------------------------------------------

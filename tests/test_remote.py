@@ -390,7 +390,8 @@ def test_a_server_that_ignores_range_requests_is_a_clear_error(api, tmp_path):
         with pytest.raises(OSError, match="ignored the range request") as e:
             kiln.open(server.url + "n.kiln")
         size = os.path.getsize(tmp_path / "n.kiln")
-        assert "sent %d bytes for bytes 0..65536" % size in str(e.value)
+        assert "200 with the whole object (%d bytes) for bytes 0..65536" % size in str(e.value)
+        assert isinstance(e.value, kiln.remote.RemoteError)
 
 
 def _outcome(opener):
@@ -404,11 +405,13 @@ def _outcome(opener):
         return ("error", e.code, e.offset)
 
 
-def test_one_byte_changed_anywhere_reads_as_the_local_file_does(api, tmp_path):
+@pytest.mark.parametrize("where", ["memory", "http"])
+def test_one_byte_changed_anywhere_reads_as_the_local_file_does(api, tmp_path, where, request):
     """A differential: every single-byte change of a file (table, padding,
     payloads, gaps, metadata, trailing bytes) gives the remote reader the
     outcome the local reader has: the same bytes, or the same code at the same
-    offset (remote faults in payload bytes surface when that tensor is read)."""
+    offset (payload faults surface, in both, when that tensor is read), over
+    fsspec's memory filesystem and over the loopback HTTP server."""
     from _mutation import directory_tensors
     t = [kiln.Tensor(np.zeros(80 << 10, np.uint8).tobytes(), dtype="u8", shape=(80 << 10,),
                      name="0.first")] + directory_tensors()   # payloads past the first read
@@ -418,16 +421,26 @@ def test_one_byte_changed_anywhere_reads_as_the_local_file_does(api, tmp_path):
     rng = np.random.default_rng(11)
     spots = list(rng.integers(0, len(base), 150))
     spots += list(range(0, 64)) + list(range(len(base) - 700, len(base)))   # header, tail
+    if where == "http":
+        server, root, url = request.getfixturevalue("http")
     fs = fsspec.filesystem("memory")
     differ = []
     for k, at in enumerate(spots):
         data = bytearray(base)
         data[at] ^= int(rng.integers(1, 256))
         p.write_bytes(bytes(data))
-        fs.pipe("/mut-%d.kiln" % k, bytes(data))
+        if where == "http":
+            (root / ("mut-%d.kiln" % k)).write_bytes(bytes(data))
+            remote_url = url + "mut-%d.kiln" % k
+        else:
+            fs.pipe("/mut-%d.kiln" % k, bytes(data))
+            remote_url = "memory:///mut-%d.kiln" % k
         local = _outcome(lambda: kiln.open(p))
-        remote = _outcome(lambda: kiln.open("memory:///mut-%d.kiln" % k))
-        fs.rm("/mut-%d.kiln" % k)
+        remote = _outcome(lambda: kiln.open(remote_url))
+        if where == "http":
+            os.unlink(root / ("mut-%d.kiln" % k))
+        else:
+            fs.rm("/mut-%d.kiln" % k)
         if local != remote:
             differ.append((at, local[:3] if local[0] == "error" else "ok",
                            remote[:3] if remote[0] == "error" else "ok"))

@@ -41,6 +41,21 @@ the tests) is what the layers above call:
     payload_base, count, named, table_bytes, names)``: the checked copy of the
     descriptors and the name heap, for rows built on demand
     (``kiln._rows.LazyRows``), and the names as bytes (None when unnamed).
+    It leaves out the payload contents (each bool byte 0 or 1, an odd 4-bit
+    tail's high nibble 0, the alignment gaps all 0): a lazy open checks a
+    tensor's with ``check_payload`` when that tensor is read.
+
+``check_header(buf, start, max_count, max_bytes)``
+    Steps 1 to 6 from the header at ``start`` and ``len(buf)`` alone; returns
+    the payload base (from ``start``): what a remote reader checks before it
+    asks for the table.
+
+``check_payload(buf, at, code, count, nbytes, origin)``
+    Check the bytes of ``buf`` as positions ``at ..`` of one tensor's payload
+    (dtype ``code``, ``count`` elements, ``nbytes`` bytes) and of the
+    alignment gap after it (positions from ``nbytes``): the contents checks
+    of steps 10 and 11a, for one tensor or a run of it.  ``TYPE`` at
+    ``origin`` + the position of the first bad byte.
 
 ``write_directory(records, out)``
     Append the canonical block for normalized tensor records to the bytearray
@@ -52,9 +67,10 @@ loops over elements, fields and descriptors live in the kernels.
 """
 
 from .decode import compile_decoder
-from .directory import validate_directory, validate_directory_copy
+from .directory import check_header, check_payload, validate_directory, \
+    validate_directory_copy
 from .dirwrite import write_directory
 from .encode import compile_encoder
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "write_directory"]
+           "check_header", "check_payload", "write_directory"]

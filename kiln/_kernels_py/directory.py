@@ -3,6 +3,13 @@
 The twin of ``src/kernels/directory.pxi``: the same step functions under the
 same names.  The header, the descriptors and the name heap are read once into
 private objects (tuples and bytes) and every later step uses those.
+
+The payload contents (bool bytes, an odd 4-bit tail, the alignment gaps) are
+checked by the steps when the caller asks for the whole block at once
+(``validate_directory``); ``validate_directory_copy`` (a lazy open) leaves
+them to ``check_payload``, which the file layer calls for one tensor when
+that tensor is read, so an open costs the table, whatever the payloads
+claim.
 """
 
 import numpy as np
@@ -20,7 +27,7 @@ class Dir:
     __slots__ = ("buf", "n", "s", "standalone", "trusted", "max_count", "max_bytes", "max_copy",
                  "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
                  "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
-                 "counts", "names", "layouts", "heap")
+                 "counts", "names", "layouts", "heap", "contents")
 
     def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy):
         self.buf = buf
@@ -31,6 +38,7 @@ class Dir:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.max_copy = max_copy   # None: copies are not capped
+        self.contents = True       # check the payload contents too (steps 10 and 11a)
 
     def d(self, i):
         """The absolute offset of descriptor ``i``."""
@@ -283,6 +291,8 @@ def step10_placement(st):
     if st.payload_bytes != r:
         raise err("TYPE", st.s + W.H_PAYLOAD_BYTES, "payload_bytes is %d, the canonical end is "
                   "%d" % (st.payload_bytes, r))
+    if not st.contents:
+        return   # the gaps: with their tensors (check_payload)
     r = 0
     for dsc in st.descs:
         off = dsc[W.I_BYTE_OFFSET]
@@ -291,28 +301,56 @@ def step10_placement(st):
 
 
 def step11a_payload_bytes(st):
-    buf = st.buf
+    if not st.contents:
+        return   # with each tensor, when it is read (check_payload)
     for i, dsc in enumerate(st.descs):
-        code, blen = dsc[W.I_DTYPE], dsc[W.I_BYTE_LENGTH]
+        blen = dsc[W.I_BYTE_LENGTH]
         a = st.pb + dsc[W.I_BYTE_OFFSET]
-        if code == W.DTYPE_BOOL and blen:
-            k, b = _first_bad_bool(buf, a, blen)
-            if k >= 0:
-                raise err("TYPE", a + k, "bool byte is %d, not 0 or 1" % b)
-        elif code in W.PACKED and st.counts[i] & 1:
-            if buf[a + blen - 1] & 0xF0:
-                raise err("TYPE", a + blen - 1, "high nibble of an odd packed tail is not 0")
+        _payload_contents(st.buf, a, a + blen, 0, dsc[W.I_DTYPE], st.counts[i], blen, a)
 
 
-def _first_bad_bool(buf, a, n):
-    # one copy of the bytes (read once, as the compiled kernel does), so no
-    # array exporting ``buf`` outlives the call either
-    raw = np.frombuffer(bytes(buf[a:a + n]), np.uint8)
-    bad = raw > 1
-    if bad.any():
-        k = int(np.argmax(bad))
-        return k, int(raw[k])
-    return -1, 0
+_CHUNK = 1 << 20   # payload bytes copied and scanned at a time
+
+
+def _payload_contents(buf, lo, hi, at, code, count, nbytes, origin):
+    """Check ``buf[lo:hi]``, the bytes at positions ``at ..`` of one payload of
+    ``nbytes`` bytes and the alignment gap after it (positions from
+    ``nbytes`` on); errors at ``origin`` + position.  Each byte is read once,
+    through a private copy of at most ``_CHUNK`` bytes."""
+    end = lo + max(0, min(hi - lo, nbytes - at))          # where the gap starts in buf
+    if code == W.DTYPE_BOOL:
+        for a in range(lo, end, _CHUNK):
+            raw = np.frombuffer(bytes(buf[a:min(end, a + _CHUNK)]), np.uint8)
+            bad = raw > 1
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise err("TYPE", origin + at + (a - lo) + k, "bool byte is %d, not 0 or 1"
+                          % int(raw[k]))
+    elif code in W.PACKED and count & 1 and at < nbytes <= at + (hi - lo):
+        k = nbytes - 1 - at
+        if buf[lo + k] & 0xF0:
+            raise err("TYPE", origin + nbytes - 1, "high nibble of an odd packed tail is not 0")
+    for a in range(end, hi, _CHUNK):
+        gap = bytes(buf[a:min(hi, a + _CHUNK)])
+        if any(gap):
+            k = next(k for k, v in enumerate(gap) if v)
+            raise err("TYPE", origin + at + (a - lo) + k, "alignment gap byte is not 0")
+
+
+def check_payload(buf, at, code, count, nbytes, origin):
+    """Check the bytes of ``buf``: positions ``at .. at + len(buf)`` of one
+    tensor's payload (dtype ``code``, ``count`` elements, ``nbytes`` bytes)
+    followed by its alignment gap, as steps 10 and 11a would: each bool byte
+    0 or 1, an odd 4-bit tail's high nibble 0 (when ``buf`` holds the last
+    payload byte), every gap byte 0.  ``TYPE`` at ``origin`` + the position
+    of the first bad byte; returns None."""
+    if at < 0 or count < 0 or nbytes < 0 or origin < 0:
+        raise ValueError("at, count, nbytes and origin must be non-negative")
+    with memoryview(buf) as view:
+        with (view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")) as mv:
+            if origin + at + len(mv) + nbytes >= 0x7FFFFFFFFFFFFFFF or code > 0xFFFF:
+                raise ValueError("offsets past 2**63 or a dtype code past u16")
+            _payload_contents(mv, 0, len(mv), at, code, count, nbytes, origin)
 
 
 def step11b_quantization(st):
@@ -387,23 +425,40 @@ def make_table(st):
              dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH]) for i, dsc in enumerate(st.descs)]
 
 
-def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
-    """Check the directory at ``start`` as validate_directory does; returns
-    (end, payload_base, count, named, table_bytes, names): the checked copy of
-    the descriptors and the name heap, from which rows are built on demand
-    (kiln._rows.LazyRows), and every name (bytes, or None when unnamed).  The
-    descriptors are packed again from the values the steps checked, never read
-    again from ``buf``."""
+def check_header(buf, start, max_count, max_bytes):
+    """Steps 1 to 6 only, from the header at ``start`` and the length of
+    ``buf``: returns the payload base (from ``start``), so a reader that
+    fetches the table knows, before it asks, that the table is within the
+    caps and the buffer."""
     if start < 0 or max_count < 0 or max_bytes < 0:
         raise ValueError("start, max_count and max_bytes must be non-negative")
-    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None)
+    st = Dir(buf, start, True, False, max_count, max_bytes, None)
+    step2_envelope(st, *step1_magic(st))
+    step3_caps(st)
+    step4_arithmetic(st)
+    step5_fits(st)
+    step6_block(st)
+    return st.base
+
+
+def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
+    """Check the directory at ``start`` as validate_directory does, except the
+    payload contents (left to check_payload); returns (end, payload_base,
+    count, named, table_bytes, names): the checked copy of the descriptors and
+    the name heap, from which rows are built on demand (kiln._rows.LazyRows),
+    and every name (bytes, or None when unnamed).  The descriptors are packed
+    again from the values the steps checked, never read again from ``buf``."""
+    if start < 0 or max_count < 0 or max_bytes < 0:
+        raise ValueError("start, max_count and max_bytes must be non-negative")
+    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False)
     end = step12_trailing(st)
     blob = b"".join([W.DESC.pack(*dsc) for dsc in st.descs]) + st.heap
     return end, st.base, st.count, bool(st.named), blob, list(st.names)
 
 
-def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy):
+def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy, contents=True):
     st = Dir(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
+    st.contents = contents
     step2_envelope(st, *step1_magic(st))
     step3_caps(st)
     step4_arithmetic(st)

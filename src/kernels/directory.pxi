@@ -5,7 +5,10 @@
 # is checked: every later step reads that copy, so a buffer another process or
 # thread changes meanwhile cannot make a checked field differ from a used one.
 # Payload bytes (padding, gaps, bools, packed tails) are read from the buffer,
-# once each, at offsets the copy has bounded.
+# once each, at offsets the copy has bounded.  The payload contents (gaps,
+# bools, packed tails) are checked here only when the whole block is asked
+# for (validate_directory); validate_directory_copy (a lazy open) leaves them
+# to check_payload, called by the file layer for one tensor when it is read.
 
 cdef struct NameRef:
     const uint8_t *p
@@ -57,6 +60,7 @@ cdef struct Dir:
     Py_ssize_t pb           # absolute offset of the payload base
     Py_ssize_t heap0        # absolute offset of the name heap
     bint named
+    bint contents           # check the payload contents too (steps 10 and 11a)
 
 
 cdef inline const uint8_t *desc(Dir *st, uint64_t i) noexcept:
@@ -424,6 +428,8 @@ cdef int step10_placement(Dir *st) except -1:
     if st.payload_bytes != r:
         kfail("TYPE", st.s + H_PAYLOAD_BYTES, "payload_bytes is %d, the canonical end is %d"
               % (st.payload_bytes, r))
+    if not st.contents:
+        return 0   # the gaps: with their tensors (check_payload)
     r = 0
     for i in range(st.count):
         off = kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
@@ -435,21 +441,42 @@ cdef int step10_placement(Dir *st) except -1:
 
 
 cdef int step11a_payload_bytes(Dir *st) except -1:
-    cdef uint64_t i, code, blen
+    cdef uint64_t i, blen
     cdef Py_ssize_t a
-    cdef int64_t bad
-    cdef uint8_t v
+    if not st.contents:
+        return 0   # with each tensor, when it is read (check_payload)
     for i in range(st.count):
-        code = kiln_ld_u16(desc(st, i) + D_DTYPE)
         a = st.pb + <Py_ssize_t>kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
         blen = kiln_ld_u64(desc(st, i) + D_BYTE_LENGTH)
-        if code == DTYPE_BOOL and blen:
-            bad = kiln_first_bad_bool(st.b + a, blen, &v)
+        payload_contents(st.b + a, <Py_ssize_t>blen, 0, kiln_ld_u16(desc(st, i) + D_DTYPE),
+                         st.counts[i], blen, a)
+    return 0
+
+
+cdef int payload_contents(const uint8_t *p, Py_ssize_t n, uint64_t at, uint64_t code,
+                          uint64_t count, uint64_t nbytes, Py_ssize_t origin) except -1:
+    """Check ``p[0:n]``, the bytes at positions ``at ..`` of one payload of
+    ``nbytes`` bytes and the alignment gap after it (positions from
+    ``nbytes`` on); errors at ``origin`` + position.  Each byte is read once."""
+    cdef Py_ssize_t end = 0, k
+    cdef int64_t bad
+    cdef uint8_t v
+    if at < nbytes:
+        end = <Py_ssize_t>(nbytes - at) if nbytes - at < <uint64_t>n else n
+    if code == DTYPE_BOOL:
+        if end:
+            bad = kiln_first_bad_bool(p, <size_t>end, &v)
             if bad >= 0:
-                kfail("TYPE", a + bad, "bool byte is %d, not 0 or 1" % v)
-        elif code <= DTYPE_MAX and DW[code] == 0 and st.counts[i] & 1:
-            if st.b[a + blen - 1] & 0xF0:
-                kfail("TYPE", a + <Py_ssize_t>blen - 1, "high nibble of an odd packed tail is not 0")
+                kfail("TYPE", origin + <Py_ssize_t>at + <Py_ssize_t>bad,
+                      "bool byte is %d, not 0 or 1" % v)
+    elif code <= DTYPE_MAX and DW[code] == 0 and count & 1 and at < nbytes and \
+            nbytes <= at + <uint64_t>n:
+        if p[nbytes - 1 - at] & 0xF0:
+            kfail("TYPE", origin + <Py_ssize_t>nbytes - 1,
+                  "high nibble of an odd packed tail is not 0")
+    for k in range(end, n):
+        if p[k]:
+            kfail("TYPE", origin + <Py_ssize_t>at + k, "alignment gap byte is not 0")
     return 0
 
 
@@ -706,6 +733,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
     st.max_bytes = max_bytes
     st.priv = NULL
     st.counts = NULL
+    st.contents = want_table != 2   # the checked copy: a lazy open (check_payload later)
     try:
         step1_magic(&st)
         step2_envelope(&st)
@@ -775,6 +803,60 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
     finally:
         PyBuffer_Release(&view)
     return end, base, count, named, blob, names
+
+
+def check_header(buf, start, max_count, max_bytes):
+    """Steps 1 to 6 only, from the header at ``start`` and the length of
+    ``buf``: returns the payload base (from ``start``), so a reader that
+    fetches the table knows, before it asks, that the table is within the
+    caps and the buffer."""
+    cdef Py_buffer view
+    cdef Dir st
+    if start < 0 or max_count < 0 or max_bytes < 0:
+        raise ValueError("start, max_count and max_bytes must be non-negative")
+    get_view(buf, &view)
+    try:
+        st.b = <const uint8_t *>view.buf
+        st.n = view.len
+        st.s = start
+        st.standalone = True
+        st.trusted = False
+        st.max_copy = U64_MAX
+        st.max_count = _cap(max_count)
+        st.max_bytes = _cap(max_bytes)
+        st.priv = NULL
+        st.counts = NULL
+        st.contents = False
+        step1_magic(&st)
+        step2_envelope(&st)
+        step3_caps(&st)
+        step4_arithmetic(&st)
+        step5_fits(&st)
+        step6_block(&st)
+    finally:
+        PyBuffer_Release(&view)
+    return st.base
+
+
+def check_payload(buf, at, code, count, nbytes, origin):
+    """Check the bytes of ``buf``: positions ``at .. at + len(buf)`` of one
+    tensor's payload (dtype ``code``, ``count`` elements, ``nbytes`` bytes)
+    followed by its alignment gap, as steps 10 and 11a would: each bool byte
+    0 or 1, an odd 4-bit tail's high nibble 0 (when ``buf`` holds the last
+    payload byte), every gap byte 0.  ``TYPE`` at ``origin`` + the position
+    of the first bad byte; returns None."""
+    cdef Py_buffer view
+    if at < 0 or count < 0 or nbytes < 0 or origin < 0:
+        raise ValueError("at, count, nbytes and origin must be non-negative")
+    get_view(buf, &view)
+    try:
+        if origin + at + view.len + nbytes >= 0x7FFFFFFFFFFFFFFF or code > 0xFFFF:
+            raise ValueError("offsets past 2**63 or a dtype code past u16")
+        payload_contents(<const uint8_t *>view.buf, view.len, at, code, _cap(count), nbytes,
+                         origin)
+    finally:
+        PyBuffer_Release(&view)
+    return None
 
 
 cdef int check_written(const uint8_t *b, Py_ssize_t n, Py_ssize_t start) except -1:
