@@ -232,8 +232,13 @@ def run_thread(kernels, seconds):
 
     th = threading.Thread(target=_writer, args=(write, where, done.is_set), daemon=True)
     th.start()
+    # with the GIL a slice assignment is atomic, so each string is one variant
+    # exactly; with the GIL off (a free-threaded build) the writer's copy runs
+    # beside kiln's and a string may mix two variants byte by byte: it must
+    # still be a valid str of bytes written at those positions (fork mode's rule)
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     try:
-        stats = _decode_loop(dec, ba, Checker(True), seconds)
+        stats = _decode_loop(dec, ba, Checker(gil), seconds)
     finally:
         done.set()
         th.join()
