@@ -93,8 +93,8 @@ def allocation_bound(t, n, max_count=kiln.DEFAULT_MAX_COUNT, shape=None):
     return (AMPLIFICATION_FACTOR + ZERO_NODE_BYTES * z) * n + budget + ALLOCATION_SLACK
 
 
-def traced_decode(decode, buf):
-    """``(value, error, peak)``: decode ``buf`` with tracemalloc on around the
+def traced_call(fn, *args):
+    """``(value, error, peak)``: ``fn(*args)`` with tracemalloc on around the
     call only (a few microseconds per call); ``peak`` is the traced bytes above
     what was live when the call started.  A KilnError is returned, not raised.
     If tracemalloc is already tracing, it is left on."""
@@ -106,7 +106,7 @@ def traced_decode(decode, buf):
         base = tracemalloc.get_traced_memory()[0]
         v = err = None
         try:
-            v = decode(buf)
+            v = fn(*args)
         except kiln.KilnError as e:
             err = e
         peak = tracemalloc.get_traced_memory()[1] - base
@@ -114,6 +114,11 @@ def traced_decode(decode, buf):
         if fresh:
             tracemalloc.stop()
     return v, err, peak
+
+
+def traced_decode(decode, buf):
+    """:func:`traced_call` of one decode."""
+    return traced_call(decode, buf)
 
 
 def _progs(kernels, text, **kw):
@@ -218,20 +223,7 @@ def check_convert_input(kind, data):
     dst = os.path.join(folder, "out.kiln")
     with open(src, "wb") as f:
         f.write(data)
-    fresh = not tracemalloc.is_tracing()
-    if fresh:
-        tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        try:
-            n = convert(src, dst)
-        except kiln.KilnError:
-            n = None
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        if fresh:
-            tracemalloc.stop()
+    n, _, peak = traced_call(convert, src, dst)   # n is None when it was refused
     bound = CONVERT_SLACK + CONVERT_FACTOR * len(data)
     if peak > bound:
         raise AssertionError("converting %d bytes of %s allocated %d bytes, above %d"

@@ -20,11 +20,12 @@ Every call's traced peak is at most :data:`PEAK_BOUND` bytes (the parsers'
 build budgets, far below the fuzzer's ``-malloc_limit_mb``).
 """
 
-import tracemalloc
 
 import kiln
 from kiln import _kernels_py, _meta
 from kiln.schema import generate
+
+from oracle import traced_call
 
 try:
     from kiln import _kernels_c
@@ -38,21 +39,14 @@ _DECODERS = {}
 
 
 def _traced(fn, *args):
-    fresh = not tracemalloc.is_tracing()
-    if fresh:
-        tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        try:
-            return fn(*args)
-        finally:
-            peak = tracemalloc.get_traced_memory()[1] - base
-            if peak > PEAK_BOUND:
-                raise AssertionError("%s allocated %d bytes" % (fn.__name__, peak))
-    finally:
-        if fresh:
-            tracemalloc.stop()
+    """``fn(*args)`` under tracemalloc (oracle.traced_call): its value, or its
+    KilnError raised, after checking the traced peak against PEAK_BOUND."""
+    v, err, peak = traced_call(fn, *args)
+    if peak > PEAK_BOUND:
+        raise AssertionError("%s allocated %d bytes" % (fn.__name__, peak))
+    if err is not None:
+        raise err
+    return v
 
 
 def check_schema(body):

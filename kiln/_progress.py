@@ -8,8 +8,9 @@ operation, which then leaves no file behind, as any failure does).  The calls
 come from the thread that wrote the piece, one at a time.
 """
 
+import contextlib
 import threading
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 ProgressLike = Union[None, bool, Callable[[int, int], Any]]
 
@@ -73,3 +74,14 @@ def make(progress: ProgressLike, what: str) -> Optional[Progress]:
     if progress is None or progress is False:
         return None
     return Progress(progress, what)
+
+
+@contextlib.contextmanager
+def session(progress: ProgressLike, what: str) -> Iterator[Optional[Progress]]:
+    """``make(progress, what)`` for the length of a ``with`` block, closed after it."""
+    prog = make(progress, what)
+    try:
+        yield prog
+    finally:
+        if prog is not None:
+            prog.close()

@@ -165,10 +165,9 @@ def save_tensors(path: PathLike, tensors: Any, *,
     metas = [r[:10] + (len(r[10]),) for r in records]
     for i, m in enumerate(metas):
         _check_meta(m, i)
-    prog = _progress.make(progress, "save")
-    if prog is not None:
-        prog.start(sum(m[10] for m in metas))
-    try:
+    with _progress.session(progress, "save") as prog:
+        if prog is not None:
+            prog.start(sum(m[10] for m in metas))
         if hasattr(path, "write"):
             # a binary file object: written in place, from its current position
             _write_stream(path, metas, [r[10] for r in records], prog)
@@ -181,9 +180,6 @@ def save_tensors(path: PathLike, tensors: Any, *,
         except BaseException:
             out.discard()
             raise
-    finally:
-        if prog is not None:
-            prog.close()
 
 
 def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
@@ -1036,12 +1032,8 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
             d = f.tensors()
             d.copy_into(into)
             return d
-    prog = _progress.make(progress, "load")
-    try:
+    with _progress.session(progress, "load") as prog:
         return _load_tensors(path, copy, verify, prog, options)
-    finally:
-        if prog is not None:
-            prog.close()
 
 
 def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[_Progress],

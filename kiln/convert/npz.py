@@ -253,12 +253,8 @@ _NO_NPY = frozenset(("i4", "u4", "e2m1", "bf16", "f8e4m3", "f8e5m2", "e8m0"))
 
 def kiln_to_npz(src: str, dst: str, progress: Any = None) -> int:
     from .. import _progress
-    prog = _progress.make(progress, "convert")
-    try:
+    with _progress.session(progress, "convert") as prog:
         return _to_npz(src, dst, prog)
-    finally:
-        if prog is not None:
-            prog.close()
 
 
 def _to_npz(src: str, dst: str, prog: Any) -> int:

@@ -189,12 +189,8 @@ def kiln_to_safetensors(src: str, dst: str, progress: Any = None) -> int:
     """Convert a Kiln tensor file; metadata values that are not strings become JSON text."""
     from ..files import _AtomicFile, _write_payload
     from .. import _progress
-    prog = _progress.make(progress, "convert")
-    try:
+    with _progress.session(progress, "convert") as prog:
         return _to_safetensors(src, dst, prog, _AtomicFile, _write_payload)
-    finally:
-        if prog is not None:
-            prog.close()
 
 
 def _to_safetensors(src: str, dst: str, prog: Any, _AtomicFile: Any, _write_payload: Any) -> int:
