@@ -189,6 +189,29 @@ I_BYTE_LENGTH = 14
 I_SHAPE = 15
 I_RESERVED16 = 23
 
+# --- a checked table's row and a record for write_directory --------------------
+# validate_directory returns each tensor as a tuple in this order, and
+# write_directory takes the same first ten items followed by the payload.  Every
+# reader of a row, in Python and in Cython (src/kernels/wire.pxi), uses these
+# names instead of bare positions.
+ROW_FIELDS = ("code", "shape", "name", "layout", "block_size", "quant_scheme", "quant_axis",
+              "group_size", "scale_index", "outer_index", "byte_offset", "byte_length")
+R_CODE = 0
+R_SHAPE = 1
+R_NAME = 2
+R_LAYOUT = 3
+R_BLOCK_SIZE = 4
+R_QUANT_SCHEME = 5
+R_QUANT_AXIS = 6
+R_GROUP_SIZE = 7
+R_SCALE_INDEX = 8
+R_OUTER_INDEX = 9
+R_BYTE_OFFSET = 10
+R_BYTE_LENGTH = 11
+R_PAYLOAD = 10          # in a write_directory record, the payload follows outer_index
+ROW_SIZE = 12
+RECORD_SIZE = 11
+
 # --- the schema hash -------------------------------------------------------------
 
 FNV_OFFSET = 14695981039346656037
@@ -225,6 +248,7 @@ def _check():
     assert sorted(SCALAR_FORMAT) == list(range(OP_BOOL, LAST_SCALAR + 1))
     assert sorted(SCALAR_NAME) == sorted(NUMPY_LE) == sorted(SCALAR_FORMAT)
     assert all(OP_I8 <= op <= OP_U64 for op in INT_RANGE)
+    assert [g["R_" + f.upper()] for f in ROW_FIELDS] == list(range(ROW_SIZE))
 
 
 _check()

@@ -51,6 +51,8 @@
 #define KILN_NO_AXIS 65535
 #define KILN_NO_NAME 65535
 #define KILN_QUANT_SCHEMES 2
+#define KILN_ROW_SIZE 12
+#define KILN_RECORD_SIZE 11
 #define KILN_D_BLOCK_SIZE 12
 #define KILN_D_BYTE_LENGTH 40
 #define KILN_D_BYTE_OFFSET 32
@@ -77,6 +79,19 @@
 #define KILN_H_RESERVED 6
 #define KILN_H_RESERVED32 32
 #define KILN_H_VERSION 4
+#define KILN_R_BLOCK_SIZE 4
+#define KILN_R_BYTE_LENGTH 11
+#define KILN_R_BYTE_OFFSET 10
+#define KILN_R_CODE 0
+#define KILN_R_GROUP_SIZE 7
+#define KILN_R_LAYOUT 3
+#define KILN_R_NAME 2
+#define KILN_R_OUTER_INDEX 9
+#define KILN_R_PAYLOAD 10
+#define KILN_R_QUANT_AXIS 6
+#define KILN_R_QUANT_SCHEME 5
+#define KILN_R_SCALE_INDEX 8
+#define KILN_R_SHAPE 1
 
 /* width in bytes of each scalar op (index = op) */
 static const int kiln_scalar_width[12] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8};

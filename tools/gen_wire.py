@@ -23,7 +23,7 @@ CONSTANTS = [
     "OPAQUE_MIN", "OPAQUE_MAX", "FRAME_SIZE", "FRAME_PROFILE", "FRAME_FLAGS",
     "FRAME_RESERVED", "FRAME_HASH", "DIR_VERSION", "DIR_ALIGN", "FLAG_NAMED", "FLAG_LITTLE",
     "HEADER_SIZE", "DESC_SIZE", "MAX_RANK", "NO_INDEX", "NO_AXIS", "NO_NAME",
-    "QUANT_SCHEMES",
+    "QUANT_SCHEMES", "ROW_SIZE", "RECORD_SIZE",
 ]
 
 
@@ -35,7 +35,7 @@ def load_wire():
 
 
 def render(w):
-    names = list(w.OPS) + CONSTANTS + sorted(n for n in vars(w) if n[:2] in ("H_", "D_")
+    names = list(w.OPS) + CONSTANTS + sorted(n for n in vars(w) if n[:2] in ("H_", "D_", "R_")
                                               and n.isupper())
     nscalar = max(w.SCALAR_FORMAT) + 1
     widths = [w.SCALAR_FORMAT.get(op, ("", 0))[1] for op in range(nscalar)]

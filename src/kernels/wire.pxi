@@ -51,6 +51,8 @@ cdef extern from "kiln_wire.h":
         NO_AXIS "KILN_NO_AXIS"
         NO_NAME "KILN_NO_NAME"
         QUANT_SCHEMES "KILN_QUANT_SCHEMES"
+        ROW_SIZE "KILN_ROW_SIZE"
+        RECORD_SIZE "KILN_RECORD_SIZE"
         D_BLOCK_SIZE "KILN_D_BLOCK_SIZE"
         D_BYTE_LENGTH "KILN_D_BYTE_LENGTH"
         D_BYTE_OFFSET "KILN_D_BYTE_OFFSET"
@@ -77,6 +79,19 @@ cdef extern from "kiln_wire.h":
         H_RESERVED "KILN_H_RESERVED"
         H_RESERVED32 "KILN_H_RESERVED32"
         H_VERSION "KILN_H_VERSION"
+        R_BLOCK_SIZE "KILN_R_BLOCK_SIZE"
+        R_BYTE_LENGTH "KILN_R_BYTE_LENGTH"
+        R_BYTE_OFFSET "KILN_R_BYTE_OFFSET"
+        R_CODE "KILN_R_CODE"
+        R_GROUP_SIZE "KILN_R_GROUP_SIZE"
+        R_LAYOUT "KILN_R_LAYOUT"
+        R_NAME "KILN_R_NAME"
+        R_OUTER_INDEX "KILN_R_OUTER_INDEX"
+        R_PAYLOAD "KILN_R_PAYLOAD"
+        R_QUANT_AXIS "KILN_R_QUANT_AXIS"
+        R_QUANT_SCHEME "KILN_R_QUANT_SCHEME"
+        R_SCALE_INDEX "KILN_R_SCALE_INDEX"
+        R_SHAPE "KILN_R_SHAPE"
     const int SW "kiln_scalar_width"[12]
     const long long INT_LO "kiln_int_lo"[12]
     const long long INT_HI "kiln_int_hi"[12]
