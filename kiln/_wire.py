@@ -126,6 +126,7 @@ FRAME_HASH = 8
 # --- tensor directory ------------------------------------------------------------
 
 DIR_MAGIC = b"KLNT"
+RECORDS_MAGIC = b"KLNR"         # the record container's first bytes (spec/records.md)
 DIR_VERSION = 2
 DIR_ALIGN = 64
 FLAG_NAMED = 1

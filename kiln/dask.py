@@ -31,7 +31,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 import numpy as np
 
-from ._tensor import Tensor, TensorDirectory, numpy_dtype
+from . import Tensor, TensorDirectory, numpy_dtype   # the public names
 
 __all__ = ["from_kiln", "to_kiln"]
 
@@ -174,7 +174,7 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
         (((2, 2), (3,)), 66.0)
     """
     import dask.array as _da
-    from . import files
+    from . import _access, files
     from .remote import is_url
     import os
     if isinstance(path, str) and path.startswith("file://"):
@@ -186,7 +186,7 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
     rows = None
     with files.open(path, **options) as f:
         # the table only: a remote tensor's bytes are not fetched here
-        t = f._tensors_view()[name] if remote else f[name]
+        t = _access.table(f)[name] if remote else f[name]
         if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
             raise TypeError("from_kiln: tensor %r is %s, which has no numpy array form"
                             % (name, t.dtype))
@@ -194,7 +194,7 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
         del t
         if remote:
             rows = f.row_source(name)
-            version: Any = f._version
+            version: Any = _access.version(f)
         else:
             version = os.stat(path).st_mtime_ns
     token = "kiln-%s-%s-%s" % (os.path.basename(path), name,

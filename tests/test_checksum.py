@@ -155,14 +155,14 @@ def test_the_reserved_key_is_refused_and_a_bad_entry_is_type(api, tmp_path):
     with pytest.raises(kiln.EncodeError):
         kiln.save_tensors(p, [np.ones(2)], checksum=True)   # unnamed: no metadata possible
     # a file written by hand whose entry has the wrong length
-    from kiln import files
-    rec = files._meta_record({"__kiln_checksum__": {"algorithm": "crc32", "crc32": b"\0\0"}})
+    from kiln._files import save
+    from kiln._files.atomic import AtomicFile
     from kiln._tensor import normalize_tensors
-    from kiln._atomic import _AtomicFile
+    from kiln._wire import R_PAYLOAD as P
+    rec = save.meta_record({"__kiln_checksum__": {"algorithm": "crc32", "crc32": b"\0\0"}})
     records = normalize_tensors({"a": np.ones(2, np.float32)}) + [rec]
-    out = _AtomicFile(p)
-    files._write_block(out, [r[:10] + (len(r[10]),) for r in records], [r[10] for r in records])
-    out.commit()
+    with AtomicFile(p) as out:
+        save.write_block(out, [r[:P] + (len(r[P]),) for r in records], [r[P] for r in records])
     with pytest.raises(kiln.KilnError) as e:
         kiln.open(p)
     assert e.value.code == "TYPE" and "__kiln_checksum__" in e.value.reason

@@ -247,9 +247,9 @@ def test_the_streaming_writer(api, tmp_path):
 
 @pytest.mark.parametrize("in_kernel", [True, False], ids=["copy_file_range", "through-memory"])
 def test_the_writer_copies_payloads_file_to_file(api, tmp_path, monkeypatch, in_kernel):
-    from kiln import _atomic
+    from kiln._files import atomic
     if not in_kernel:
-        monkeypatch.setattr(_atomic, "_copy_file_range", None)
+        monkeypatch.setattr(atomic, "_copy_file_range", None)
     rng = np.random.default_rng(3)
     a = rng.standard_normal((300, 7)).astype(np.float32)
     b = np.array([True, False, True, True])

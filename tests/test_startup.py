@@ -21,7 +21,8 @@ import kiln
 from _util import ROOT
 
 OPTIONAL_PARTS = ("kiln.files", "kiln.schema", "kiln.convert", "kiln.remote", "kiln.dask",
-                  "kiln.cli", "kiln._meta", "kiln._rows")
+                  "kiln.cli", "kiln._meta", "kiln._rows", "kiln._files", "kiln._cli",
+                  "kiln._access")
 OPTIONAL_PACKAGES = ("ml_dtypes", "fsspec", "jsonschema", "dask", "distributed", "safetensors",
                      "gguf", "msgspec")
 
@@ -200,7 +201,8 @@ def test_the_command_line_loads_what_its_command_needs(tmp_path, impl, argv):
     p = tmp_path / "small.kiln"
     kiln.save_tensors(p, {"x": np.float32([1.5])})
     watched = [m for m in _watched(impl) if m not in ("kiln.files", "kiln.cli", "kiln._meta",
-                                                       "kiln._rows", "kiln.remote")]
+                                                       "kiln._rows", "kiln.remote", "kiln._files",
+                                                       "kiln._cli", "kiln._access")]
     out = _child(impl, r"""
 import runpy, io, contextlib
 sys.argv = ["kiln"] + %r + [%r]

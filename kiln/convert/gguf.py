@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from .. import _wire as W
-from ..files import TensorWriter
-from . import ConvertError, map_source
+from ._common import ConvertError
+from ._copy import Entry, copy_tensors
 
 # ggml type id -> (name, elements per block, bytes per block); from the ggml format
 GGML_TYPES = {
@@ -197,25 +197,18 @@ def _check_ranges(path: str, infos: List[Tuple], places: List[int], start: int, 
 
 
 def gguf_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
-    with open(src, "rb") as source:
-        return _convert(src, dst, source, map_source(src, source), checksum, progress)
+    """Convert tensor by tensor, file to file; every metadata key is kept under ``gguf``."""
+    return copy_tensors(src, dst, _entries, checksum, progress)
 
 
-def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool, progress: Any) -> int:
-    try:
-        meta, infos, start = read_gguf(src, mm)
-        with TensorWriter(dst, metadata={"gguf": meta}, checksum=checksum, progress=progress) as w:
-            for name, shape, gtype, _, nbytes in infos:
-                if gtype in TYPED:
-                    w.add(name, TYPED[gtype], shape)
-                else:
-                    w.add(name, W.OPAQUE_MIN + gtype, shape, layout="ggml." + GGML_TYPES[gtype][0],
-                          nbytes=nbytes, block_size=GGML_TYPES[gtype][2])
-            for name, _, _, offset, _ in infos:
-                w.write_from(name, source, start + offset)   # file to file
-        return len(infos)
-    finally:
-        try:
-            mm.close()
-        except BufferError:  # pragma: no cover
-            pass
+def _entries(src: str, mm: Any) -> Tuple[Dict[str, Any], List[Entry]]:
+    meta, infos, start = read_gguf(src, mm)
+    out = []
+    for name, shape, gtype, offset, nbytes in infos:
+        if gtype in TYPED:
+            out.append(Entry(name, TYPED[gtype], shape, start + offset, nbytes))
+        else:   # the block's bits, as an opaque dtype
+            out.append(Entry(name, W.OPAQUE_MIN + gtype, shape, start + offset, nbytes,
+                             {"layout": "ggml." + GGML_TYPES[gtype][0], "nbytes": nbytes,
+                              "block_size": GGML_TYPES[gtype][2]}))
+    return {"gguf": meta}, out

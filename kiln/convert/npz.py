@@ -21,9 +21,10 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from .. import _access
 from .. import _wire as W
-from ..files import KilnFile, TensorWriter, _AtomicFile
-from . import CHUNK, ConvertError
+from ..files import KilnFile, TensorWriter
+from ._common import CHUNK, ConvertError
 
 MAGIC = b"\x93NUMPY"
 MAX_NPY_HEADER = 10000     # numpy's own default cap (read_array_header's max_header_size)
@@ -161,11 +162,10 @@ def read_npy_header(fh: Any, src: str, name: str) -> Tuple[Tuple[int, ...], bool
 
 
 def _kiln_dtype(dtype: Any, src: str, name: str) -> str:
-    from .._tensor import DTYPE_NAMES, _dtype_code_of_numpy
     try:
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise TypeError
-        return DTYPE_NAMES[_dtype_code_of_numpy(dtype.newbyteorder("<"))]
+        return W.DTYPES[_access.dtype_code(dtype.newbyteorder("<"))][0]
     except (TypeError, KeyError):
         raise ConvertError(src, 0, "array %r has dtype %s, which Kiln has no twin for"
                            % (name, dtype), "TYPE") from None
@@ -252,8 +252,7 @@ _NO_NPY = frozenset(("i4", "u4", "e2m1", "bf16", "f8e4m3", "f8e5m2", "e8m0"))
 
 
 def kiln_to_npz(src: str, dst: str, progress: Any = None) -> int:
-    from .. import _progress
-    with _progress.session(progress, "convert") as prog:
+    with _access.progress_session(progress, "convert") as prog:
         return _to_npz(src, dst, prog)
 
 
@@ -273,18 +272,13 @@ def _to_npz(src: str, dst: str, prog: Any) -> int:
                                    "it" % (name, t.dtype), "TYPE")
         if prog is not None:
             prog.start(sum(f[name].nbytes for name in names))
-        out = _AtomicFile(dst)
-        try:
-            with zipfile.ZipFile(out.f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-                for name in names:
-                    with zf.open(name + ".npy", "w", force_zip64=True) as member:
-                        np.lib.format.write_array(member, f[name].numpy(), allow_pickle=False)
-                    if prog is not None:
-                        prog.add(f[name].nbytes)
-            out.commit()
-        except BaseException:
-            out.discard()
-            raise
+        with _access.AtomicFile(dst) as out, \
+                zipfile.ZipFile(out.f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name in names:
+                with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, f[name].numpy(), allow_pickle=False)
+                if prog is not None:
+                    prog.add(f[name].nbytes)
     return len(names)
 
 

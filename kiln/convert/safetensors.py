@@ -24,9 +24,11 @@ a rank above 8, and a header of more than :data:`MAX_VALUES` JSON values
 import json
 from typing import Any, Dict, List, Tuple
 
+from .. import _access
 from .. import _wire as W
-from ..files import KilnFile, TensorWriter
-from . import ConvertError, check_bools, map_source
+from ..files import KilnFile
+from ._common import ConvertError
+from ._copy import Entry, copy_tensors
 
 # safetensors dtype -> Kiln dtype name (every dtype both have)
 ST_TO_KILN = {
@@ -162,38 +164,23 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
 
 
 def safetensors_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
-    """Convert tensor by tensor; metadata (strings) is kept."""
-    with open(src, "rb") as source:
-        return _convert(src, dst, source, map_source(src, source), checksum, progress)
+    """Convert tensor by tensor, file to file; metadata (strings) is kept."""
+    return copy_tensors(src, dst, _entries, checksum, progress)
 
 
-def _convert(src: str, dst: str, source: Any, mm: Any, checksum: bool, progress: Any) -> int:
-    try:
-        start, table, meta = read_header(src, mm)
-        with TensorWriter(dst, metadata=dict(meta) if meta else None, checksum=checksum, progress=progress) as w:
-            for name, kd, shape, _, _ in table:
-                w.add(name, kd, shape)
-            for name, kd, shape, b, e in table:
-                if kd == "bool":
-                    check_bools(src, source.fileno(), start + b, e - b)
-                w.write_from(name, source, start + b)   # file to file, not through memory
-        return len(table)
-    finally:
-        try:
-            mm.close()
-        except BufferError:  # pragma: no cover - a failing write's traceback holds a view
-            pass
+def _entries(src: str, mm: Any) -> Tuple[Any, List[Entry]]:
+    start, table, meta = read_header(src, mm)
+    return (dict(meta) if meta else None,
+            [Entry(name, kd, shape, start + b, e - b) for name, kd, shape, b, e in table])
 
 
 def kiln_to_safetensors(src: str, dst: str, progress: Any = None) -> int:
     """Convert a Kiln tensor file; metadata values that are not strings become JSON text."""
-    from ..files import _AtomicFile, _write_payload
-    from .. import _progress
-    with _progress.session(progress, "convert") as prog:
-        return _to_safetensors(src, dst, prog, _AtomicFile, _write_payload)
+    with _access.progress_session(progress, "convert") as prog:
+        return _to_safetensors(src, dst, prog)
 
 
-def _to_safetensors(src: str, dst: str, prog: Any, _AtomicFile: Any, _write_payload: Any) -> int:
+def _to_safetensors(src: str, dst: str, prog: Any) -> int:
     with KilnFile(src) as f:
         names = f.keys()
         header: Dict[str, Any] = {}
@@ -214,16 +201,11 @@ def _to_safetensors(src: str, dst: str, prog: Any, _AtomicFile: Any, _write_payl
         blob += b" " * (-len(blob) % 8)   # payloads 8-byte aligned, as safetensors writes
         if prog is not None:
             prog.start(off)
-        out = _AtomicFile(dst)
-        try:
+        with _access.AtomicFile(dst) as out:   # replaced at the end, or left as it was
             out.f.write(len(blob).to_bytes(8, "little"))
             out.f.write(blob)
             for name in names:
                 t = f[name]
-                _write_payload(out.f.write, t.data, prog)
+                _access.write_payload(out.f.write, t.data, prog)
                 out.wrote(t.nbytes)
-            out.commit()
-        except BaseException:
-            out.discard()
-            raise
         return len(names)

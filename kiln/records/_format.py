@@ -13,10 +13,10 @@ from typing import Tuple
 
 from .._errors import KilnError
 from .._types import as_type
-from .._wire import FRAME_MAGIC
+from .._wire import FRAME_MAGIC, RECORDS_MAGIC
 
 # --- the container header (16 bytes, at offset 0) -----------------------------
-MAGIC = b"KLNR"
+MAGIC = RECORDS_MAGIC
 VERSION = 1
 HEADER = struct.Struct("<4sBBHQ")      # magic, version, flags, reserved, schema hash
 HEADER_SIZE = 16

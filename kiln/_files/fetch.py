@@ -32,7 +32,7 @@ import threading
 import urllib.parse
 from typing import Any, Dict, Optional, Tuple
 
-from ._errors import KilnError
+from .._errors import KilnError
 
 _VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation", "LastModified",
                  "Last-Modified", "last_modified", "mtime", "created", "Content-MD5", "md5Hash",

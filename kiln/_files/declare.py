@@ -1,18 +1,17 @@
 """What a tensor file writer may commit: each declaration checked as a reader
 would check its descriptor, and the decoder's own directory check over the
-file before it replaces anything (``kiln.files``: ``TensorWriter``,
-``save_tensors``).  Every refusal is an :class:`kiln.EncodeError` with the
+file before it replaces anything (``TensorWriter``, ``save_tensors``).  Every refusal is an :class:`kiln.EncodeError` with the
 code and the byte offset the reader would report in that file."""
 
 import mmap
 import operator
 from typing import Any
 
-from . import _compat, _meta
-from . import _wire as W
-from ._atomic import _AtomicFile
-from ._errors import EncodeError, KilnError
-from ._tensor import _code_of, element_count
+from .. import _compat, _meta
+from .. import _wire as W
+from .._errors import EncodeError, KilnError
+from .atomic import AtomicFile
+from .tables import code_of, element_count
 
 
 def _desc_at(i: int, field: int) -> int:
@@ -43,7 +42,7 @@ def _declaration(i: int, name: Any, dtype: Any, shape: Any, layout: Any, nbytes:
         raise EncodeError("TYPE", _desc_at(i, W.D_NAME_OFF), "tensor name %r is reserved for "
                           "metadata" % (name,))
     try:
-        code = _code_of(dtype)
+        code = code_of(dtype)
         dims = tuple(operator.index(d) for d in shape)
     except (TypeError, ValueError) as e:
         raise EncodeError("TYPE", _desc_at(i, W.D_DTYPE), str(e)) from None
@@ -74,6 +73,7 @@ def _declaration(i: int, name: Any, dtype: Any, shape: Any, layout: Any, nbytes:
         if isinstance(need, bool) or not isinstance(need, int) or need % block_size:
             raise EncodeError("TYPE", _desc_at(i, W.D_BYTE_LENGTH), "nbytes %r is not a "
                               "multiple of block size %d" % (need, block_size))
+    # a write record (kiln._wire.R_*) with the payload's length as its R_PAYLOAD
     rec = (code, dims, raw, lay, block_size, 0, W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, need)
     _check_meta(rec, i)
     return rec
@@ -82,7 +82,7 @@ def _declaration(i: int, name: Any, dtype: Any, shape: Any, layout: Any, nbytes:
 def _check_meta(m: tuple, i: int) -> None:
     """What the table's fixed-width fields can hold, checked before they are
     packed (a reader's words, at the field's offset in the file)."""
-    shape = m[1]
+    shape = m[W.R_SHAPE]
     if len(shape) > W.MAX_RANK:
         raise EncodeError("TYPE", _desc_at(i, W.D_RANK), "rank %d is above 8" % len(shape))
     for k, d in enumerate(shape):
@@ -91,12 +91,12 @@ def _check_meta(m: tuple, i: int) -> None:
                               "outside 0..2**64-1" % (k, d))
     if element_count(shape) > W.U64_MAX:
         raise EncodeError("LIMIT", _desc_at(i, W.D_SHAPE), "element count overflows u64")
-    if not 0 <= m[10] <= W.U64_MAX:
+    if not 0 <= m[W.R_PAYLOAD] <= W.U64_MAX:
         raise EncodeError("LIMIT", _desc_at(i, W.D_BYTE_LENGTH), "byte length %d is outside "
-                          "0..2**64-1" % m[10])
+                          "0..2**64-1" % m[W.R_PAYLOAD])
 
 
-def _check_file(out: _AtomicFile) -> None:
+def _check_file(out: AtomicFile) -> None:
     """The decoder's directory check over the file about to be committed (so a
     file kiln would refuse is never committed); a refusal is an EncodeError at
     the fault's offset in the file."""

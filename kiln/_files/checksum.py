@@ -22,7 +22,9 @@ whoever rewrites the payload can rewrite the digest as well.
 import zlib
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ._errors import EncodeError, KilnError
+from .. import _wire as W
+from .._errors import EncodeError, KilnError
+from .tables import payload, payload_base, rows
 
 KEY = "__kiln_checksum__"
 ALGORITHM = "crc32"
@@ -87,12 +89,13 @@ def check_directory(sums: bytes, d: Any, path: str, done: Optional[set] = None,
                     base: Optional[int] = None) -> None:
     """Check every tensor of directory ``d``; a fault is reported at ``base`` (the
     payload base's file offset; by default the directory's own) plus the offset."""
-    for i, row in enumerate(d._rows):
+    pb = payload_base(d)
+    for i, row in enumerate(rows(d)):
         if done is not None and i in done:
             continue
-        at = d._pb + row[10]
-        with memoryview(d._buf)[at:at + row[11]] as mv:
-            check(sums, i, mv, _name(row[2]), at if base is None else base + row[10], path)
+        off = row[W.R_BYTE_OFFSET]
+        with payload(d, i) as mv:
+            check(sums, i, mv, _name(row[W.R_NAME]), (pb if base is None else base) + off, path)
         if done is not None:
             done.add(i)
 

@@ -1,5 +1,5 @@
-"""Reading local files: only regular files are opened, and a lazily opened
-file's payload contents are checked tensor by tensor, when each is read.
+"""Reading local files: only regular files are opened and mapped, and a lazily
+opened file's payload contents are checked tensor by tensor, when each is read.
 
 ``kiln.open`` checks everything the table decides (spec/kiln-v2.md, "When
 the checks run"), but not the payload contents: each bool byte 0 or 1, an
@@ -16,13 +16,20 @@ kind read from the open descriptor, so there is no moment between the check
 and the open where another file could be put in its place.
 """
 
+import builtins
+import mmap
 import os
 import stat
-from typing import Any, Set
+from typing import Any, Optional, Set
 
-from . import _compat
-from . import _wire as W
-from ._tensor import element_count
+import numpy as np
+
+from .. import _compat
+from .. import _wire as W
+from .._errors import KilnError
+from .paths import local_path
+from .progress import STEP, Progress
+from .tables import element_count, tensor_buffer, tensor_offset, tensor_row
 
 _ALIGN = W.DIR_ALIGN - 1
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -101,7 +108,7 @@ class PayloadChecks:
 
     def tensor(self, t: Any) -> Any:
         """``t`` (a Tensor of the directory) once its payload is checked."""
-        at = t._off
+        at = tensor_offset(t)
         if at not in self.done:
             self._check(t, 0, None)
             self.done.add(at)
@@ -110,10 +117,10 @@ class PayloadChecks:
     def rows(self, t: Any, start: int, stop: int) -> None:
         """Check only the payload bytes of rows ``start:stop`` of ``t`` (a
         tensor with whole-byte rows), and its gap when they reach the end."""
-        if t._off in self.done:
+        if tensor_offset(t) in self.done:
             return
-        row = t._row
-        shape, nbytes = row[1], row[11]
+        row = tensor_row(t)
+        shape, nbytes = row[W.R_SHAPE], row[W.R_BYTE_LENGTH]
         n = shape[0]
         a, b, _ = slice(start, stop).indices(n)
         if b <= a:
@@ -122,10 +129,78 @@ class PayloadChecks:
         self._check(t, a * per, None if b == n else b * per)
 
     def _check(self, t: Any, lo: int, hi: Any) -> None:
-        row = t._row
-        at, nbytes = t._off, row[11]
+        row = tensor_row(t)
+        at, nbytes = tensor_offset(t), row[W.R_BYTE_LENGTH]
         end = min((at + nbytes + _ALIGN) & ~_ALIGN, self.block_end)   # the gap's end
         if hi is not None:
             end = at + hi
-        with memoryview(t._buf)[at + lo:end] as piece:
-            _compat.kernels.check_payload(piece, lo, row[0], element_count(row[1]), nbytes, at)
+        with memoryview(tensor_buffer(t))[at + lo:end] as piece:
+            _compat.kernels.check_payload(piece, lo, row[W.R_CODE], element_count(row[W.R_SHAPE]),
+                                          nbytes, at)
+
+
+# --- mapping a file ------------------------------------------------------------
+
+def file_name(path: Any) -> str:
+    return str(getattr(path, "name", "<file object>")) if hasattr(path, "read") \
+        else os.fspath(path)
+
+
+def map_file(path: Any) -> Any:
+    """A read-only mapping of ``path`` (or of a binary file object's file; a
+    file object without one is read into memory); clear errors naming the path."""
+    if hasattr(path, "read"):
+        try:
+            fd = path.fileno()
+        except (AttributeError, OSError, ValueError):
+            data = path.read()
+            if not data:
+                raise KilnError("EOF", 0, "%s is empty" % file_name(path))
+            return data
+        return map_fd(fd, file_name(path))
+    p = os.fspath(local_path(path))
+    fd = open_regular(p)   # FileNotFoundError, IsADirectoryError, PermissionError, NotAFile
+    try:
+        return map_fd(fd, p)
+    finally:
+        os.close(fd)
+
+
+def map_fd(fd: int, name: str) -> "mmap.mmap":
+    if check_regular(fd, name).st_size == 0:
+        raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
+def read_owned(p: str, prog: Optional[Progress] = None) -> np.ndarray:
+    """The whole file in a read-only array this process owns."""
+    with builtins.open(open_regular(p), "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % p)
+        out = np.empty(size, np.uint8)
+        view = memoryview(out)
+        got = 0
+        step = size if prog is None else STEP
+        if prog is not None:
+            prog.start(size)
+        while got < size:
+            n = f.readinto(view[got:got + step])
+            if n and prog is not None:
+                prog.add(n)
+            if not n:
+                raise KilnError("EOF", got, "%s: the file ended at byte %d while being read"
+                                % (p, got))
+            got += n
+        view.release()
+    out.flags.writeable = False
+    return out
+
+
+def unmap(mm: Any) -> None:
+    """Close the mapping now if nothing views it, else when the last view goes."""
+    if isinstance(mm, mmap.mmap):
+        try:
+            mm.close()
+        except BufferError:
+            pass

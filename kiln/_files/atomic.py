@@ -20,7 +20,10 @@ link that loops is refused with ``OSError`` (``ELOOP``) before anything is
 written.
 
 ``commit`` flushes and fsyncs the file, renames it over the target and
-fsyncs the folder.  A writer killed half way leaves its temporary file; the
+fsyncs the folder; ``discard`` removes it and leaves the target as it was.
+Used as a context manager (``with AtomicFile(path) as out:``), the file is
+committed when the block ends and discarded when it raises (or when the
+commit itself fails).  A writer killed half way leaves its temporary file; the
 next writer into that folder removes those of processes that are gone.
 """
 
@@ -32,7 +35,7 @@ import sys
 import threading
 from typing import Any, List, Optional, Union
 
-from ._paths import local_path
+from .paths import local_path
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -66,7 +69,7 @@ def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
     raise FileExistsError(errno.EEXIST, "no free temporary name", folder)  # pragma: no cover
 
 
-class _AtomicFile:
+class AtomicFile:
     """A temporary file beside the file ``path`` names that replaces it on commit.
 
     ``f`` is a buffered binary file for sequential writers; ``fd`` its
@@ -113,7 +116,7 @@ class _AtomicFile:
         """Count bytes written; every few MiB, start their write-back without waiting,
         so the fsync of ``commit`` overlaps the writing instead of following it."""
         self._unsynced += n
-        if self._unsynced >= _WRITEBACK_STEP:
+        if self._unsynced >= WRITEBACK_STEP:
             self._unsynced = 0
             self.f.flush()
             _start_writeback(self.fd)
@@ -122,7 +125,7 @@ class _AtomicFile:
         """All of ``data`` at byte ``at`` (no file position: safe from several threads)."""
         n = self._put(data, at)
         self._unsynced += n
-        if self._unsynced >= _WRITEBACK_STEP:
+        if self._unsynced >= WRITEBACK_STEP:
             self._unsynced = 0
             _start_writeback(self.fd)
 
@@ -152,11 +155,27 @@ class _AtomicFile:
             src_offset += k
             dst_offset += k
             self._unsynced += k
-            if self._unsynced >= _WRITEBACK_STEP:
+            if self._unsynced >= WRITEBACK_STEP:
                 self._unsynced = 0
                 _start_writeback(fd)
 
+    def __enter__(self) -> "AtomicFile":
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        """Commit after a block that ended normally; discard after one that raised,
+        or when the commit fails (the target is then left as it was)."""
+        if kind is not None:
+            self.discard()
+            return
+        try:
+            self.commit()
+        except BaseException:
+            self.discard()
+            raise
+
     def commit(self) -> None:
+        """Flush, fsync, rename over the target, fsync the folder."""
         self.f.flush()
         os.fsync(self.fd)
         self.f.close()
@@ -164,6 +183,7 @@ class _AtomicFile:
         _fsync_dir(os.path.dirname(self.target))
 
     def discard(self) -> None:
+        """Remove the temporary file; the target is left as it was."""
         try:
             self.f.close()
         finally:
@@ -218,7 +238,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_WRITEBACK_STEP = 8 << 20
+WRITEBACK_STEP = 8 << 20
 _COPY_STEP = 1 << 30
 _copy_file_range = getattr(os, "copy_file_range", None)
 _NO_COPY = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "EBADF",

@@ -1,0 +1,53 @@
+"""The one internal surface the top floor may use.
+
+The command line (``kiln/cli.py``), Dask support (``kiln/dask.py``) and the
+converters (``kiln/convert/``) are built on the public API.  What they need
+beyond it is here, and only here: each name below is a promise to them, and
+a change to the files floor that keeps these keeps them working.  Nothing
+else under ``kiln/`` imports this module, and they import no other private
+module of kiln (``tests/test_house.py`` checks it).
+
+Importing it loads the files floor (``kiln/_files/``), never a remote
+reader or an optional package.
+"""
+
+from typing import Any
+
+import numpy as np
+
+from ._dtypes import _dtype_code_of_numpy
+from ._files.atomic import AtomicFile
+from ._files.local import file_size, read_head
+from ._files.paths import foreign_hint, local_path
+from ._files.progress import make as check_progress, session as progress_session
+from ._files.save import write_payload
+from ._files.tables import tensor_offset
+
+__all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
+           "foreign_hint", "read_head", "file_size", "table", "file_offset", "version",
+           "dtype_code"]
+
+
+def table(f: Any) -> Any:
+    """The tensors of an open :class:`kiln.KilnFile` or :class:`kiln.remote.RemoteFile`
+    as a directory whose payloads are neither fetched nor checked: for names,
+    dtypes, shapes and offsets (``kiln inspect``, ``from_kiln``), never for
+    reading payloads."""
+    return f._tensors_view()
+
+
+def file_offset(t: Any) -> int:
+    """Where tensor ``t``'s payload starts: for a tensor of an open local file
+    or of a decoded file's directory, its byte offset in the file."""
+    return tensor_offset(t)
+
+
+def version(f: Any) -> Any:
+    """The version a :class:`kiln.remote.RemoteFile` saw at open (size, ETag, ...),
+    which a reader made elsewhere checks against (``RowSource``)."""
+    return f._version
+
+
+def dtype_code(dt: Any) -> int:
+    """Kiln's dtype code of a numpy dtype (``TypeError`` when it has none)."""
+    return _dtype_code_of_numpy(np.dtype(dt))

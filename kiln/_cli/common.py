@@ -1,0 +1,132 @@
+"""What the commands share: the exit codes and ``Fail``, reading a file's
+first bytes (a path or a URL), telling its kind by its magic, and printing
+tensors and values."""
+
+from typing import Any, Dict, List
+
+from .. import _wire as W
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
+FOREIGN_HEAD = 16   # bytes enough to tell the formats kiln convert reads
+
+
+class Fail(Exception):
+    """A one-line error and an exit code."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        Exception.__init__(self, message)
+        self.code = code
+
+
+def about(path: str, e: Any) -> str:
+    """``path: message`` for an error about ``path``, naming the file once (a
+    message that names it already is kept as it is)."""
+    text = str(e)
+    return text if str(path) in text else "%s: %s" % (path, text)
+
+
+def head(path: str, n: int) -> bytes:
+    """The first ``n`` bytes of a regular file or a URL (one range request):
+    a FIFO, a socket or a device is refused without waiting on it."""
+    from .._access import local_path, read_head
+    from ..remote import head as remote_head, is_url
+    path = local_path(path)
+    if is_url(path):
+        return remote_head(path, n)[1]
+    return read_head(path, n)
+
+
+def size(path: str) -> int:
+    from .._access import file_size, local_path
+    from ..remote import head as remote_head, is_url
+    path = local_path(path)
+    if is_url(path):
+        return remote_head(path, 0)[0]
+    return file_size(path)
+def oserror(e: OSError) -> str:
+    """An OSError as one line: its message, or the system's text for its errno."""
+    return str(e.strerror or e)
+
+
+def read(fn: Any, path: str) -> Any:
+    try:
+        return fn(path)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (path, oserror(e)))
+
+
+def kind(path: str) -> str:
+    try:
+        magic = head(path, len(W.DIR_MAGIC))
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (path, oserror(e)))
+    except (ImportError, ValueError) as e:
+        raise Fail("cannot read %s: %s" % (path, e), EXIT_USAGE)
+    if magic == W.DIR_MAGIC:
+        return "directory"
+    if magic == W.FRAME_MAGIC:
+        return "framed"
+    if not magic:
+        raise Fail("%s is empty" % path, EXIT_INVALID)
+    from .._access import foreign_hint
+    hint = foreign_hint(head(path, FOREIGN_HEAD))
+    if hint is not None:
+        raise Fail("%s: %s" % (path, hint), EXIT_INVALID)
+    return "bare"
+
+
+def row(name: Any, t: Any) -> Dict[str, Any]:
+    from .._access import file_offset
+    return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "offset": file_offset(t),
+            "bytes": t.nbytes, "layout": t.layout, "quant_scheme": t.quant_scheme,
+            "quant_axis": t.quant_axis, "group_size": t.group_size,
+            "scale_index": t.scale_index, "outer_index": t.outer_index,
+            "block_size": t.block_size}
+
+
+def short(v: Any, width: int = 8) -> Any:
+    """A value for printing: long arrays and lists shortened."""
+    import numpy as np
+    import kiln
+    if isinstance(v, np.ndarray):
+        items = v.ravel()[:width].tolist()
+        return {"ndarray": str(v.dtype), "shape": list(v.shape),
+                "first": items + (["..."] if v.size > width else [])}
+    if isinstance(v, kiln.TensorDirectory):
+        return {"tensors": [row(k, t) for k, t in v.items()]}
+    if isinstance(v, bytes):
+        return {"bytes": len(v), "first": v[:width].hex()}
+    if isinstance(v, dict):
+        return {k: short(x, width) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        out = [short(x, width) for x in v[:width]]
+        return out + (["... %d more" % (len(v) - width)] if len(v) > width else [])
+    if isinstance(v, kiln.Some):
+        return {"Some": short(v.value, width)}
+    return v
+
+
+def table_text(rows: List[Dict[str, Any]]) -> str:
+    cols = ["name", "dtype", "shape", "offset", "bytes", "layout", "quant"]
+    lines = []
+    for r in rows:
+        q = "-"
+        if r["quant_scheme"]:
+            q = "scheme %d axis %s group %d scale %s" % (r["quant_scheme"], r["quant_axis"],
+                                                         r["group_size"], r["scale_index"])
+            if r["outer_index"] is not None:
+                q += " outer %s" % r["outer_index"]
+        lines.append([str(r["name"]), str(r["dtype"]), "x".join(map(str, r["shape"])) or "()",
+                      str(r["offset"]), str(r["bytes"]), r["layout"] or "-", q])
+    widths = [max([len(c)] + [len(ln[i]) for ln in lines]) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    out += ["  ".join(x.ljust(w) for x, w in zip(ln, widths)) for ln in lines]
+    return "\n".join(out)
+NOT_KILN = ("%s is neither a tensor directory nor a framed record: pass --type TEXT "
+             "to read a bare value")
+def records_file(path: str) -> bool:
+    """Does ``path`` start with a record container's magic?"""
+    try:
+        return head(path, len(W.RECORDS_MAGIC)) == W.RECORDS_MAGIC
+    except OSError:
+        return False           # kind reports it

@@ -1,0 +1,126 @@
+"""``kiln inspect``, ``kiln check`` and ``kiln convert`` of tensor files and
+framed records (a record container is handed to ``kiln._cli.records``)."""
+
+import sys
+from typing import Any, Dict
+
+from .. import _wire as W
+from .common import (EXIT_INVALID, NOT_KILN, Fail, about, head, kind, oserror, read,
+                     records_file, row, short, size, table_text)
+from .records import check_records, convert_records, convert_wanted, inspect_records
+
+
+def cmd_inspect(args: Any) -> int:
+    import json
+    import kiln
+    if records_file(args.file):
+        return inspect_records(args)
+    what = kind(args.file)
+    report: Dict[str, Any] = {"file": args.file, "size": read(size, args.file)}
+    try:
+        if args.type:
+            frame = what == "framed"
+            value = kiln.load(args.file, args.type, frame=frame)
+            report.update(kind="framed record" if frame else "record", type=args.type,
+                          value=short(value))
+        elif what == "directory":
+            from .._access import table
+            with kiln.open(args.file) as f:
+                raw = table(f)   # the table only: a remote file's payloads are not fetched
+                _, version, flags, _, count, heap, payload, dirb, _ = W.HEADER.unpack_from(
+                    head(args.file, W.HEADER_SIZE))   # (the open checked it is all there)
+                report.update(kind="tensor directory", header={
+                    "version": version, "flags": flags, "tensor_count": count,
+                    "name_bytes": heap, "payload_bytes": payload, "directory_bytes": dirb},
+                    tensors=[row(k, t) for k, t in raw.items()], metadata=f.metadata)
+        elif what == "framed":
+            frame = head(args.file, W.FRAME_SIZE)   # (a short file: the bytes it has)
+            report.update(kind="framed record", schema_hash="0x%016x"
+                          % int.from_bytes(frame[W.FRAME_HASH:W.FRAME_SIZE], "little"),
+                          note="pass --type TEXT to decode it")
+        else:
+            raise Fail(NOT_KILN % args.file, EXIT_INVALID)
+    except kiln.KilnError as e:
+        raise Fail(about(args.file, e), EXIT_INVALID)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.file, oserror(e)))
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    print("%s: %s, %d bytes" % (args.file, report["kind"], report["size"]))
+    if "header" in report:
+        print("header: " + ", ".join("%s %s" % kv for kv in report["header"].items()))
+        print(table_text(report["tensors"]))
+        if report["metadata"] is not None:
+            print("metadata: " + json.dumps(report["metadata"], default=str))
+    elif "value" in report:
+        print(json.dumps(report["value"], indent=1, default=str))
+    else:
+        print("schema hash %s (%s)" % (report["schema_hash"], report["note"]))
+    return 0
+
+
+def cmd_check(args: Any) -> int:
+    import kiln
+    if records_file(args.file):
+        return check_records(args)
+    what = kind(args.file)
+    try:
+        if args.type:
+            kiln.load(args.file, args.type, frame=args.framed or what == "framed")
+            done = "the record decodes in full as %s" % args.type
+        elif what == "directory":
+            with kiln.open(args.file, verify=True) as f:
+                d = f.tensors()   # every payload fetched (a URL) and checked
+                f.metadata        # a URL: its metadata fetched and checked too
+                sums = f.checksums
+            done = _check_words(len(d), sums is not None)
+        else:
+            raise Fail(NOT_KILN % args.file, EXIT_INVALID)
+    except kiln.KilnError as e:
+        print(about(args.file, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
+        return EXIT_INVALID
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (args.file, oserror(e)))
+    print("%s: valid: %s" % (args.file, done))
+    return 0
+
+
+def _check_words(count: int, summed: bool) -> str:
+    """What ``kiln check`` verified in a tensor file, and what it could not."""
+    said = ("structure checked (header, table, names, links, alignment, zero gaps), payload "
+            "rules checked (bool bytes 0 or 1, 4-bit tails)")
+    if summed:
+        return said + "; payload bytes match the CRC-32 recorded for each of the %d tensors" \
+            % count
+    return said + ("; payload bytes NOT verified: the file records no checksums (write it "
+                   "with checksum=True or kiln convert --checksum)")
+
+
+# --- convert -------------------------------------------------------------------
+
+def cmd_convert(args: Any) -> int:
+    import time
+    import kiln
+    from ..convert import ConvertError, convert
+    if convert_wanted(args):
+        return convert_records(args)
+    t = time.perf_counter()
+    try:
+        n = convert(args.src, args.dst, checksum=args.checksum, progress=_bar_wanted())
+    except ConvertError as e:
+        raise Fail(str(e), EXIT_INVALID)
+    except kiln.KilnError as e:
+        raise Fail(about(args.src, e), EXIT_INVALID)
+    except OSError as e:
+        raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
+    print("%s -> %s: %d tensors in %.2f s" % (args.src, args.dst, n, time.perf_counter() - t))
+    return 0
+
+
+def _bar_wanted() -> bool:
+    """A byte-counting tqdm bar on a terminal's stderr when tqdm is installed."""
+    if not sys.stderr.isatty():
+        return False
+    import importlib.util
+    return importlib.util.find_spec("tqdm") is not None

@@ -1,0 +1,181 @@
+"""What a local and a remote tensor file share: the table checked and opened
+(``open_table``), the metadata tensor split off and its name reserved
+(``split_metadata``), and the base class of :class:`kiln.KilnFile` and
+:class:`kiln.remote.RemoteFile`: a ``Mapping[str, Tensor]`` whose tensors
+come from the directory ``_view()`` returns (what a subclass must give,
+raising ``ValueError`` once the file is closed), with one lookup of a name
+or a position."""
+
+from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar,
+                    Union, overload)
+
+from .. import _api, _compat, _meta
+from .. import _wire as W
+from .._errors import KilnError, frame_hint
+from .._rows import LazyRows
+from . import checksum
+from .paths import foreign_hint
+from .tables import Tensor, TensorDirectory, directory, payload, raw_names, rows, without_last
+
+T = TypeVar("T")
+
+
+class TensorFileMapping(Mapping[str, Tensor]):
+    """``keys()``, ``values()`` and ``items()`` are lists in file order, as a
+    :class:`kiln.TensorDirectory`'s are; a file compares by identity (it is a
+    handle), not by content."""
+
+    __slots__ = ()
+
+    def _view(self) -> TensorDirectory:  # pragma: no cover - every subclass gives it
+        raise NotImplementedError
+
+    def __getitem__(self, name: Any) -> Tensor:
+        return self._view()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._view()
+
+    def keys(self) -> List[str]:  # type: ignore[override]  # a list, as a directory's
+        return list(self)
+
+    def values(self) -> List[Tensor]:  # type: ignore[override]
+        return [self[k] for k in self]
+
+    def items(self) -> List[Tuple[str, Tensor]]:  # type: ignore[override]
+        return [(k, self[k]) for k in self]
+
+    @overload
+    def get(self, name: str) -> Optional[Tensor]: ...
+
+    @overload
+    def get(self, name: str, default: Union[Tensor, T]) -> Union[Tensor, T]: ...
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        """``f[name]``, or ``default`` when there is no such name (or position)."""
+        try:
+            return self[name]
+        except (KeyError, IndexError):
+            return default
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class TensorFile(TensorFileMapping):
+    """The base of :class:`kiln.KilnFile` and :class:`kiln.remote.RemoteFile`:
+    ``path``, and the lookup of a tensor's index by name or position.  A
+    subclass sets ``_names = None`` before the first lookup."""
+
+    path: str
+    _names: Optional[Dict[str, int]]
+
+    def _index(self, name: Any) -> int:
+        """The index of tensor ``name`` (a name or a position) among the tensors
+        ``_view()`` holds: ``KeyError`` for an unknown name or a key that is
+        neither, ``IndexError`` for a position out of range (as a directory)."""
+        d = self._view()
+        if isinstance(name, str):
+            names = self._names
+            if names is None:
+                names = {}
+                for i, n in enumerate(d.names):
+                    if n is not None:
+                        names.setdefault(n, i)   # the first of a name, as a directory's
+                self._names = names
+            try:
+                return names[name]
+            except KeyError:
+                raise KeyError(name) from None
+        index = getattr(name, "__index__", None)
+        if index is None or isinstance(name, bool):
+            raise KeyError(name)
+        k, n = index(), len(d)
+        if not -n <= k < n:
+            raise IndexError("tensor index %d out of range for %d tensors" % (k, n))
+        return k % n
+
+
+def open_table(buf: Any, trusted: bool, max_count: int,
+               max_bytes: int) -> Tuple[TensorDirectory, int]:
+    """The file's tensors as views, and where the block ends: the table checked
+    in full now (the payload contents are left to kiln._files.local.PayloadChecks,
+    tensor by tensor) but its rows built when a tensor is asked for (see
+    kiln._rows): opening a file of thousands of tensors to read one builds
+    one row, not thousands."""
+    _api._check_caps(max_count, max_bytes)
+    try:
+        end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
+            buf, 0, True, trusted, max_count, max_bytes)
+    except KilnError as e:
+        if bytes(memoryview(buf)[:4]) == W.FRAME_MAGIC:
+            raise frame_hint(e) from None
+        add_foreign_hint(e, buf)
+        raise
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    table = LazyRows(blob, count, named, names)
+    return directory(table, mv.toreadonly(), base,
+                     "surrogateescape" if trusted else "strict"), end
+
+
+def add_foreign_hint(e: KilnError, buf: Any) -> None:
+    """A fault at byte 0 of a file in another format: say which, and how to convert."""
+    if e.offset == 0 and e.code in ("FRAME", "EOF", "SCHEMA"):
+        hint = foreign_hint(bytes(memoryview(buf)[:16]))
+        if hint is not None:
+            e.reason += " (%s)" % hint
+
+
+def has_metadata(table: Sequence[tuple], path: str) -> bool:
+    """Is the last tensor of ``table`` the metadata?  ``TYPE`` at the name's
+    descriptor field when another tensor has the reserved name."""
+    reserved = _meta.META_NAME.encode()
+    if not table or (isinstance(table, LazyRows) and not table.heap_has(reserved)):
+        return False   # the name is nowhere in the heap
+    names = raw_names(table)
+    for i, raw in enumerate(names[:-1]):
+        if raw == reserved:
+            raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF,
+                            "%s: the name %r is reserved for the metadata, the last tensor"
+                            % (path, _meta.META_NAME))
+    return names[-1] == reserved
+
+
+def split_metadata(d: TensorDirectory, path: str) -> Any:
+    """The directory without the metadata tensor, the metadata dict (or None), and
+    the payload digests its checksum entry holds (or None; see kiln._files.checksum).
+    The metadata's payload must be present in ``d``'s buffer."""
+    table = rows(d)
+    if not has_metadata(table, path):
+        return d, None, None
+    last = len(table) - 1
+    row = table[last]
+    if row[W.R_CODE] != W.DTYPE_CODES["u8"] or len(row[W.R_SHAPE]) != 1:
+        raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
+    at = file_base(table) + row[W.R_BYTE_OFFSET]
+    try:   # straight from the buffer: a claimed length costs what the decode reads
+        with payload(d, last) as blob:
+            nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
+    except KilnError as e:   # reported at its offset in the file
+        raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
+    meta, sums = checksum.split(_meta.from_nodes(nodes, at), last, at, path)
+    return without_last(d), meta, sums
+
+
+def file_base(table: Sequence[tuple]) -> int:
+    """The payload base's file offset for a directory of ``table`` at offset 0."""
+    heap = table.heap_bytes() if isinstance(table, LazyRows) else \
+        sum(len(r[W.R_NAME] or b"") + len(r[W.R_LAYOUT] or b"") for r in table)
+    align = W.DIR_ALIGN - 1
+    return (W.HEADER_SIZE + W.DESC_SIZE * len(table) + heap + align) & ~align

@@ -1,0 +1,185 @@
+"""An open local tensor file: :class:`KilnFile`, made by :func:`kiln.open`.
+
+Reading maps the file (``mmap``).  Views keep the mapping alive: closing a
+file, or leaving its ``with`` block, while views live never raises and never
+unmaps under them; the mapping goes when the last view goes.
+"""
+
+import os
+from typing import Any, List, Union
+
+import numpy as np
+
+from .. import _wire as W
+from .._errors import KilnError
+from . import checksum as _checksum
+from .base import TensorFile, open_table, split_metadata
+from .local import PayloadChecks, file_name, map_file, unmap
+from .tables import Tensor, TensorDirectory, tensor_offset, tensor_row
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class KilnFile(TensorFile):
+    """An open tensor file: the table checked once, tensors viewed on access.
+
+    A ``Mapping[str, Tensor]`` of name to tensor, as :class:`TensorDirectory`
+    is: ``f.keys()`` (file order, a list), ``f["w"]`` (a :class:`Tensor`
+    viewing the mapping), ``f.items()``, ``f.values()``, ``f.get("w")``,
+    ``"w" in f``, ``len(f)``, iteration over names; also ``f.metadata`` and
+    ``f.rows("w", start, stop)`` (a leading-axis slice that touches only
+    those rows' pages).  Files compare by identity, not content.  Use as a
+    context manager, or call :meth:`close`; views taken from the file stay
+    valid after it is closed.  Made by :func:`kiln.open`.
+
+    Opening checks everything the table decides; a tensor's payload
+    contents (bool bytes, an odd 4-bit tail, the alignment gap after it) are
+    checked when that tensor is first read (``f[name]``, ``f.rows``,
+    ``f.tensors()``), so opening costs the table whatever the payloads
+    claim.  A bad payload byte is then ``KilnError`` ``TYPE`` at its offset
+    in the file, raised by the read.
+
+    Args:
+        path: a file path or a binary file object.
+        trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
+        verify: compare each tensor's payload with the CRC-32 the file
+            records (``checksum=True`` when written) the first time the
+            tensor is read; a mismatch raises ``KilnError`` ``CHECKSUM``
+            naming the tensor.  A file that records none is read as usual.
+
+    Attributes:
+        path: the file's name.
+        metadata: the metadata dict, or None when the file has none (the
+            checksum entry is not part of it).
+        checksums: the recorded CRC-32s (4 little-endian bytes per tensor, in
+            file order), or None.
+
+    Raises:
+        KilnError: any code :func:`kiln.decode_tensors` raises, at its file
+            offset (``EOF`` also for an empty or short file); ``TYPE`` for a
+            misplaced or malformed ``__metadata__`` tensor.
+        OSError: a missing file, a directory, no permission;
+            ``kiln._files.local.NotAFile`` for a FIFO, a socket or a device
+            (refused without waiting on it).
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.arange(6, dtype=np.int32).reshape(3, 2)})
+        >>> with kiln.open("model.kiln") as f:
+        ...     f.keys(), f.rows("w", 1, 3).tolist()
+        (['w'], [[2, 3], [4, 5]])
+    """
+
+    def __init__(self, path: PathLike, *, trusted: bool = False,
+                 max_count: int = W.DEFAULT_MAX_COUNT,
+                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
+        self.path = file_name(path)
+        self._names = None
+        mm = map_file(path)
+        try:
+            d, end = open_table(mm, trusted, max_count, max_bytes)
+            self._dir, self.metadata, self.checksums = split_metadata(d, self.path)
+        except BaseException:
+            unmap(mm)
+            raise
+        self._checks = PayloadChecks(end)
+        self._mm: Any = mm
+        self._verify = bool(verify)
+        self._verified: set = set()
+
+    def _checked(self, name: Any) -> Tensor:
+        """Tensor ``name``; with ``verify=True`` its payload's CRC-32 compared first."""
+        d = self._d()
+        t = d[name]
+        if isinstance(t, list):   # a slice
+            return [self._checked(i) for i in range(*name.indices(len(d)))]  # type: ignore
+        self._checks.tensor(t)   # its payload's contents, the first time it is read
+        sums = self.checksums
+        if self._verify and sums is not None:
+            i = self._index(name)
+            if i not in self._verified:
+                _checksum.check(sums, i, t.data, t.name, tensor_offset(t), self.path)
+                self._verified.add(i)
+        return t
+
+    def __getitem__(self, name: Any) -> Tensor:
+        return self._checked(name)
+
+    def verify(self) -> None:
+        """Compare every payload with the CRC-32 the file records (``CHECKSUM``
+        naming the first tensor that differs); ``KilnError`` ``CHECKSUM`` at
+        byte 0 when the file records none."""
+        if self.checksums is None:
+            raise KilnError("CHECKSUM", 0, "%s records no checksums (written without "
+                            "checksum=True)" % self.path)
+        _checksum.check_directory(self.checksums, self._d(), self.path, self._verified)
+
+    def _d(self) -> TensorDirectory:
+        d = self._dir   # read once: another thread may close the file meanwhile
+        if d is None:
+            raise ValueError("%s is closed" % self.path)
+        return d
+
+    def _view(self) -> TensorDirectory:
+        return self._d()
+
+    def values(self) -> List[Tensor]:  # type: ignore[override]
+        vals = self._d().values()
+        for t in vals:
+            self._checks.tensor(t)
+        if self._verify and self.checksums is not None:
+            self.verify()
+        return vals
+
+    def tensors(self) -> TensorDirectory:
+        """The tensors as a :class:`TensorDirectory` of views (metadata left out),
+        every payload checked; with ``verify=True`` every payload is also
+        compared with its CRC-32."""
+        d = self._d()
+        for t in d.values():
+            self._checks.tensor(t)
+        if self._verify and self.checksums is not None:
+            self.verify()
+        return d
+
+    def _tensors_view(self) -> TensorDirectory:
+        """The table as tensors whose payloads are not checked: for listing
+        names, dtypes and shapes (``kiln inspect``), never for reading them."""
+        return self._d()
+
+    def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
+        (only those rows' payload bytes are read and checked; with
+        ``verify=True`` the whole tensor is read to compare its CRC-32)."""
+        if self._verify and self.checksums is not None:
+            return self._checked(name).numpy()[start:stop]
+        t = self._d()[name]
+        code, shape = tensor_row(t)[W.R_CODE], tensor_row(t)[W.R_SHAPE]
+        if code <= W.DTYPE_MAX and W.DTYPES[code][1] and shape and shape[0]:
+            self._checks.rows(t, start, stop)
+        else:
+            self._checks.tensor(t)   # packed, opaque, rank 0 or empty: the whole payload
+        return t.numpy()[start:stop]
+
+    def close(self) -> None:
+        """Stop using the file; views already taken stay valid (see the module doc).
+
+        Safe while other threads read: a read that starts after the close raises
+        ``ValueError``; an array or tensor already handed out keeps the mapping,
+        which is unmapped when the last of them goes."""
+        self._dir = None  # type: ignore[assignment]  # first: no new reads
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            unmap(mm)
+
+    def __enter__(self) -> "KilnFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        d = self._dir
+        state = "closed" if d is None else "%d tensors" % len(d)
+        return "<kiln.KilnFile %r, %s>" % (self.path, state)
+
+

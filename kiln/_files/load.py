@@ -1,0 +1,263 @@
+"""Opening and loading: ``kiln.open`` (a :class:`KilnFile`, or a
+:class:`kiln.remote.RemoteFile` for a URL), ``load_tensors``,
+``load_metadata`` and ``load``.  A URL's reader (``kiln._files.remote``) is
+imported only when a URL is given."""
+
+import os
+from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Optional, TypeVar, Union,
+                    overload)
+from typing import Type as _ClassOf
+
+from .. import _api
+from .. import _wire as W
+from .._errors import KilnError
+from . import checksum as _checksum, progress as _progress
+from .base import add_foreign_hint, file_base, split_metadata
+from .kilnfile import KilnFile
+from .local import file_name, map_file, read_owned, unmap
+from .paths import local_path
+from .progress import Progress, ProgressLike
+from .tables import TensorDirectory, rows
+
+if TYPE_CHECKING:
+    from .._types import Type
+    from .remote import RemoteFile
+
+PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
+
+
+@overload
+def open(path: Union["os.PathLike[str]", BinaryIO], *, trusted: bool = ...,  # noqa: A001
+         max_count: int = ..., max_bytes: int = ..., verify: bool = ...) -> KilnFile: ...
+
+
+@overload
+def open(path: str, *, trusted: bool = ..., max_count: int = ...,  # noqa: A001
+         max_bytes: int = ..., verify: bool = ...,
+         storage_options: Optional[Dict[str, Any]] = ...) -> Union[KilnFile, "RemoteFile"]: ...
+
+
+def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
+    """Open a tensor file lazily: the table is checked once, tensors are read on access.
+
+    Args:
+        path: a file path, a binary file object, or an fsspec URL
+            (``s3://...``, ``https://...``; see :mod:`kiln.remote`), whose
+            table is read with one range request and each tensor's bytes
+            only when it is accessed.
+        options: ``trusted``, ``max_count``, ``max_bytes`` (as for
+            :class:`kiln.Decoder`); for a URL also ``storage_options`` (a
+            dict for the fsspec filesystem).
+
+    Returns:
+        KilnFile, or :class:`kiln.remote.RemoteFile` for a URL: use it as a
+        context manager.  Both are ``Mapping[str, Tensor]``; type checkers
+        see a ``KilnFile`` for a ``pathlib.Path`` or a file object and
+        ``KilnFile | RemoteFile`` for a ``str`` (which may be a URL).
+
+    Raises:
+        KilnError: an invalid file (see :class:`KilnFile`).
+        OSError: the file cannot be opened;
+            :class:`kiln.remote.RemoteFileChanged` when a remote file changes
+            after it was opened.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.ones(4, np.float16)})
+        >>> with kiln.open("model.kiln") as f:
+        ...     w = f["w"].numpy()
+        >>> w.tolist()
+        [1.0, 1.0, 1.0, 1.0]
+    """
+    remote = _remote(path, options)
+    if remote is not None:
+        return remote
+    return KilnFile(local_path(path), **options)
+
+
+def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = None,
+                 verify: bool = False, progress: ProgressLike = None,
+                 **options: Any) -> TensorDirectory:
+    """The tensors of a file: views of its mapping, or (``copy=True``) owned copies.
+
+    A copy is read straight into one block the directory owns (one copy, no
+    mapping); ``max_copy_bytes`` and the other options are as for
+    :func:`kiln.decode_tensors`.
+
+    Args:
+        path: a file path or a binary file object.
+        copy: read the payloads into memory the directory owns.
+        into: a mapping of tensor name to a writable array the caller owns
+            (see :meth:`kiln.TensorDirectory.copy_into`): every target is
+            checked first, then each payload is written once into its
+            target, straight from the file's mapping.
+        verify: compare every payload with the CRC-32 the file records
+            (written with ``checksum=True``) before returning;
+            ``KilnError`` ``CHECKSUM`` names the first tensor that differs.
+        progress: with ``copy=True``: True for a tqdm bar, or a callable
+            ``fn(done_bytes, total_bytes)``, counting the file's bytes read
+            (a ValueError without ``copy``: views read nothing).
+        options: ``trusted``, ``max_count``, ``max_bytes``, ``max_copy_bytes``
+            (for a URL, whose payloads are all fetched, the cap applies with
+            or without ``copy``).
+
+    Returns:
+        TensorDirectory: the tensors, without the metadata (see
+        :func:`kiln.load_metadata`); with ``into``, views of the file.
+
+    Raises:
+        KilnError: an invalid file (see :class:`KilnFile`); ``CHECKSUM``.
+        TypeError, ValueError, KeyError: a bad ``into`` target (nothing
+            written).
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", [np.zeros(2, np.uint8)])
+        >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
+        [0, 0]
+    """
+    if progress is not None and progress is not False and not copy:
+        raise ValueError("progress= counts the bytes a copy reads: it needs copy=True "
+                         "(views read nothing)")
+    if into is not None:
+        if copy:
+            raise ValueError("pass copy=True or into=..., not both")
+        with open(path, verify=verify, **options) as f:
+            d = f.tensors()
+            d.copy_into(into)
+            return d
+    with _progress.session(progress, "load") as prog:
+        return _load_tensors(path, copy, verify, prog, options)
+
+
+def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
+                  options: Dict[str, Any]) -> TensorDirectory:
+    cap = options.get("max_copy_bytes")
+    remote = _remote(path, dict(options, verify=verify) if verify else options)
+    if remote is not None:
+        with remote as f:   # every payload fetched into memory the directory owns
+            if cap is not None:
+                _copy_cap(f, cap)
+            d = f.tensors()
+            if prog is not None:   # fetched in one go: reported once
+                n = sum(t.nbytes for t in d.values())
+                prog.start(n)
+                prog.add(n)
+            return d
+    if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
+        owned = read_owned(os.fspath(local_path(path)), prog)
+        return _tensors_of(_api.decode_tensors(owned, **options), file_name(path), verify)
+    mm = map_file(path)
+    try:
+        d = _tensors_of(_api.decode_tensors(mm, copy=copy, **options), file_name(path), verify)
+        if prog is not None:   # copied by the kernel in one go: reported once
+            prog.start(len(mm))
+            prog.add(len(mm))
+        return d
+    finally:
+        unmap(mm)   # unmapped now when copied; with views, when the last view goes
+
+
+def _tensors_of(d: TensorDirectory, path: str, verify: bool) -> TensorDirectory:
+    base = file_base(rows(d))   # before the split: the metadata's name is in the heap
+    d, _, sums = split_metadata(d, path)
+    if verify and sums is not None:   # offsets in the file, whichever buffer d copied into
+        _checksum.check_directory(sums, d, path, base=base)
+    return d
+
+
+def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
+    """The metadata of a tensor file (None when it has none).
+
+    Reads and checks the table and the metadata only, not the payloads.
+
+    Raises:
+        KilnError: an invalid file or metadata (see :class:`KilnFile`).
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.ones(1)}, metadata={"lr": 0.5})
+        >>> kiln.load_metadata("model.kiln")
+        {'lr': 0.5}
+    """
+    remote = _remote(path, {})
+    with remote if remote is not None else KilnFile(path) as f:
+        return f.metadata
+
+
+def _copy_cap(f: Any, cap: Any) -> None:
+    """``max_copy_bytes`` for a URL, whose payloads are all fetched into memory:
+    ``LIMIT`` at the first longer payload's byte_length field, as for a local
+    copy, before anything past the table is fetched."""
+    _api._check_caps(0, cap)
+    for i, n in enumerate(f._payload_lengths()):
+        if n > cap:
+            raise KilnError("LIMIT", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_BYTE_LENGTH,
+                            "%s: payload of %d bytes is above the copy cap max_copy_bytes=%d"
+                            % (f.path, n, cap))
+
+
+def _remote(path: Any, options: Dict[str, Any]) -> Any:
+    """A :class:`kiln.remote.RemoteFile` when ``path`` is an fsspec URL, else None."""
+    if isinstance(path, str) and "://" in path:
+        from .remote import RemoteFile, is_url
+        if is_url(path):
+            options = dict(options)
+            options.pop("max_copy_bytes", None)
+            return RemoteFile(path, **options)
+    return None
+
+
+@overload
+def load(path: Union[PathLike, BinaryIO], type: _ClassOf[T], *, frame: bool = ...,
+         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+         max_copy_bytes: Optional[int] = ...) -> T: ...
+
+
+@overload
+def load(path: Union[PathLike, BinaryIO], type: Union["Type", str], *, frame: bool = ...,
+         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
+         max_copy_bytes: Optional[int] = ...) -> Any: ...
+
+
+def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
+         **options: Any) -> Any:
+    """Decode the file at ``path`` as one value of ``type`` (framed by default).
+
+    The file is mapped; tensors in the value view the mapping unless
+    ``copy=True``.
+
+    Args:
+        path: a file path or a binary file object.
+        type: as for :func:`kiln.decode`; with a class the result is an
+            instance of it, and type checkers know it.
+        frame: the file starts with a frame (as :func:`kiln.save` writes).
+        copy, options: as for :func:`kiln.decode`.  ``max_count`` and
+            ``max_bytes`` left unset grow to the file's size, so what
+            :func:`kiln.save` wrote loads back (``max_count`` keeps its
+            default for a type with zero-size elements, see the README's caps).
+
+    Raises:
+        KilnError: as :func:`kiln.decode` (``SCHEMA`` when the file holds
+            another type); ``EOF`` for an empty file.
+        OSError: the file cannot be opened.
+
+    Example:
+        >>> kiln.save("rec.kiln", [1.5, 2.5], "list<f64>")
+        >>> kiln.load("rec.kiln", "list<f64>").tolist()
+        [1.5, 2.5]
+    """
+    mm = map_file(path)
+    try:
+        # caps the caller left unset grow to the file's size (_api._file_caps)
+        options = _api._file_caps(len(mm), type, options)
+        try:
+            return _api.decode(mm, type, frame=frame, copy=copy, **options)
+        except KilnError as e:
+            add_foreign_hint(e, mm)
+            raise
+    finally:
+        unmap(mm)
+
+
+__all__ = ["open", "load_tensors", "load_metadata", "load"]

@@ -1,0 +1,181 @@
+"""Writing a whole tensor file or value at once: ``save_tensors`` and ``save``,
+and the block writers ``TensorWriter`` shares (the head from
+``kiln._dirhead.block_head``, then each payload straight from its buffer).
+
+A tensor file is one standalone Kiln tensor directory, so any Kiln reader
+decodes it; every payload starts at a 64-byte aligned file offset.  Metadata,
+when given, is one more tensor, the last, named ``__metadata__``: a ``u8``
+payload holding a framed Kiln value (see ``kiln._meta`` and spec/kiln-v2.md,
+"Tensor files").  Writes to a path are atomic (``kiln._files.atomic``) and
+checked as a reader checks them before they replace anything
+(``kiln._files.declare``).
+"""
+
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
+from .. import _api, _meta
+from .. import _wire as W
+from .._dirhead import block_head
+from .._errors import EncodeError
+from . import checksum as _checksum, progress as _progress
+from .atomic import AtomicFile, WRITEBACK_STEP
+from .declare import _check_file, _check_meta
+from .progress import Progress, ProgressLike
+from .tables import normalize_tensors
+
+PathLike = Union[str, "os.PathLike[str]"]
+_P = W.R_PAYLOAD   # a write record's payload (or, in a head's records, its length)
+
+
+def write_payload(write: Any, payload: Any, prog: Optional[Progress]) -> None:
+    """One payload, in pieces of _progress.STEP bytes when progress is counted."""
+    if prog is None:
+        write(payload)
+        return
+    with memoryview(payload) as v:
+        b = v.cast("B") if v.ndim != 1 or v.format != "B" else v
+        for at in range(0, len(b), _progress.STEP):
+            piece = b[at:at + _progress.STEP]
+            write(piece)
+            prog.add(len(piece))
+
+
+def write_block(out: AtomicFile, metas: Sequence[tuple], payloads: Sequence[Any],
+                prog: Optional[Progress] = None) -> None:
+    """Head, then each payload straight from its buffer (None: left as zeros)."""
+    head, places, total = block_head(metas, 0)
+    f = out.f
+    f.write(head)
+    base = len(head)
+    pos = 0
+    for place, payload, meta in zip(places, payloads, metas):
+        if payload is None:
+            continue
+        if place > pos:
+            f.seek(base + place)
+        write_payload(f.write, payload, prog)
+        out.wrote(meta[_P])
+        pos = place + meta[_P]
+    f.truncate(base + total)   # a trailing hole or gap reads as zeros
+
+
+def write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any],
+                  prog: Optional[Progress] = None) -> None:
+    """The block to a file object that may not seek: gaps written as zeros."""
+    head, places, total = block_head(metas, 0)
+    f.write(head)
+    pos = 0
+    for place, payload, meta in zip(places, payloads, metas):
+        if place > pos:
+            f.write(bytes(place - pos))
+        write_payload(f.write, payload, prog)
+        pos = place + meta[_P]
+    if total > pos:
+        f.write(bytes(total - pos))
+
+
+def meta_record(metadata: Optional[Dict[str, Any]]) -> Optional[tuple]:
+    if metadata is None:
+        return None
+    blob = _api.encode(_meta.to_nodes(metadata), _meta.META_TYPE, frame=True)
+    return (W.DTYPE_CODES["u8"], (len(blob),), _meta.META_NAME.encode(), None, 0, 0,
+            W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX, memoryview(blob))
+
+
+def save_tensors(path: PathLike, tensors: Any, *,
+                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False,
+                 progress: ProgressLike = None) -> None:
+    """Write ``tensors`` (as :func:`kiln.encode_tensors` takes them) to ``path``.
+
+    Each payload is written straight from its array: extra memory is the
+    table, not the file.  The file is replaced atomically (a temporary file
+    beside it, fsynced, then renamed over it).
+
+    Args:
+        path: a file path, or a binary file object (written in place from its
+            current position, with no atomic replace).
+        tensors: a mapping of name to array or :class:`kiln.Tensor` (sorted by
+            name), a sequence, or a :class:`kiln.TensorDirectory`.
+        metadata: a dict with str keys of None, bool, int, float, str, bytes,
+            lists and dicts; stored as the last tensor, ``__metadata__``.
+        checksum: also record a CRC-32 of every payload in the metadata
+            (under the reserved key ``__kiln_checksum__``), which
+            ``kiln check`` and ``verify=True`` compare; the tensors must be
+            named.
+        progress: True for a tqdm bar, or a callable ``fn(done_bytes,
+            total_bytes)``, counting the payload bytes written (see
+            :doc:`files`).
+
+    Raises:
+        EncodeError: as :func:`kiln.encode_tensors`; ``TYPE`` also for
+            metadata of another kind, metadata with unnamed tensors, a
+            tensor named ``__metadata__`` or a metadata key
+            ``__kiln_checksum__``.
+        OSError: the file cannot be written (the target is left as it was).
+
+    Example:
+        >>> kiln.save_tensors("model.kiln", {"w": np.ones((2, 3), np.float32)},
+        ...                   metadata={"step": 3})
+        >>> kiln.load_metadata("model.kiln")
+        {'step': 3}
+    """
+    records = normalize_tensors(tensors)
+    for rec in records:
+        if rec[W.R_NAME] == _meta.META_NAME.encode():
+            raise EncodeError("TYPE", 0, "the tensor name %r is reserved for metadata"
+                              % _meta.META_NAME)
+    if checksum:
+        metadata = _checksum.with_entry(metadata, _checksum.digests(r[_P] for r in records))
+    else:
+        _checksum.refuse_key(metadata)
+    meta = meta_record(metadata)
+    if meta is not None:
+        if records and records[0][W.R_NAME] is None:
+            raise EncodeError("TYPE", 0, "metadata needs named tensors")
+        records.append(meta)
+    metas = [r[:_P] + (len(r[_P]),) for r in records]
+    for i, m in enumerate(metas):
+        _check_meta(m, i)
+    with _progress.session(progress, "save") as prog:
+        if prog is not None:
+            prog.start(sum(m[_P] for m in metas))
+        if hasattr(path, "write"):
+            # a binary file object: written in place, from its current position
+            write_stream(path, metas, [r[_P] for r in records], prog)
+            return
+        with AtomicFile(path) as out:   # committed at the end, discarded on any error
+            write_block(out, metas, [r[_P] for r in records], prog)
+            _check_file(out)   # never commit what a reader would refuse
+
+
+def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
+         round_floats: bool = False) -> None:
+    """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically.
+
+    Args:
+        path: a file path, or a binary file object (written in place).
+        value, type, round_floats: as for :func:`kiln.encode`.
+        frame: prefix the frame with the schema hash (the default here, so
+            :func:`kiln.load` can check the file holds this type).
+
+    Raises:
+        EncodeError: as :func:`kiln.encode`.
+        KilnError: ``TYPE``/``DEPTH`` for a bad type.
+        OSError: the file cannot be written (the target is left as it was).
+
+    Example:
+        >>> kiln.save("rec.kiln", {"id": 7}, "struct{id:i64,}")
+        >>> kiln.load("rec.kiln", "struct{id:i64,}")
+        {'id': 7}
+    """
+    data = _api.encode(value, type, frame=frame, round_floats=round_floats)
+    if hasattr(path, "write"):
+        path.write(data)
+        return
+    with AtomicFile(path) as out, memoryview(data) as view:
+        for at in range(0, len(view), WRITEBACK_STEP):
+            out.f.write(view[at:at + WRITEBACK_STEP])
+            out.wrote(min(WRITEBACK_STEP, len(view) - at))
+
+
