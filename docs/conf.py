@@ -68,8 +68,8 @@ nitpick_ignore_regex = [
 nitpick_ignore = [
     ("py:class", "kiln._api.T"),   # the TypeVar of Encoder[T] / Decoder[T]
     ("py:class", "kiln.records.writer.T"),   # RecordWriter[T]
-    ("py:class", "kiln.files.T"),   # kiln.load(path, R) -> R
-    ("py:class", "kiln._filemap.T"),   # KilnFile.get(name, default)
+    ("py:class", "kiln._files.load.T"),   # kiln.load(path, R) -> R
+    ("py:class", "kiln._files.base.T"),   # KilnFile.get(name, default)
     ("py:class", "kiln.records.reader.R"),   # RecordFile[R]
     ("py:class", "kiln.records.stream.R"),   # StreamDecoder[R]
 ]

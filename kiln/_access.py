@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import COMPILED_TENSOR_LAYER
 from ._dtypes import _dtype_code_of_numpy
 from ._files.atomic import AtomicFile
 from ._files.local import file_size, read_head
@@ -25,7 +26,7 @@ from ._files.tables import tensor_offset
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
            "foreign_hint", "read_head", "file_size", "table", "file_offset", "version",
-           "dtype_code"]
+           "dtype_code", "COMPILED_TENSOR_LAYER"]
 
 
 def table(f: Any) -> Any:

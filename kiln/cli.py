@@ -53,10 +53,10 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
         import kiln
-        from kiln import _compat
+        from kiln._access import COMPILED_TENSOR_LAYER
         print("kiln %s, %s kernels, compiled tensor layer %s"
               % (kiln.__version__, kiln.IMPLEMENTATION,
-                 "on" if _compat.COMPILED_TENSOR_LAYER else "off"))
+                 "on" if COMPILED_TENSOR_LAYER else "off"))
         parser.exit()
 
 

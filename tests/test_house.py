@@ -134,3 +134,254 @@ def _tests_taking_impl_unused():
 def test_every_test_taking_impl_uses_it():
     # a test run once per kernel that never touches the kernel tests one thing twice
     assert list(_tests_taking_impl_unused()) == []
+
+
+# --- import circles -----------------------------------------------------------------
+# The rule: every import statement under kiln/ counts, at module level and
+# inside functions, `from . import x` in a package's __init__ and in its
+# modules included (to the submodule x, else to the package).  A lazy import
+# still runs, and a circle through it is still a circle.  Left out: imports
+# under `if TYPE_CHECKING:` (they never run), and the deferred loads listed in
+# DEFERRED, lazy imports whose only job is to keep `import kiln` cheap (each
+# is checked to be there and inside a function).  kiln/__init__.py's PEP 562
+# table loads its parts with importlib, not with a statement, after kiln is
+# complete.  The compiled module is kiln._kernels_c, with its sources' imports.
+
+DEFERRED = {
+    # distributed asks for kiln's serializers: kiln.dask imports dask and distributed
+    ("kiln._dask_hook", "kiln.dask"),
+}
+
+def _modules():
+    """{module name: path} of every Python module under kiln/."""
+    out = {}
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "kiln")):
+        for fn in files:
+            if fn.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, fn[:-3]), ROOT).split(os.sep)
+                if rel[-1] == "__init__":
+                    rel = rel[:-1]
+                out[".".join(rel)] = os.path.join(dirpath, fn)
+    out["kiln._kernels_c"] = None   # compiled: its imports are read from src/ (below)
+    return out
+
+
+def _target(base, name, modules):
+    """What ``from base import name`` runs: the submodule base.name, else base."""
+    full = base + "." + name if base else name
+    return full if full in modules else base
+
+
+def _resolve(module, is_package, level, name):
+    if not level:
+        return name or ""
+    parts = module.split(".")
+    if not is_package:
+        parts = parts[:-1]
+    parts = parts[:len(parts) - (level - 1)]
+    return ".".join(parts + ([name] if name else []))
+
+
+def _type_checking(node):
+    t = node.test
+    return isinstance(node, ast.If) and (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING" or
+                                         isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _edges_of(module, path, modules):
+    """[(imported module, line, inside a function)] of one module."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    package = path.endswith("__init__.py")
+    out = []
+    todo = [(tree, False)]
+    while todo:
+        node, lazy = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                todo.extend((c, lazy) for c in child.orelse)   # the body never runs
+                continue
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    name = a.name
+                    while name and name not in modules:
+                        name = name.rpartition(".")[0]
+                    if name:
+                        out.append((name, child.lineno, lazy))
+            elif isinstance(child, ast.ImportFrom):
+                base = _resolve(module, package, child.level, child.module)
+                if base == "kiln" or base.startswith("kiln."):
+                    for a in child.names:
+                        out.append((_target(base, a.name, modules), child.lineno, lazy))
+            todo.append((child, lazy or isinstance(child, (ast.FunctionDef,
+                                                           ast.AsyncFunctionDef, ast.Lambda))))
+    return out
+
+
+def _compiled_edges(modules):
+    """The imports of src/_kernels_c.pyx and its parts, as kiln._kernels_c's."""
+    out = []
+    srcs = [os.path.join(ROOT, "src", "_kernels_c.pyx")] + sorted(
+        os.path.join(ROOT, "src", "kernels", fn)
+        for fn in os.listdir(os.path.join(ROOT, "src", "kernels")) if fn.endswith(".pxi"))
+    for path in srcs:
+        with open(path) as f:
+            for i, line in enumerate(f, 1):
+                m = re.match(r"\s*from\s+(\.+)([\w.]*)\s+import\s+(.+)", line)
+                if m:
+                    base = _resolve("kiln._kernels_c", False, len(m.group(1)), m.group(2))
+                    for name in m.group(3).split(","):
+                        name = name.split(" as ")[0].strip(" ()\\\n")
+                        if name:
+                            out.append((_target(base, name, modules), i))
+    return out
+
+
+def import_graph(deferred=DEFERRED):
+    """{module: [the kiln modules it imports]}, the ``deferred`` lazy edges left out."""
+    modules = _modules()
+    graph = {}
+    for m, p in modules.items():
+        if p is not None:
+            graph[m] = sorted(set(t for t, _, lazy in _edges_of(m, p, modules)
+                                  if t != m and not (lazy and (m, t) in deferred)))
+    graph["kiln._kernels_c"] = sorted(set(t for t, _ in _compiled_edges(modules)))
+    return graph
+
+
+def import_circles(graph):
+    """Every circle of the graph, once each (as its strongly connected parts)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):   # Tarjan's algorithm; the graph is a few dozen modules deep at most
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_the_import_graph_is_read_the_way_python_runs_it():
+    # the reader itself, on the cases a circle hides in
+    graph = import_graph()
+    assert "kiln._files.base" in graph["kiln._files.kilnfile"]      # from .base import ...
+    assert "kiln._wire" in graph["kiln._files.base"]                # from .. import _wire as W
+    assert "kiln" in graph["kiln.dask"]                             # from . import Tensor
+    assert "kiln.convert._common" in graph["kiln.convert"]          # a package's __init__
+    assert "kiln._files.remote" in graph["kiln._files.load"]        # a lazy import counts
+    assert "kiln._types" not in graph["kiln._files.load"]           # under TYPE_CHECKING
+    assert "kiln._errors" in graph["kiln._kernels_c"]               # the compiled module's
+    assert import_circles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+
+
+def test_each_deferred_import_is_there_and_inside_a_function():
+    modules = _modules()
+    for m, target in DEFERRED:
+        edges = _edges_of(m, modules[m], modules)
+        assert [lazy for t, _, lazy in edges if t == target] == [True], (m, target)
+
+
+def test_no_import_circles_in_kiln():
+    assert import_circles(import_graph()) == []
+
+
+# --- the top floor uses public names --------------------------------------------------
+# The command line, Dask support and the converters import kiln's public
+# modules, their own package's modules, and of kiln's private modules only
+# kiln._access (the one declared internal surface), kiln._wire (the constants)
+# and kiln._errors (where kiln.KilnError lives); and they read no private
+# attribute of another object (no t._off, f._tensors_view(), d._rows).
+
+TOP_FLOOR = ("kiln.cli", "kiln._cli", "kiln.dask", "kiln.convert")
+TOP_FLOOR_MAY_IMPORT = {"kiln._access", "kiln._wire", "kiln._errors"}
+
+
+def _in(module, packages):
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_top_floor_imports_public_modules_and_kiln_access_only():
+    modules = _modules()
+    wrong = []
+    for m, path in sorted(modules.items()):
+        if path is None or not _in(m, TOP_FLOOR):
+            continue
+        for t, line, _ in _edges_of(m, path, modules):
+            private = any(part.startswith("_") for part in t.split("."))
+            if private and t not in TOP_FLOOR_MAY_IMPORT and not _in(t, TOP_FLOOR):
+                wrong.append("%s:%d imports %s" % (m, line, t))
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):   # nor a private name of a public module
+            if isinstance(node, ast.ImportFrom):
+                base = _resolve(m, path.endswith("__init__.py"), node.level, node.module)
+                for a in node.names:
+                    if a.name[:1] == "_" and _target(base, a.name, modules) == base and \
+                            not _in(base, TOP_FLOOR):
+                        wrong.append("%s:%d imports %s from %s" % (m, node.lineno, a.name, base))
+    assert wrong == []
+
+
+def test_the_top_floor_reads_no_private_attribute():
+    modules = _modules()
+    wrong = []
+    for m, path in sorted(modules.items()):
+        if path is None or not _in(m, TOP_FLOOR):
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr[:1] == "_" and \
+                    node.attr[:2] != "__" and not (isinstance(node.value, ast.Name) and
+                                                   node.value.id in ("self", "cls")):
+                wrong.append("%s:%d %s" % (m, node.lineno, ast.unparse(node)))
+    assert wrong == []
+
+
+def test_kiln_access_is_imported_by_the_top_floor_only():
+    modules = _modules()
+    users = sorted(m for m, p in modules.items() if p is not None and
+                   "kiln._access" in [t for t, _, _ in _edges_of(m, p, modules)])
+    assert users and all(_in(m, TOP_FLOOR) for m in users), users
+
+
+def test_an_atomic_replace_is_committed_or_discarded_in_one_place():
+    # kiln._files.atomic.AtomicFile is a context manager: no module repeats
+    # `except BaseException: out.discard(); raise` around a commit
+    copies = []
+    for m, path in sorted(_modules().items()):
+        if path is None:
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ExceptHandler) and any(
+                    isinstance(n, ast.Attribute) and n.attr == "discard"
+                    for stmt in node.body for n in ast.walk(stmt)):
+                copies.append("%s:%d" % (m, node.lineno))
+    assert copies == ["kiln._files.atomic:%d" % _discard_line()]
+
+
+def _discard_line():
+    from kiln._files import atomic
+    src, start = inspect.getsourcelines(atomic.AtomicFile.__exit__)
+    return start + next(i for i, ln in enumerate(src) if "except BaseException" in ln)
