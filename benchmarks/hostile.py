@@ -13,11 +13,11 @@ import struct
 import tracemalloc
 
 import kiln
+from kiln import _wire as W
 from benchmarks.harness import KILN, Contender, measure
 
-U32_MAX = 0xFFFFFFFF
+U32_MAX = W.U32_MAX
 RAISED = dict(max_count=U32_MAX, max_bytes=U32_MAX)
-HEADER = struct.Struct("<4sBBHIIQQ32s")   # the 64-byte directory header
 
 # a case is "flat" when, over the claimed counts, the slowest point is within
 # this factor of the fastest (each point taken at its fastest sample, which a
@@ -33,7 +33,8 @@ def count_word(c):
 
 def directory_header(count):
     """An unnamed little-endian v2 directory claiming ``count`` descriptors, none present."""
-    return HEADER.pack(b"KLNT", 2, 2, 0, count, 0, 0, count * 128, bytes(32))
+    return W.HEADER.pack(W.DIR_MAGIC, W.DIR_VERSION, W.FLAG_LITTLE, 0, count, 0, 0,
+                         count * W.DESC_SIZE, bytes(W.HEADER_SIZE - W.H_RESERVED32))
 
 
 @dataclasses.dataclass

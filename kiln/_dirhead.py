@@ -1,7 +1,7 @@
 """The header, descriptors and name heap of a tensor directory block (spec section 6).
 
 Shared by the pure kernel's ``write_directory`` (``kiln/_kernels_py/dirwrite.py``)
-and the streaming file writer (``kiln/files.py``), so a file's table is built by
+and the file writers (``kiln/_files/save.py``, ``writer.py``), so a file's table is built by
 the same code as every block the pure kernel encodes, without importing the
 pure kernel on the compiled path.  Not a hot loop: one pass over the
 descriptors.

@@ -1,7 +1,8 @@
 """What a tensor file writer may commit: each declaration checked as a reader
 would check its descriptor, and the decoder's own directory check over the
-file before it replaces anything (``TensorWriter``, ``save_tensors``).  Every refusal is an :class:`kiln.EncodeError` with the
-code and the byte offset the reader would report in that file."""
+file before it replaces anything (``TensorWriter``, ``save_tensors``).
+Every refusal is an :class:`kiln.EncodeError` with the code and the byte
+offset the reader would report in that file."""
 
 import mmap
 import operator

@@ -132,7 +132,7 @@ class RemoteFile(TensorFile):
         self._all = d
         self._table_rows = _rows(d)
         self._base = base
-        self._names: Optional[Dict[str, int]] = None
+        self._names = None
         try:
             self._has_meta = has_metadata(self._table_rows, url)
         except BaseException:
@@ -252,8 +252,8 @@ class RemoteFile(TensorFile):
             start, _, gap_end = self._span(i)
             self._fetch(i, start, gap_end)
         if self._verify and self._digests() is not None:
-            _checksum.check_directory(self._digests(), self._tensors_view(),  # type: ignore[arg-type]
-                                      self.path)
+            _checksum.check_directory(self._digests(),  # type: ignore[arg-type]
+                                      self._tensors_view(), self.path)
         return self._tensors_view()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:

@@ -193,7 +193,8 @@ class TensorWriter:
             at = self._base + self._places[i]   # type: ignore[index]
             if data is not None:
                 rec = normalize_tensors({name: data})[0]
-                if rec[_CODE] != decl[_CODE] or tuple(rec[_SHAPE]) != decl[_SHAPE] or len(rec[_P]) != decl[_P]:
+                if rec[_CODE] != decl[_CODE] or tuple(rec[_SHAPE]) != decl[_SHAPE] or \
+                        len(rec[_P]) != decl[_P]:
                     raise ValueError("tensor %r: data is %s %s, declared %s %s"
                                      % (name, _dtype_name(rec[_CODE]), tuple(rec[_SHAPE]),
                                         _dtype_name(decl[_CODE]), decl[_SHAPE]))
