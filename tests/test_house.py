@@ -385,3 +385,25 @@ def _discard_line():
     from kiln._files import atomic
     src, start = inspect.getsourcelines(atomic.AtomicFile.__exit__)
     return start + next(i for i, ln in enumerate(src) if "except BaseException" in ln)
+
+
+# --- one source for the wire's numbers in the files floor and the top floor --------
+
+FILES_AND_TOP = ("kiln._files", "kiln.files", "kiln.remote") + TOP_FLOOR
+_ROW_NAMES = r"(?:row|rows\[\w+\]|rec|records\[\w+\]|decl|meta|metas\[\w+\]|m|r|_row|self\._meta)"
+
+
+def test_rows_are_read_by_name_and_magics_come_from_the_wire_module():
+    # a table row or write record is read with kiln._wire.R_*, never row[10];
+    # a magic is kiln._wire's, never b"KLNT" typed again
+    wrong = []
+    for m, path in sorted(_modules().items()):
+        if path is None or not _in(m, FILES_AND_TOP):
+            continue
+        with open(path) as f:
+            for i, line in enumerate(f, 1):
+                code = line.split("#", 1)[0]
+                if re.search(r"(?<![\w.])%s\[\d+\]" % _ROW_NAMES, code) or \
+                        re.search(r"""b["']KLN""", code):
+                    wrong.append("%s:%d %s" % (m, i, line.strip()))
+    assert wrong == []
