@@ -84,9 +84,11 @@ def _demo_timings(value: Any) -> None:
     every tensor) into bytes and back; safetensors holds tensors only."""
     import pickle
     import kiln
-    import importlib.util
-    # bf16 as its bits: numpy() refuses it without ml_dtypes
-    raw = importlib.util.find_spec("ml_dtypes") is None
+    try:
+        import ml_dtypes  # noqa: F401
+        raw = False
+    except ImportError:   # bf16 as its bits: numpy() refuses it without ml_dtypes
+        raw = True
     arrays = {t.name: t.bits() if raw and t.dtype == "bf16" else t.numpy()
               for t in value["weights"]}
     record = {"id": value["id"], "text": value["text"], "weights": arrays}
