@@ -19,14 +19,14 @@ from ._compat import COMPILED_TENSOR_LAYER
 from ._dtypes import _dtype_code_of_numpy
 from ._files.atomic import AtomicFile
 from ._files.local import file_size, read_head
-from ._files.paths import foreign_hint, local_path
+from ._files.paths import FOREIGN_HEAD, foreign_hint, local_path
 from ._files.progress import make as check_progress, session as progress_session
 from ._files.save import write_payload
 from ._files.tables import tensor_offset
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
-           "foreign_hint", "read_head", "file_size", "table", "file_offset", "version",
-           "dtype_code", "COMPILED_TENSOR_LAYER"]
+           "foreign_hint", "FOREIGN_HEAD", "read_head", "file_size", "table", "file_offset",
+           "version", "dtype_code", "COMPILED_TENSOR_LAYER"]
 
 
 def table(f: Any) -> Any:

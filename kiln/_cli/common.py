@@ -7,7 +7,6 @@ from typing import Any, Dict, List
 from .. import _wire as W
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
-FOREIGN_HEAD = 16   # bytes enough to tell the formats kiln convert reads
 
 
 class Fail(Exception):
@@ -68,7 +67,7 @@ def kind(path: str) -> str:
         return "framed"
     if not magic:
         raise Fail("%s is empty" % path, EXIT_INVALID)
-    from .._access import foreign_hint
+    from .._access import FOREIGN_HEAD, foreign_hint
     hint = foreign_hint(head(path, FOREIGN_HEAD))
     if hint is not None:
         raise Fail("%s: %s" % (path, hint), EXIT_INVALID)

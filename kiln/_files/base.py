@@ -14,7 +14,7 @@ from .. import _wire as W
 from .._errors import KilnError, frame_hint
 from .._rows import LazyRows
 from . import checksum
-from .paths import foreign_hint
+from .paths import FOREIGN_HEAD, foreign_hint
 from .tables import Tensor, TensorDirectory, directory, payload, raw_names, rows, without_last
 
 T = TypeVar("T")
@@ -117,7 +117,7 @@ def open_table(buf: Any, trusted: bool, max_count: int,
         end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
             buf, 0, True, trusted, max_count, max_bytes)
     except KilnError as e:
-        if bytes(memoryview(buf)[:4]) == W.FRAME_MAGIC:
+        if bytes(memoryview(buf)[:len(W.FRAME_MAGIC)]) == W.FRAME_MAGIC:
             raise frame_hint(e) from None
         add_foreign_hint(e, buf)
         raise
@@ -132,7 +132,7 @@ def open_table(buf: Any, trusted: bool, max_count: int,
 def add_foreign_hint(e: KilnError, buf: Any) -> None:
     """A fault at byte 0 of a file in another format: say which, and how to convert."""
     if e.offset == 0 and e.code in ("FRAME", "EOF", "SCHEMA"):
-        hint = foreign_hint(bytes(memoryview(buf)[:16]))
+        hint = foreign_hint(bytes(memoryview(buf)[:FOREIGN_HEAD]))
         if hint is not None:
             e.reason += " (%s)" % hint
 

@@ -24,8 +24,11 @@ def local_path(path: Any) -> Any:
     return url2pathname(u.path)
 
 
+FOREIGN_HEAD = 16   # the bytes of a file's start that foreign() looks at
+
+
 def foreign(head: bytes) -> Optional[str]:
-    """The format of a file that starts with ``head`` (16 bytes or more) when it
+    """The format of a file that starts with ``head`` (FOREIGN_HEAD bytes or more) when it
     is one kiln convert reads or another common one, else None."""
     if head[:4] == b"GGUF":
         return "GGUF"

@@ -151,7 +151,7 @@ class RemoteFile(TensorFile):
         try:
             base = _compat.kernels.check_header(mm, 0, max_count, max_bytes)
         except KilnError as e:
-            if first[:4] == W.FRAME_MAGIC:
+            if first[:len(W.FRAME_MAGIC)] == W.FRAME_MAGIC:
                 raise frame_hint(e) from None
             raise
         mm[:min(len(first), base)] = first[:base]
