@@ -118,14 +118,15 @@ def _value(t):
 
 
 def _instance(cls, v):
-    """``v`` (wire names) as an instance of the generated ``cls``, built by position."""
+    """``v`` (wire names) as an instance of the generated ``cls``, built by name
+    (a field after an optional one may be keyword-only)."""
     import dataclasses
-    args = []
+    args = {}
     for f, (name, x) in zip(dataclasses.fields(cls), v.items()):
         assert f.metadata.get("kiln.name", f.name) == name
         sub = f.type
-        args.append(_instance(sub, x) if dataclasses.is_dataclass(sub) else x)
-    return cls(*args)
+        args[f.name] = _instance(sub, x) if dataclasses.is_dataclass(sub) else x
+    return cls(**args)
 
 
 @pytest.mark.parametrize("case", sorted(DOCS))
