@@ -28,8 +28,13 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class Type:
     """A Kiln type.
 
-    Types are immutable values, equal when their canonical text (and, for a
-    struct, the bound class) is the same.  Build them with
+    Types are immutable values, equal exactly when they have the same
+    canonical text (so the same bytes and ``schema_hash``) and decode to the
+    same Python values: the form of each list of numbers (an ndarray,
+    ``bytes`` for ``list<u8>``, or a Python list under a ``list[int]``
+    annotation) and the class each struct is bound to.  The rule holds
+    however a type is built (type text, constructors, annotations,
+    :func:`kiln.schema_from_json`).  Build them with
     :func:`kiln.parse_type`, the constructors (:func:`kiln.list_`,
     :func:`kiln.struct`, ...) or from a class or annotation with
     :func:`kiln.as_type`; ``str(t)`` is the canonical text.
