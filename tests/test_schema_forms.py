@@ -136,3 +136,20 @@ def test_equality_is_the_text_and_the_python_values_for_every_route(api):
         assert (t1 == t2) is same, (n1, n2, values[n1], values[n2])
         if same:
             assert hash(t1) == hash(t2)
+
+
+def test_kiln_convert_with_a_schema_keeps_json_arrays(tmp_path):
+    """``kiln convert --schema``: a JSON Schema's arrays stay JSON arrays both
+    ways (a uint8 array is not turned into base64 text)."""
+    import json
+    import subprocess
+    import sys
+    schema = {"type": "object", "properties": {"b": _U8S, "n": _I64S}}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "d.jsonl").write_text('{"b": [1, 255], "n": [3]}\n')
+    for src, dst in (("d.jsonl", "d.kilnr"), ("d.kilnr", "back.jsonl")):
+        r = subprocess.run([sys.executable, "-m", "kiln", "convert", src, dst, "--schema",
+                            "s.json"], cwd=str(tmp_path), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "back.jsonl").read_text()) == {"b": [1, 255], "n": [3]}
