@@ -153,3 +153,24 @@ def test_kiln_convert_with_a_schema_keeps_json_arrays(tmp_path):
                            timeout=120)
         assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "back.jsonl").read_text()) == {"b": [1, 255], "n": [3]}
+
+
+def test_to_json_schema_reads_back_as_the_text(api):
+    """to_json_schema writes the wire type: reading it back gives the type its
+    text parses to, whatever Python form the written type had."""
+    import dataclasses
+    from typing import Optional
+
+    @dataclasses.dataclass
+    class Rec:
+        a: list[int]
+        b: bytes
+        c: list[kiln.U8]
+        d: kiln.U8Array
+        e: Optional[dict[str, list[float]]] = None
+
+    for t in (kiln.as_type(Rec), kiln.list_(kiln.u8), kiln.as_type(list[kiln.U8]),
+              kiln.parse_type("struct{a:list<u8>,b:opt<list<f32>>,}")):
+        back = kiln.schema_from_json(kiln.to_json_schema(t))
+        assert back == kiln.parse_type(t.text)
+        assert back.schema_hash == kiln_ref.schema_hash(t.text)
