@@ -42,7 +42,7 @@ def as_type(t: "TypeArg") -> Type:
 
     Example:
         >>> kiln.as_type(list[int]), kiln.as_type(kiln.F32Array)
-        (kiln.Type('list<i64>'), kiln.Type('list<f32>'))
+        (kiln.Type('list<i64>', python='list[i64]'), kiln.Type('list<f32>'))
         >>> kiln.as_type(typing.Optional[dict[str, float]]).text
         'opt<dict<str,f64>>'
     """

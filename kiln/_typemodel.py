@@ -52,7 +52,8 @@ class Type:
     ``bytes`` for ``list<u8>``, or a Python list under a ``list[int]``
     annotation) and the class each struct is bound to.  The rule holds
     however a type is built (type text, constructors, annotations,
-    :func:`kiln.schema_from_json`).  Build them with
+    :func:`kiln.schema_from_json`), and ``repr`` shows the Python side where
+    it is not the text's (``python='list[i64]'``).  Build them with
     :func:`kiln.parse_type`, the constructors (:func:`kiln.list_`,
     :func:`kiln.struct`, ...) or from a class or annotation with
     :func:`kiln.as_type`; ``str(t)`` is the canonical text.
@@ -102,7 +103,11 @@ class Type:
         return h
 
     def __repr__(self):
-        return "kiln.Type(%r)" % (self.text,)
+        # a type that decodes otherwise than its text says how: the one
+        # difference between types of one text (and so of one hash)
+        if self._binding() is None:
+            return "kiln.Type(%r)" % (self.text,)
+        return "kiln.Type(%r, python=%r)" % (self.text, _python(self))
 
     def __str__(self):
         return self.text
@@ -288,6 +293,23 @@ class Struct(Type):
             get = _make_getter(names)
         return P.Plan(P.OP_STRUCT, self.min_size, self.text, fields=plans,
                       names=names, cls=cls, make=make, get=get)
+
+
+def _python(t):
+    """What ``t`` decodes to, where that is not its text's: ``list[T]`` for a
+    Python list, ``ndarray[u8]`` for a uint8 array, a bound struct's class."""
+    if isinstance(t, List):
+        inner = _python(t.elem)
+        return {None: "list<%s>", "list": "list[%s]", "ndarray": "ndarray[%s]"}[t.form] % inner
+    if isinstance(t, Opt):
+        return "opt<%s>" % _python(t.elem)
+    if isinstance(t, Dict):
+        return "dict<str,%s>" % _python(t.value)
+    if isinstance(t, Struct):
+        if t.cls is not None:
+            return t.cls.__qualname__
+        return "struct{%s}" % "".join("%s:%s," % (n, _python(f)) for n, f in t.fields)
+    return t.text
 
 
 def _make_constructor(cls, names):

@@ -134,6 +134,7 @@ def test_equality_is_the_text_and_the_python_values_for_every_route(api):
     for (n1, t1), (n2, t2) in itertools.combinations(routes.items(), 2):
         same = values[n1] == values[n2]
         assert (t1 == t2) is same, (n1, n2, values[n1], values[n2])
+        assert (repr(t1) == repr(t2)) is same, (n1, n2)   # unequal types look unequal
         if same:
             assert hash(t1) == hash(t2)
 
