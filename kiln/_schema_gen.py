@@ -72,6 +72,7 @@ class _Gen:
         self.classes: List[Tuple[str, Struct]] = []
         self.used: Set[str] = set()
         self.done: Dict[Struct, str] = {}
+        self.optional = False
 
     def ann(self, t: Type, hint: str) -> str:
         if isinstance(t, Scalar):
@@ -85,6 +86,7 @@ class _Gen:
         if isinstance(t, _Dict):
             return "dict[str, %s]" % self.ann(t.value, hint + "Value")
         if isinstance(t, Opt):
+            self.optional = True     # the module imports Optional only then
             return "Optional[%s]" % self.ann(t.elem, hint)
         if isinstance(t, Struct):
             return self.struct(t, hint)
@@ -100,16 +102,32 @@ class _Gen:
         return name
 
     def body(self, t: Struct, hint: str) -> List[str]:
-        """The lines of one class (after every class is named)."""
+        """The lines of one class (after every class is named), fields in wire order.
+
+        An optional field defaults to ``None``.  Where a required field follows
+        an optional one, a ``dataclasses.KW_ONLY`` marker stands before the
+        first optional field: the fields before it are positional in wire
+        order, the rest keyword-only, so no positional argument lands in a
+        field other than the one at its place."""
         wire = [n for n, _ in t.fields]
+        attrs = attribute_names(wire, self.used)
+        optional = [isinstance(ft, Opt) for _, ft in t.fields]
+        first = optional.index(True) if True in optional else len(optional)
+        kw_at = first if not all(optional[first:]) else -1
         lines = []
-        for w, attr, (_, ft) in zip(wire, attribute_names(wire, self.used), t.fields):
+        for i, (w, attr, (_, ft)) in enumerate(zip(wire, attrs, t.fields)):
+            if i == kw_at:
+                lines.append("    %s: dataclasses.KW_ONLY" % _fresh("_", set(attrs)))
             a = self.ann(ft, hint + "_" + w)
-            if attr == w:
+            args = ["default=None"] if optional[i] else []
+            if attr != w:
+                args.append("metadata={%r: %r}" % (WIRE_NAME, w))
+            if not args:
                 lines.append("    %s: %s" % (attr, a))
+            elif attr == w:
+                lines.append("    %s: %s = None" % (attr, a))
             else:
-                lines.append("    %s: %s = dataclasses.field(metadata={%r: %r})"
-                             % (attr, a, WIRE_NAME, w))
+                lines.append("    %s: %s = dataclasses.field(%s)" % (attr, a, ", ".join(args)))
         return lines or ["    pass"]
 
 
@@ -118,12 +136,18 @@ def generate(doc: Any, root_name: Optional[str] = None) -> str:
 
     What ``kiln gen`` writes.  Each object becomes a ``@dataclass`` (named
     after its ``$defs`` entry, the root's ``title`` or ``root_name``, made
-    unique); the module ends with ``ROOT`` (the root class) and ``TYPES``
-    (each class's struct).  ``kiln.struct(ROOT)`` has the same canonical
-    text and hash as ``schema_from_json(doc)``.  A property whose name is no
-    Python attribute (a keyword, a name starting ``__``, a name the module
-    uses) gets the attribute ``name_`` (made unique) and keeps its wire name
-    in the field's metadata.
+    unique) with its fields in wire order; the module ends with ``ROOT``
+    (the root class) and ``TYPES`` (each class's struct).
+    ``kiln.struct(ROOT)`` has the same canonical text and hash as
+    ``schema_from_json(doc)``; arrays of numbers decode to Python lists
+    (``list[int]``), binary strings to ``bytes``.  A property left out of
+    ``required`` is ``Optional[...] = None``; where a required property
+    follows one, a ``dataclasses.KW_ONLY`` marker stands before the first
+    optional field (the fields before it positional, the rest keyword-only).
+    A property whose name is no Python attribute (a keyword, a name starting
+    ``__``, a name the module uses) gets the attribute ``name_`` (made
+    unique) and keeps its wire name in the field's metadata.  The module
+    imports only what it uses and passes pyflakes and ``mypy --strict``.
 
     Args:
         doc: the schema (a dict or JSON text, parsed once); its root must be
@@ -140,21 +164,24 @@ def generate(doc: Any, root_name: Optional[str] = None) -> str:
 
     Example:
         >>> from kiln.schema import generate
-        >>> src = generate({"title": "point", "type": "object",
+        >>> src = generate({"title": "point", "type": "object", "required": ["x", "y"],
         ...                 "properties": {"x": {"type": "number"},
-        ...                                "class": {"type": "string"}}})
+        ...                                "class": {"type": "string"},
+        ...                                "y": {"type": "integer"}}})
         >>> print(src.split("\\n\\n\\n")[1])
         @dataclasses.dataclass
         class Point:
             x: float
-            class_: str = dataclasses.field(metadata={'kiln.name': 'class'})
+            _: dataclasses.KW_ONLY
+            class_: Optional[str] = dataclasses.field(default=None, metadata={'kiln.name': 'class'})
+            y: int
     """
     doc = document(doc)
-    t = type_of(doc)
+    t = type_of(doc, "list")     # arrays as JSON has them: Python lists
     if not isinstance(t, Struct):
         raise SchemaError("#", "the generator needs an object at the root, not %s" % t.text)
     g = _Gen()
-    reader = _Reader(doc)
+    reader = _Reader(doc, "list")
     sizer = _Sizer(reader.defs)
     for name in reader.defs:   # named definitions keep their names
         node = {"$ref": "#/$defs/" + name}
@@ -167,12 +194,12 @@ def generate(doc: Any, root_name: Optional[str] = None) -> str:
             g.struct(dt, name)
     title = doc.get("title")
     root = g.struct(t, root_name or (title if isinstance(title, str) else None) or "Root")
+    bodies = [(name, g.body(st, name)) for name, st in g.classes]
     out = ['"""Generated by kiln gen from a JSON Schema: edit the schema, not this file."""',
-           "", "import dataclasses", "from typing import Optional", "", "import kiln", ""]
-    for name, st in g.classes:
-        out += ["", "@dataclasses.dataclass", "class %s:" % name]
-        out += g.body(st, name)
-        out.append("")
+           "", "import dataclasses"] + (["from typing import Optional"] if g.optional else []) \
+        + ["", "import kiln", ""]
+    for name, lines in bodies:
+        out += ["", "@dataclasses.dataclass", "class %s:" % name] + lines + [""]
     out += ["", "ROOT = %s" % root, "TYPES = {%s}" % ", ".join(
         "%r: kiln.struct(%s)" % (n, n) for n, _ in g.classes), ""]
     return "\n".join(out)

@@ -19,7 +19,7 @@ Every bound is checked before anything is built from it:
 import json
 import re
 import reprlib
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ._errors import KilnError, SchemaError
 from ._types import (Budget, Dict as _Dict, List as _List, Opt, Struct, Type, MAX_DEPTH,
@@ -296,9 +296,10 @@ class _Sizer:
 class _Reader:
     """Builds the type of a node, each definition once (after :class:`_Sizer`)."""
 
-    def __init__(self, doc: Any) -> None:
+    def __init__(self, doc: Any, arrays: Optional[str] = None) -> None:
         self.defs = _defs_of(doc)
         self.cache: Dict[str, Type] = {}
+        self.arrays = arrays     # the form of every list (kiln._types.List.form)
 
     def read(self, node: Any, pointer: Any) -> Type:
         kind = _kind(node, pointer)
@@ -312,7 +313,7 @@ class _Reader:
             return _leaf(node, pointer, kind)
         if kind == "array":
             return self.build(_List, pointer, self.read(node["items"], _ptr(pointer, "items")),
-                              "list")
+                              self.arrays)
         props, extra, required = _object_parts(node, pointer)
         if props is None:
             return self.build(_Dict, pointer, self.read(extra, _ptr(pointer,
@@ -342,22 +343,38 @@ def document(doc: Any) -> Any:
     return doc
 
 
-def type_of(doc: Any) -> Type:
+ARRAYS = (None, "list", "ndarray")
+
+
+def type_of(doc: Any, arrays: Optional[str] = None) -> Type:
     """The Kiln type of a parsed document (sized first, then built)."""
+    if arrays not in ARRAYS:
+        raise ValueError("arrays must be None, 'list' or 'ndarray', not %r" % (arrays,))
     defs = _defs_of(doc)
     _Sizer(defs).size(doc, "#", 0)
-    return _Reader(doc).read(doc, "#")
+    return _Reader(doc, arrays).read(doc, "#")
 
 
-def schema_from_json(doc: Any) -> Type:
+def schema_from_json(doc: Any, arrays: Optional[str] = None) -> Type:
     """The Kiln type of a JSON Schema document (a dict, or JSON text).
+
+    The type is the one its canonical text parses to, equal to it and
+    decoding to the same Python values (an array of numbers to an ndarray,
+    an array of ``uint8`` to ``bytes``), unless ``arrays`` asks for another
+    Python form; the wire bytes and ``schema_hash`` are the same either way.
 
     Args:
         doc: the schema, in the subset listed in :mod:`kiln.schema`: a dict,
             or JSON text (str or bytes), which is parsed once.
+        arrays: the Python value of an array of numbers: ``None`` (the type
+            text's: an ndarray, ``bytes`` for ``uint8``), ``"list"`` (a
+            Python list, as JSON has it; the type is then not equal to the
+            text's) or ``"ndarray"`` (an ndarray, ``uint8`` included).  A
+            binary string is ``bytes`` in every case.
 
     Returns:
-        Type: the Kiln type; structs decode to ``dict``, arrays to ``list``.
+        Type: the Kiln type; structs decode to ``dict``, arrays of other
+        items to ``list``.
 
     Raises:
         SchemaError: a :class:`kiln.KilnError` whose ``pointer`` names the
@@ -375,5 +392,13 @@ def schema_from_json(doc: Any) -> Type:
         ...                       "score": {"type": "number", "format": "float"}}}
         >>> kiln.schema_from_json(doc).text
         'struct{id:i64,score:opt<f32>,}'
+        >>> nums = {"type": "array", "items": {"type": "integer"}}
+        >>> kiln.schema_from_json(nums) == kiln.parse_type("list<i64>")
+        True
+        >>> buf = kiln.encode([1, 2], "list<i64>")
+        >>> kiln.decode(buf, kiln.schema_from_json(nums)).tolist()
+        [1, 2]
+        >>> kiln.decode(buf, kiln.schema_from_json(nums, arrays="list"))
+        [1, 2]
     """
-    return type_of(document(doc))
+    return type_of(document(doc), arrays)

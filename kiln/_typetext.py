@@ -1,27 +1,22 @@
-"""Reading type text: the tokens one at a time, and what one parse may build.
+"""Reading type text: :func:`parse_type`, the tokens one at a time, and what
+one parse may build.
 
-The parser itself (:func:`kiln._types.parse_type`) builds types as it reads;
-everything here bounds it before it builds: :class:`Tokens` reads one token
-at a time and refuses the token past :data:`MAX_TOKENS`, :func:`count_tokens`
-refuses long text before any of it is parsed, and :class:`Budget` sums what
-every container of one parse holds (each keeps its own copy of its text).
+The parser builds types as it reads, and everything it builds is bounded
+before it is built: :class:`Tokens` reads one token at a time and refuses
+the token past :data:`MAX_TOKENS`, :func:`count_tokens` refuses long text
+before any of it is parsed, and :class:`Budget` sums what every container
+of one parse holds (each keeps its own copy of its text).
 """
 
 import re
+from typing import Union
 
 from ._errors import KilnError
+from ._typemodel import (MAX_BUILT, MAX_BUILT_TEXT, MAX_TEXT, MAX_TOKENS, SCALARS, Dict, List,
+                         Opt, Struct, Type)
+from ._wire import MAX_DEPTH
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-# the longest type text, in tokens and in characters: far past any real schema,
-# far below memory (a type built by reuse, a JSON Schema's $defs, can double at
-# each level: its tokens and characters are counted before it is built)
-MAX_TOKENS = 1_000_000
-MAX_TEXT = 16_000_000
-# and what one parse (of type text or a JSON Schema) may build in all, summed
-# over the containers it builds (each holds its own copy of its text)
-MAX_BUILT = 8 * MAX_TOKENS
-MAX_BUILT_TEXT = 4 * MAX_TEXT
 
 # whitespace may stand between tokens and inside an opener ("list <"); the
 # tokens themselves (and so .text and the hash) are canonical
@@ -136,3 +131,95 @@ def count_tokens(text):
         if count > MAX_TOKENS:
             at = m.start(1) if m.group(1) else m.start(2) if m.group(2) else m.start(3)
             raise KilnError("LIMIT", at, "type text of more than %d tokens" % MAX_TOKENS)
+
+
+# --- the parser ---------------------------------------------------------------
+
+_OPENERS = ("list<", "opt<", "dict<", "struct{")
+
+
+def parse_type(text: Union[str, Type]) -> Type:
+    """Parse type text (``list<struct{id:i64,}>``) into a :class:`kiln.Type` whose
+    ``.text`` is canonical; whitespace and a missing last comma are accepted.  Raises
+    :class:`~kiln.KilnError` ``TYPE`` (bad token or syntax, a repeated field name at
+    its offset), ``DEPTH`` (over 64 levels), ``LIMIT`` (over 1,000,000 tokens, found
+    while reading, before the rest is read), and ``TypeError`` for a non-str:
+
+    >>> kiln.parse_type("struct { id : i64 }").text
+    'struct{id:i64,}'
+    """
+    if isinstance(text, Type):
+        return text
+    if not isinstance(text, str):
+        raise TypeError("type text must be a str, not %s" % type(text).__name__)
+    cached = _PARSE_CACHE.get(text)
+    if cached is not None:
+        return cached
+    if len(text) > MAX_TOKENS:
+        count_tokens(text)
+    result = _parse(Tokens(text))
+    if len(_PARSE_CACHE) < 1024:
+        _PARSE_CACHE[text] = result
+    return result
+
+
+def _parse(toks):
+    # iterative: no recursion, so a hostile nest cannot exhaust the stack
+    stack = []   # frames: [opener, offset, fields, names] (fields, names: structs)
+    budget = Budget()
+    while True:
+        # the start of one type
+        tok, at = toks.take()
+        if tok is None:
+            raise KilnError("TYPE", at, "type text ends early")
+        if tok in _OPENERS and len(stack) >= MAX_DEPTH:
+            raise KilnError("DEPTH", at, "type nests more than %d containers" % MAX_DEPTH)
+        if tok == "dict<":
+            toks.need("str")
+            toks.need(",")
+        if tok in ("list<", "opt<", "dict<"):
+            stack.append((tok, at, None, None))
+            continue
+        if tok == "struct{":
+            if toks.peek()[0] == "}":
+                toks.take()
+                value = Struct(())
+            else:
+                names = set()
+                stack.append((tok, at, [field_name(toks, names)], names))
+                continue
+        elif tok in SCALARS:
+            value = SCALARS[tok]
+        else:
+            raise KilnError("TYPE", at, "unknown type token %r" % tok)
+        # attach the finished value to the enclosing frames
+        while stack:
+            kind, opened, fields, names = stack[-1]
+            if kind != "struct{":
+                toks.need(">")
+                stack.pop()
+                extra = (4, 10) if kind == "dict<" else (2, len(kind) + 1)
+                budget.spend(len(value.tokens) + extra[0], len(value.text) + extra[1], opened)
+                value = (List if kind == "list<" else Opt if kind == "opt<" else Dict)(value)
+                continue
+            # the value completes the pending field; the last comma may be left out
+            fields[-1] = (fields[-1], value)
+            if toks.peek()[0] != "}":
+                toks.need(",")
+            if toks.peek()[0] == "}":
+                toks.take()
+                stack.pop()
+                budget.spend(2 + sum(3 + len(t.tokens) for _, t in fields),
+                             8 + sum(2 + len(n) + len(t.text) for n, t in fields), opened)
+                value = Struct(fields)
+                continue
+            fields.append(field_name(toks, names))
+            break
+        else:
+            tok, at = toks.peek()
+            if tok is not None:
+                raise KilnError("TYPE", at, "text continues after the type")
+            return value
+
+
+_PARSE_CACHE = {}

@@ -10,7 +10,9 @@ The subset (the same as the spec's dynamic values):
   (``"double"`` is the default).
 * ``{"type": "string"}``: ``str``; with ``"format": "binary"``, ``list<u8>``
   (bytes).
-* ``{"type": "array", "items": S}``: ``list<S>`` (a Python list).
+* ``{"type": "array", "items": S}``: ``list<S>``, decoded as the type text
+  decodes it (an ndarray of numbers, ``bytes`` for ``uint8``) unless
+  ``schema_from_json(doc, arrays="list")`` asks for Python lists.
 * ``{"type": "object", "properties": {...}, "required": [...]}``: a
   ``struct`` with the properties in document order; those left out of
   ``required`` (when it is given) are ``opt<...>``.

@@ -63,7 +63,11 @@ def test_the_subset_maps_as_documented(api):
     assert t.text == TEXT
     assert kiln.schema_from_json(json.dumps(DOC)).schema_hash == t.schema_hash
     v = kiln.decode(kiln.encode(VALUE, t), t)
-    assert v == VALUE and isinstance(v["tags"], list)     # plain dicts and lists
+    # the type text's values: an array of uint8 is bytes, as list<u8> is
+    assert v == dict(VALUE, tags=bytes(VALUE["tags"])) and isinstance(v["tags"], bytes)
+    lists = kiln.schema_from_json(DOC, arrays="list")   # or JSON's: plain dicts and lists
+    v = kiln.decode(kiln.encode(VALUE, lists), lists)
+    assert v == VALUE and isinstance(v["tags"], list)
     doc = dict(DOC)
     doc["properties"] = dict(DOC["properties"], blob={"type": "string"})
     jsonschema.validate(_jsonable(v), doc)
@@ -76,8 +80,11 @@ def test_no_required_means_all_present():
 
 def test_to_json_schema_round_trips_and_validates(api):
     t = kiln.schema_from_json(DOC)
+    assert kiln.schema_from_json(kiln.to_json_schema(t)) == t
+    t = kiln.schema_from_json(DOC, arrays="list")     # tags: an array of uint8, not binary
     out = kiln.to_json_schema(t)
     assert kiln.schema_from_json(out).text == t.text
+    assert kiln.schema_from_json(out, arrays="list") == t
     v = kiln.decode(kiln.encode(VALUE, t), t)
     out["properties"]["blob"] = {"type": "string"}   # binary aside
     jsonschema.validate(_jsonable(v), out)
@@ -138,7 +145,9 @@ def test_kiln_gen_writes_dataclasses_with_the_same_types(api, tmp_path):
     assert kiln.struct(mod.ROOT).text == TEXT
     assert kiln.struct(mod.ROOT).schema_hash == kiln.schema_from_json(DOC).schema_hash
     assert kiln.struct(mod.Point).text == "struct{x:f32,y:f64,}"
-    rec = mod.Reading(1, "a", b"\x00", [1, 2], mod.Point(0.5, 1.0), [], {"k": True}, None, 7)
+    # note is optional and big follows it: big is keyword-only, note defaults to None
+    rec = mod.Reading(1, "a", b"\x00", [1, 2], mod.Point(0.5, 1.0), [], {"k": True}, big=7)
+    assert rec.note is None
     assert kiln.decode(kiln.encode(rec, mod.Reading), mod.Reading) == rec
     env = dict(os.environ, MYPYPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
@@ -199,8 +208,9 @@ def test_generated_schemas_agree_everywhere(tmp_path_factory, props):
     mod = _load_module(str(path))
     assert kiln.struct(mod.ROOT).text == t.text
     assert kiln.struct(mod.ROOT).schema_hash == t.schema_hash
-    v = _sample(t)
-    assert kiln.decode(kiln.encode(v, t), t) == v
+    lists = kiln.schema_from_json(doc, arrays="list")
+    v = _sample(lists)
+    assert kiln.decode(kiln.encode(v, lists), lists) == v
 
 
 def _sample(t):

@@ -14,7 +14,8 @@ def _record_type(args: Any) -> Optional[Any]:
     if getattr(args, "schema", None):
         try:
             with open(args.schema, encoding="utf-8") as f:
-                return kiln.schema_from_json(json.load(f))
+                # JSON's own values: arrays as lists (a uint8 array is no base64 text)
+                return kiln.schema_from_json(json.load(f), arrays="list")
         except OSError as e:
             raise Fail("cannot read %s: %s" % (args.schema, e.strerror or e))
         except (ValueError, kiln.KilnError) as e:
