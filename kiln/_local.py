@@ -24,7 +24,6 @@ from . import _compat
 from . import _wire as W
 from ._tensor import element_count
 
-_ALIGN = W.DIR_ALIGN - 1
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
@@ -124,7 +123,7 @@ class PayloadChecks:
     def _check(self, t: Any, lo: int, hi: Any) -> None:
         row = t._row
         at, nbytes = t._off, row[11]
-        end = min((at + nbytes + _ALIGN) & ~_ALIGN, self.block_end)   # the gap's end
+        end = min(W.dir_align(at + nbytes), self.block_end)   # the gap's end
         if hi is not None:
             end = at + hi
         with memoryview(t._buf)[at + lo:end] as piece:

@@ -44,8 +44,8 @@ class Fail(Exception):
 # --- cases and hash -------------------------------------------------------------
 
 def _cases_path() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(here, "data", "kiln-v2-cases.json")
+    from .data import cases_path   # the wheel's copy, or spec/ in a checkout
+    return cases_path()
 
 
 def run_case(case: Dict[str, Any], kiln: Any) -> Any:

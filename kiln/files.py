@@ -1076,8 +1076,7 @@ def _file_base(rows: Any) -> int:
     """The payload base's file offset for a directory of ``rows`` at offset 0."""
     heap = rows.heap_bytes() if isinstance(rows, LazyRows) else \
         sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
-    align = W.DIR_ALIGN - 1
-    return (W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap + align) & ~align
+    return W.dir_align(W.HEADER_SIZE + W.DESC_SIZE * len(rows) + heap)
 
 
 def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:

@@ -1,0 +1,124 @@
+"""One source for each fact: the packed dtypes, the directory alignment and the
+golden cases are each stated once, and every other place takes them from there.
+
+These read the tree (kiln/, src/); the values themselves are checked against
+hand-written expectations from spec/kiln-v2.md (6.2 dtypes, 6.4 placement).
+"""
+
+import ast
+import os
+import re
+import subprocess
+
+import pytest
+
+from kiln import _wire as W
+from _util import CASES_PATH, ROOT
+
+KILN = os.path.join(ROOT, "kiln")
+SRC = os.path.join(ROOT, "src")
+# generated from kiln/_wire.py by tools/gen_wire.py (test_house checks they are current)
+GENERATED = {os.path.join(SRC, "kiln_wire.h"), os.path.join(SRC, "kernels", "wire.pxi")}
+
+
+def _files(top, exts):
+    if not os.path.isdir(top):   # an installed-wheel run has no kiln/ or src/ sources here
+        pytest.skip("no source tree at %s (installed-wheel test run)" % top)
+    for dirpath, dirnames, names in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for n in sorted(names):
+            path = os.path.join(dirpath, n)
+            if n.endswith(exts) and path not in GENERATED:
+                yield path
+
+
+def _code_lines(path):
+    """(line number, line) without comments and blank lines."""
+    with open(path) as f:
+        for i, ln in enumerate(f, 1):
+            code = ln.split("#", 1)[0] if not path.endswith(".h") else ln.split("/*", 1)[0]
+            if code.strip():
+                yield i, code
+
+
+def test_the_packed_dtypes_are_the_spec_s_three():
+    assert sorted(W.DTYPES[c][0] for c in W.PACKED) == ["e2m1", "i4", "u4"]   # spec 6.2
+    assert {c for c, d in W.DTYPES.items() if d[1] == 0} == W.PACKED
+
+
+def _dir_align_body():
+    with open(os.path.join(KILN, "_wire.py")) as f:
+        tree = ast.parse(f.read())
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "dir_align"]
+    return range(fn.lineno, fn.end_lineno + 1)
+
+
+# rounding to the 64-byte directory alignment written out by hand
+_ALIGN_ARITHMETIC = re.compile(r"DIR_ALIGN\s*-\s*1|\+\s*63\b|~\s*63\b|&\s*-\s*64\b|%\s*64\b"
+                               r"|//\s*64\s*\*\s*64|_ALIGN\s*\)\s*&")
+
+
+def test_the_alignment_is_computed_in_one_function():
+    assert [W.dir_align(n) for n in (0, 1, 63, 64, 65, 128, 200)] == \
+        [0, 64, 64, 64, 128, 128, 256]
+    body = _dir_align_body()
+    found = []
+    for path in list(_files(KILN, (".py",))) + list(_files(SRC, (".pyx", ".pxi", ".h"))):
+        for i, code in _code_lines(path):
+            if path.endswith(os.path.join("kiln", "_wire.py")) and i in body:
+                continue
+            if _ALIGN_ARITHMETIC.search(code):
+                found.append("%s:%d: %s" % (os.path.relpath(path, ROOT), i, code.strip()))
+    assert found == [], "round up with kiln._wire.dir_align (C: dir_align from kiln_wire.h)"
+
+
+def _packed_literals(path):
+    """Tuples, lists and sets in a module that spell out the packed dtype names."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    names = {W.DTYPES[c][0] for c in W.PACKED}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            strs = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+            if len(names & strs) >= 2:
+                yield node.lineno
+
+
+def test_the_packed_dtype_list_lives_once():
+    found = []
+    for path in _files(KILN, (".py",)):
+        found += ["%s:%d" % (os.path.relpath(path, ROOT), ln) for ln in _packed_literals(path)]
+    # the compiled side reads the generated table PACKED, never "width 0" or codes
+    for path in _files(SRC, (".pyx", ".pxi")):
+        for i, code in _code_lines(path):
+            if re.search(r"DW\[[^\]]*\]\s*==\s*0", code):
+                found.append("%s:%d: %s" % (os.path.relpath(path, ROOT), i, code.strip()))
+    assert found == [], "use kiln._wire.PACKED (Cython: PACKED[code] from kiln_wire.h)"
+
+
+def test_the_generated_packed_table_is_wire_packed():
+    if not os.path.isdir(SRC):
+        pytest.skip("no source tree at %s (installed-wheel test run)" % SRC)
+    with open(os.path.join(SRC, "kiln_wire.h")) as f:
+        text = f.read()
+    m = re.search(r"kiln_dtype_packed\[(\d+)\] = \{([^}]*)\}", text)
+    table = [int(x) for x in m.group(2).split(",")]
+    assert len(table) == W.DTYPE_MAX + 1
+    assert {c for c, v in enumerate(table) if v} == {16, 17, 18}   # i4 u4 e2m1, spec 6.2
+
+
+def test_the_packaged_golden_cases_are_spec_s_bytes():
+    from kiln.data import cases_path
+    with open(cases_path(), "rb") as a, open(CASES_PATH, "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_no_second_copy_of_the_golden_cases_is_tracked():
+    try:
+        out = subprocess.run(["git", "ls-files", "kiln/data"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (git ls-files failed)")
+    if not out:
+        pytest.skip("not a git checkout (no tracked files under kiln/data)")
+    assert [n for n in out if not n.endswith(".py")] == []
