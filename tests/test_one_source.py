@@ -122,3 +122,70 @@ def test_no_second_copy_of_the_golden_cases_is_tracked():
     if not out:
         pytest.skip("not a git checkout (no tracked files under kiln/data)")
     assert [n for n in out if not n.endswith(".py")] == []
+
+
+def _pyproject():
+    import sys
+    path = os.path.join(ROOT, "pyproject.toml")
+    if sys.version_info < (3, 11):
+        pytest.importorskip("tomli", reason="reads pyproject.toml on Python 3.10")
+        import tomli as tomllib
+    else:
+        import tomllib
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def test_the_version_is_written_once():
+    import kiln
+    project = _pyproject()["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert _pyproject()["tool"]["setuptools"]["dynamic"]["version"] == \
+        {"attr": "kiln.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", kiln.__version__)
+
+
+def test_the_changelog_is_in_release_sections():
+    import kiln
+    path = os.path.join(ROOT, "CHANGELOG.md")
+    if not os.path.exists(path):
+        pytest.skip("no CHANGELOG.md here (it is not in the sdist)")
+    with open(path, encoding="utf-8") as f:
+        heads = [ln.rstrip("\n") for ln in f if ln.startswith("## ")]
+    releases = [re.match(r"## (\d+)\.(\d+)\.(\d+)( \(not yet published\)| - \d{4}-\d\d-\d\d)$", h)
+                for h in heads]
+    assert heads and all(releases), "every ## section is a release: ## X.Y.Z - YYYY-MM-DD " \
+        "or ## X.Y.Z (not yet published); got %s" % heads
+    versions = [tuple(map(int, m.groups()[:3])) for m in releases]
+    assert versions == sorted(versions, reverse=True) and len(set(versions)) == len(versions)
+    assert "%d.%d.%d" % versions[0] == kiln.__version__   # the newest is the package's
+    assert [m.group(4) for m in releases[1:]] == \
+        [m.group(4) for m in releases[1:] if m.group(4).startswith(" - ")]   # one unpublished
+
+
+def _git(*args):
+    """git's output lines; check-ignore exits 1 when it ignores nothing."""
+    try:
+        r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        pytest.skip("git is not installed")
+    if r.returncode not in ((0, 1) if args[0] == "check-ignore" else (0,)):
+        pytest.skip("not a git checkout (git %s: %s)" % (args[0], r.stderr.strip()))
+    return r.stdout.split("\n")
+
+
+# what example and demo runs and builds leave at the top of a checkout
+OUTPUTS = ["big.kiln", "model.kiln", "record.kiln", "part-0.kilnr", "model.safetensors",
+           "model.gguf", "arrays.npz", "build/lib/kiln/__init__.py", "dist/kiln_wire-0.1.0.tar.gz",
+           "wheelhouse/x.whl", "kiln_wire.egg-info/PKG-INFO", "kiln/data/kiln-v2-cases.json",
+           "src/_kernels_c.c", "kiln/_kernels_c.cpython-311-x86_64-linux-gnu.so"]
+
+
+def test_the_root_holds_no_build_or_example_output():
+    top = [n for n in _git("ls-files") if n and "/" not in n]
+    if not top:
+        pytest.skip("not a git checkout (nothing tracked)")
+    assert not [n for n in top if n.endswith((".kiln", ".kilnr", ".safetensors", ".gguf",
+                                              ".npz", ".whl", ".tar.gz"))], top
+    ignored = [n for n in _git("check-ignore", "--no-index", *OUTPUTS) if n]
+    assert sorted(ignored) == sorted(OUTPUTS)
