@@ -221,6 +221,7 @@ def _gguf_file(path):
 
 
 def test_gguf_to_kiln(tmp_path):
+    pytest.importorskip("gguf", reason="gguf is not installed (the [test] extra installs it)")
     from gguf.quants import dequantize
     quants, x = _gguf_file(tmp_path / "m.gguf")
     code, _, err = run("convert", tmp_path / "m.gguf", tmp_path / "m.kiln")

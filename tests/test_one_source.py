@@ -47,6 +47,8 @@ def test_the_packed_dtypes_are_the_spec_s_three():
 
 
 def _dir_align_body():
+    if not os.path.isdir(KILN):
+        pytest.skip("no source tree at %s (installed-wheel test run)" % KILN)
     with open(os.path.join(KILN, "_wire.py")) as f:
         tree = ast.parse(f.read())
     (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "dir_align"]
