@@ -1,8 +1,10 @@
-"""One source for each fact: the packed dtypes, the directory alignment and the
-golden cases are each stated once, and every other place takes them from there.
+"""One source for each fact: the packed dtypes, the directory alignment, the
+golden cases and the version are each stated once, and every other place takes
+them from there; the root holds no build output; skips are counted and named.
 
-These read the tree (kiln/, src/); the values themselves are checked against
-hand-written expectations from spec/kiln-v2.md (6.2 dtypes, 6.4 placement).
+These read the tree (kiln/, src/, the root); the values themselves are checked
+against hand-written expectations from spec/kiln-v2.md (6.2 dtypes, 6.4
+placement).  In a run from an installed wheel the tree checks skip, saying so.
 """
 
 import ast
@@ -191,3 +193,40 @@ def test_the_root_holds_no_build_or_example_output():
                                               ".npz", ".whl", ".tar.gz"))], top
     ignored = [n for n in _git("check-ignore", "--no-index", *OUTPUTS) if n]
     assert sorted(ignored) == sorted(OUTPUTS)
+
+
+# -- skips are counted and named (issue 29 item 5) ------------------------------
+
+def test_every_run_counts_its_skips():
+    # the README's command and .ci/run are plain "python -m pytest": -ra comes from here
+    assert "-ra" in _pyproject()["tool"]["pytest"]["ini_options"]["addopts"].split()
+
+
+def _module_level_skips():
+    """(test file, package) for each importorskip at the top of a test module."""
+    tests = os.path.join(ROOT, "tests")
+    for n in sorted(os.listdir(tests)):
+        if not (n.startswith("test_") and n.endswith(".py")):
+            continue
+        with open(os.path.join(tests, n), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Call) and getattr(value.func, "attr", "") == "importorskip":
+                yield "tests/" + n, value.args[0].value.split(".")[0]
+
+
+def test_the_wheel_workflow_names_each_module_it_skips():
+    path = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
+    if not os.path.exists(path):
+        pytest.skip("no .github/ here (installed-wheel test run)")
+    with open(path, encoding="utf-8") as f:
+        head = f.read()
+    comment = " ".join(ln.lstrip("# ").strip() for ln in head.split("\nname:", 1)[0].splitlines())
+    skips = list(_module_level_skips())
+    assert ("tests/test_remote.py", "fsspec") in skips   # the scan finds them
+    required = set(_pyproject()["tool"]["cibuildwheel"]["test-requires"])
+    for test_file, package in skips:
+        if any(r.split(">")[0].split("=")[0].strip() == package for r in required):
+            continue
+        assert test_file in comment and package in comment, (test_file, package)
