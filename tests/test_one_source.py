@@ -117,6 +117,12 @@ def test_the_packaged_golden_cases_are_spec_s_bytes():
         assert a.read() == b.read()
 
 
+def test_the_case_generator_writes_one_file():
+    with open(os.path.join(ROOT, "spec", "reference", "gen_v2_cases.py")) as f:
+        text = f.read()
+    assert '"data"' not in text and "kiln/data" not in text   # setup.py makes the wheel's copy
+
+
 def test_no_second_copy_of_the_golden_cases_is_tracked():
     try:
         out = subprocess.run(["git", "ls-files", "kiln/data"], cwd=ROOT, capture_output=True,
