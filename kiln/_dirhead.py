@@ -51,12 +51,11 @@ def block_head(metas, at):
         raise EncodeError("LIMIT", at, "%d tensors exceed u32" % count)
     named, noffs, loffs, heap_n = plan_heap(metas, at)
     dir_bytes = count * W.DESC_SIZE + heap_n
-    align = W.DIR_ALIGN - 1
-    base = (W.HEADER_SIZE + dir_bytes + align) & ~align
+    base = W.dir_align(W.HEADER_SIZE + dir_bytes)
     places = []
     r = 0
     for m in metas:
-        o = (r + align) & ~align
+        o = W.dir_align(r)
         places.append(o)
         r = o + m[10]
     head = bytearray(W.HEADER.pack(W.DIR_MAGIC, W.DIR_VERSION,

@@ -172,7 +172,7 @@ def _parse(toks):
         tok, at = toks.take()
         if tok is None:
             raise KilnError("TYPE", at, "type text ends early")
-        if tok in _OPENERS and len(stack) >= MAX_DEPTH:
+        if len(stack) >= MAX_DEPTH and (tok in _OPENERS or tok == "tensors"):   # tensors: 1 level
             raise KilnError("DEPTH", at, "type nests more than %d containers" % MAX_DEPTH)
         if tok == "dict<":
             toks.need("str")

@@ -128,7 +128,16 @@ FRAME_HASH = 8
 DIR_MAGIC = b"KLNT"
 RECORDS_MAGIC = b"KLNR"         # the record container's first bytes (spec/records.md)
 DIR_VERSION = 2
-DIR_ALIGN = 64
+DIR_ALIGN = 64                  # the table's end and every payload start: dir_align()
+
+
+def dir_align(n):
+    """``n`` rounded up to a multiple of DIR_ALIGN: where the payloads start after
+    a table of ``n`` bytes, and where a payload starts after ``n`` payload bytes.
+    The compiled kernels use the same rule from kiln_wire.h (kiln_dir_align)."""
+    return (n + DIR_ALIGN - 1) & -DIR_ALIGN
+
+
 FLAG_NAMED = 1
 FLAG_LITTLE = 2
 HEADER_SIZE = 64

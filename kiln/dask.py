@@ -32,6 +32,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import numpy as np
 
 from . import Tensor, TensorDirectory, numpy_dtype   # the public names
+from ._wire import PACKED
 
 __all__ = ["from_kiln", "to_kiln"]
 
@@ -187,7 +188,7 @@ def from_kiln(path: str, name: Any, chunks: Any = "auto", *,
     with files.open(path, **options) as f:
         # the table only: a remote tensor's bytes are not fetched here
         t = _access.table(f)[name] if remote else f[name]
-        if t.dtype in ("i4", "u4", "e2m1") or not isinstance(t.dtype, str):
+        if t.code in PACKED or not isinstance(t.dtype, str):
             raise TypeError("from_kiln: tensor %r is %s, which has no numpy array form"
                             % (name, t.dtype))
         shape, dtype = tuple(t.shape), numpy_dtype(t.code)

@@ -100,5 +100,11 @@ static const long long kiln_int_lo[12] = {0LL, 0LL, -128LL, 0LL, -32768LL, 0LL, 
 static const long long kiln_int_hi[12] = {0LL, 0LL, 127LL, 255LL, 32767LL, 65535LL, 2147483647LL, 4294967295LL, 0LL, 0LL, 0LL, 0LL};
 /* tensor dtype widths in bytes (index = code; 0 = two elements per byte) */
 static const int kiln_dtype_width[20] = {0, 8, 4, 2, 2, 1, 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 0, 0, 0, 1};
+/* 1 for the dtypes packed two elements per byte, _wire.PACKED (index = code) */
+static const unsigned char kiln_dtype_packed[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0};
+/* n rounded up to a multiple of KILN_DIR_ALIGN (_wire.dir_align), modulo 2**64 */
+static inline uint64_t kiln_dir_align(uint64_t n) {
+    return (n + (KILN_DIR_ALIGN - 1)) & ~(uint64_t)(KILN_DIR_ALIGN - 1);
+}
 
 #endif

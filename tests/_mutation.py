@@ -387,10 +387,16 @@ def _decode_once(dec, buf, check, stats):
         stats.fail(bad.split(":", 1)[0], bad)
 
 
+# how long a run may go on past ``seconds`` to see both outcomes: a loaded
+# machine may starve the writer for a while, which delays the run, never fails it
+PATIENCE = 60.0
+
+
 def _decode_loop(decs, buf, stats, seconds):
-    """Decode until ``seconds`` passed and both outcomes were seen (at most 3x longer)."""
+    """Decode until ``seconds`` passed and both outcomes were seen (at most
+    PATIENCE seconds more).  Called once the writer has started writing."""
     start = time.monotonic()
-    soft, hard = start + seconds, start + 3 * seconds
+    soft, hard = start + seconds, start + seconds + PATIENCE
     k = len(decs)
     while True:
         for i in range(16):
@@ -408,13 +414,16 @@ def _die_with_parent(parent):
         os._exit(0)
 
 
-def _flip(write, valid, hostile, stop):
-    """Write hostile, valid, hostile, valid, ... until ``stop()``."""
+def _flip(write, valid, hostile, stop, started):
+    """Write hostile, valid, hostile, valid, ... until ``stop()``; ``started()``
+    after the first round."""
     i = 0
     while True:
         for h in hostile:
             write(h)
             write(valid)
+        if i == 0:
+            started()
         i += 1
         if i & 255 == 0 and stop():
             return
@@ -452,8 +461,9 @@ def run_fork(field, seconds, impl_name):
     decs = make_decoders(f.target, load_kernels(impl_name), inp, lo, lo + len(data))
     valid, hostile = _field_bytes(f, data)
     a, b = f.offset, f.offset + len(valid)
+    go = mmap.mmap(-1, 1, flags=mmap.MAP_SHARED)   # the child sets go[0] once it flips
     parent = os.getpid()
-    child_deadline = time.monotonic() + 3 * seconds + 60
+    child_deadline = time.monotonic() + seconds + PATIENCE + 60
     sys.stdout.flush()
     sys.stderr.flush()
     with warnings.catch_warnings():
@@ -468,16 +478,22 @@ def run_fork(field, seconds, impl_name):
             def write(x):
                 m[a:b] = x
 
+            def started():
+                go[0] = 1
+
             _flip(write, valid, hostile,
-                  lambda: time.monotonic() > child_deadline or os.getppid() != parent)
+                  lambda: time.monotonic() > child_deadline or os.getppid() != parent,
+                  started)
         finally:
             os._exit(0)
     print("CHILD %d" % pid, flush=True)
     try:
+        _wait_started(lambda: go[0] == 1, stats)
         _decode_loop(decs, m, stats, seconds)
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        go.close()
     print("CHILD-REAPED %d" % pid, flush=True)
     _final_checks(decs, m, stats, data)
     gc.collect()
@@ -505,9 +521,12 @@ def run_thread(field, seconds, impl_name):
     def write(x):
         ba[a:b] = x  # same size: allowed while exported, never moves the buffer
 
-    th = threading.Thread(target=_flip, args=(write, valid, hostile, done.is_set), daemon=True)
+    flipping = threading.Event()
+    th = threading.Thread(target=_flip, args=(write, valid, hostile, done.is_set, flipping.set),
+                          daemon=True)
     th.start()
     try:
+        _wait_started(flipping.is_set, stats)
         _decode_loop(decs, ba, stats, seconds)
     finally:
         done.set()
@@ -520,6 +539,17 @@ def run_thread(field, seconds, impl_name):
         stats.fail("export-leak", "export-leak: the bytearray cannot be resized after every "
                    "result is gone: %s" % e)
     return stats
+
+
+def _wait_started(is_started, stats):
+    """Wait (at most PATIENCE seconds) until the writer has written every value once,
+    so the decode loop's time runs while the field changes."""
+    deadline = time.monotonic() + PATIENCE
+    while not is_started():
+        if time.monotonic() > deadline:
+            stats.fail("harness", "harness: the writer did not start in %d s" % PATIENCE)
+            return
+        time.sleep(0.001)
 
 
 def _final_checks(decs, buf, stats, data):
@@ -653,7 +683,7 @@ def run_worker(mode, field, seconds, impl_name, *, python=None, timeout=None):
     args = [python or sys.executable, "-c", code, mode, field, repr(float(seconds)),
             impl_name, kiln_dir, token]
     if timeout is None:
-        timeout = 3 * seconds + 60
+        timeout = seconds + 2 * PATIENCE + 60
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=kiln_env(impl_name), cwd=HERE)
     timed_out = False

@@ -35,15 +35,16 @@ INTS = {"i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "int", "uint"}
 # tensor dtype code -> the numpy dtype Tensor.numpy() returns (docstring of kiln._tensor)
 try:
     import ml_dtypes as _ml
-except ImportError:  # the fallbacks kiln documents
+except ImportError:  # .numpy() refuses these dtypes, naming ml_dtypes; .bits() gives the bits
     _ml = None
+_ML = {4: ("bfloat16", "<u2"), 5: ("float8_e4m3fn", "|u1"), 6: ("float8_e5m2", "|u1"),
+       19: ("float8_e8m0fnu", "|u1")}
 
 
 def _tensor_dtype(code):
-    ml = {4: ("bfloat16", "<u2"), 5: ("float8_e4m3fn", "|u1"), 6: ("float8_e5m2", "|u1"),
-          19: ("float8_e8m0fnu", "|u1")}
-    if code in ml:
-        name, fallback = ml[code]
+    """What ``.numpy()`` returns; without ml_dtypes, for its dtypes, what ``.bits()`` does."""
+    if code in _ML:
+        name, fallback = _ML[code]
         return np.dtype(getattr(_ml, name)) if _ml is not None else np.dtype(fallback)
     plain = {1: "<f8", 2: "<f4", 3: "<f2", 7: "|b1", 8: "|i1", 9: "|u1", 10: "<i2", 11: "<u2",
              12: "<i4", 13: "<u4", 14: "<i8", 15: "<u8"}
@@ -284,7 +285,11 @@ def _kiln_tensors(d, path):
                                % (p, t.shape))
             out.append(_tensor_fields(t, payload))
             continue
-        arr = t.numpy()
+        if _ml is None and t.code in _ML:
+            _need_no_ml(t.numpy, p + ".numpy()")
+            arr = t.bits()
+        else:
+            arr = t.numpy()
         want = _tensor_dtype(t.code)
         _need(type(arr) is np.ndarray and arr.dtype == want, p + ".numpy()", want, arr)
         shape = (len(payload),) if packed else tuple(t.shape)
@@ -296,13 +301,26 @@ def _kiln_tensors(d, path):
         out.append(_tensor_fields(t, payload))
     names = [t.name for t in ts]
     _need(d.names == names, path + ".names", names, d.names)
-    if names and names[0] is not None:
+    if names and names[0] is not None and _ml is None and any(t.code in _ML for t in ts):
+        _need_no_ml(d.to_dict, path + ".to_dict()")
+    elif names and names[0] is not None:
         got = d.to_dict()
         _need(list(got) == names and all(type(a) is np.ndarray and a.dtype == b.dtype and
                                          _le_bytes(a) == _le_bytes(b)
                                          for a, b in zip(got.values(), (t.numpy() for t in ts))),
               path + ".to_dict()", "the arrays of numpy(), by name in order", got)
     return out
+
+
+def _need_no_ml(call, path):
+    """Without ml_dtypes, ``call()`` refuses with an ImportError that names it."""
+    try:
+        got = call()
+    except ImportError as e:
+        _need("ml_dtypes" in str(e) and "bits()" in str(e), path,
+              "an ImportError naming ml_dtypes and Tensor.bits()", e)
+        return
+    raise Mismatch("%s: ml_dtypes is not installed, yet no ImportError (%r)" % (path, got))
 
 
 def _nonzero_product(shape):

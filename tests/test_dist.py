@@ -44,14 +44,14 @@ SDIST_ALLOWED = [
     "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
     "LICENSE", "kiln_wire.egg-info/*",
     "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
-    "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi", "kiln/records/*.py",
+    "kiln/py.typed", "kiln/*.pyi", "kiln/records/*.py",
     "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
     "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/records_oracle.py", "fuzz/corpus/**",
 ]
 # never in an sdist, even under an allowed directory
 SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
-                   "tests/test_dist.py"]
+                   "tests/test_dist.py", "kiln/data/*.json"]
 
 WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
                  "kiln/records/*.py",
@@ -59,7 +59,9 @@ WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kil
                  "kiln_wire-*.dist-info/**"]
 # the package's own files, in the sdist and in every wheel
 KILN_FILES = ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py", "kiln/convert/*.py",
-              "kiln/data/*.py", "kiln/data/*.json", "kiln/records/*.py"]
+              "kiln/data/*.py", "kiln/records/*.py"]
+# built into every wheel from the sdist's spec/ (setup.py's build_py): one source
+WHEEL_BUILT = {"kiln/data/kiln-v2-cases.json": "spec/kiln-v2-cases.json"}
 WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
 
 
@@ -150,7 +152,7 @@ def check_wheel(names, filename, root=ROOT):
     tag = os.path.basename(filename)[:-len(".whl")].split("-")[-3:]
     pure = tag == ["py3", "none", "any"]
     have = set(names)
-    for n in _checkout_files(root, "kiln", KILN_FILES) + ["kiln/py.typed"]:
+    for n in _checkout_files(root, "kiln", KILN_FILES) + ["kiln/py.typed"] + list(WHEEL_BUILT):
         if n not in have:
             problems.append("wheel lacks %s" % n)
     dist_info = [n for n in names if re.match(r"kiln_wire-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
@@ -263,13 +265,17 @@ def test_rules_reject_strays():
     for stray in ("src/_kernels_c.c", "kiln/_kernels_c.cpython-311-x86_64-linux-gnu.so",
                   ".github/workflows/ci.yml", ".ci/run", "benchmarks/run.py",
                   "fuzz/fuzz_frozen.py", "tools/check-dist.sh", "tests/__pycache__/x.pyc",
-                  "tests/test_dist.py", "build/lib/kiln/__init__.py", "constraints/tools.txt"):
+                  "tests/test_dist.py", "build/lib/kiln/__init__.py", "constraints/tools.txt",
+                  "kiln/data/kiln-v2-cases.json"):
         assert check_sdist(good + [stray]) == ["sdist should not contain " + stray]
     assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
     kiln_py = [n for n in good
                if re.match(r"kiln/((_kernels_py|convert|data|records)/)?[^/]+\.(pyi?|json)$", n)] \
-        + ["kiln/py.typed"]
+        + ["kiln/py.typed"] + list(WHEEL_BUILT)
     info = ["kiln_wire-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
+    assert check_wheel([n for n in kiln_py if n not in WHEEL_BUILT] + info,
+                       "kiln_wire-0.1.0-py3-none-any.whl") == \
+        ["wheel lacks kiln/data/kiln-v2-cases.json"]
     ext = "kiln/_kernels_c.cpython-312-darwin.so"
     assert check_wheel(kiln_py + info, "kiln_wire-0.1.0-py3-none-any.whl") == []
     assert check_wheel(kiln_py + info + [ext], "kiln_wire-0.1.0-cp312-cp312-macosx_11_0_arm64.whl") == []
@@ -287,6 +293,25 @@ def test_sdist_file_list(dists):
     # what a build needs, by name
     for n in ("src/_kernels_c.pyx", "spec/kiln-v2-cases.json", "tests/conftest.py"):
         assert n in names
+
+
+def _spec_cases(root):
+    with open(os.path.join(root, "spec", "kiln-v2-cases.json"), "rb") as f:
+        return f.read()
+
+
+def test_the_golden_cases_have_one_source(dists):
+    """The sdist carries the cases once, in spec/; each wheel built from it holds
+    kiln/data/kiln-v2-cases.json with exactly the bytes of the checkout's spec/."""
+    want = _spec_cases(ROOT)
+    with tarfile.open(dists["sdist"]) as tf:
+        files = {m.name.split("/", 1)[1]: m for m in tf.getmembers() if m.isfile()}
+        assert tf.extractfile(files["spec/kiln-v2-cases.json"]).read() == want
+    assert not [n for n in files if n.startswith("kiln/data/") and n.endswith(".json")]
+    for kind in ("compiled", "pure"):
+        with zipfile.ZipFile(dists[kind]) as zf:
+            for built, source in WHEEL_BUILT.items():
+                assert zf.read(built) == _spec_cases(ROOT), (kind, built, source)
 
 
 def test_pure_wheel_file_list(dists):

@@ -60,7 +60,12 @@ del a
 gc.collect()
 assert not locked(buf)
 
-# bf16 goes out with DLPack's bfloat type code (4), 16 bits
+# bf16 goes out with DLPack's bfloat type code (4), 16 bits (through .numpy(), which
+# needs ml_dtypes for bf16: without it the parent reports this part as skipped)
+import importlib.util
+if importlib.util.find_spec("ml_dtypes") is None:
+    print("ok", kiln.IMPLEMENTATION, "no-ml_dtypes")
+    raise SystemExit(0)
 t = kiln.Tensor(b"\x80\x3f\x00\x40", dtype="bf16", shape=(2,))
 cap = t.__dlpack__(max_version=(1, 0))
 get = ctypes.pythonapi.PyCapsule_GetPointer
@@ -91,4 +96,8 @@ def test_an_unconsumed_capsule_releases_its_buffer(request, kind):
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split() == ["ok", kind] and "Exception ignored" not in r.stderr
+    assert "Exception ignored" not in r.stderr
+    if r.stdout.split() == ["ok", kind, "no-ml_dtypes"]:   # everything but the bf16 export
+        pytest.skip("the bf16 DLPack export not checked: ml_dtypes is not installed "
+                    "(Tensor.__dlpack__ takes the array from .numpy())")
+    assert r.stdout.split() == ["ok", kind]

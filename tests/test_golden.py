@@ -56,10 +56,7 @@ def _expected_offset(case):
 
 
 # cases kiln is known to get wrong: each fails its test until fixed (strict xfail)
-KNOWN_WRONG = {
-    "kpy-depth-tensors-65": "kiln.parse_type reports DEPTH at offset 0, the reference at "
-                            "the 65th container (320) when that container is tensors",
-}
+KNOWN_WRONG = {}   # name -> why; empty: kiln gets every case right
 
 
 def _case_params():

@@ -22,6 +22,7 @@ buffer a change was not refused for.
 """
 
 import gc
+import importlib.util
 import mmap
 import os
 import signal
@@ -76,6 +77,9 @@ def test_views_hold_the_buffer_after_every_kiln_object_is_gone(impl, kind, tmp_p
     oks = [ln for ln in p.stdout.splitlines() if ln.startswith("OK ")]
     checks = int(p.stdout.split(DONE)[1].split()[0])
     assert len(oks) == checks > 2 * len(PRODUCERS), _describe(p)
+    if "h" not in RAW:   # every other view was checked
+        pytest.skip("the bf16 tensor's views not checked: ml_dtypes is not installed "
+                    "(a bf16 tensor has no .numpy() without it)")
 
 
 # ---------------------------------------------------------------------------
@@ -98,6 +102,8 @@ def _originals():
                          block_size=4),
         "z": kiln.Tensor(b"", dtype="i32", shape=[0, 3]),
     }
+    if importlib.util.find_spec("ml_dtypes") is None:
+        del tensors["h"]   # a bf16 tensor has no .numpy() without ml_dtypes: not in the views
     raw = {k: bytes(t.data) for k, t in tensors.items()}
     return w, tensors, raw
 
@@ -165,7 +171,8 @@ def p_indexing(buf):
 
 def p_dtypes(buf):
     d = kiln.decode_tensors(buf)
-    return [("%s .numpy()" % k, d[k].numpy(), RAW[k]) for k in ("b", "p", "s", "h", "o")]
+    return [("%s .numpy()" % k, d[k].numpy(), RAW[k]) for k in ("b", "p", "s", "h", "o")
+            if k in RAW]
 
 
 def p_decoder(buf):
@@ -175,9 +182,10 @@ def p_decoder(buf):
 
 def p_record(buf):
     a = kiln.decode(buf, kiln.parse_type(REC_TYPE))["batch"]["w"].numpy()
-    t = kiln.decode(buf, REC_TYPE)["batch"]["h"]
+    k = "h" if "h" in RAW else "o"
+    t = kiln.decode(buf, REC_TYPE)["batch"][k]
     return [("record ['batch']['w'].numpy()", a, RAW["w"]),
-            ("record ['batch']['h'].data", t.data, RAW["h"])]
+            ("record ['batch'][%r].data" % k, t.data, RAW[k])]
 
 
 def p_list(buf):

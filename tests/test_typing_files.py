@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from test_typing import HERE, KILN_PARENT, _mypy, _pyright, _pyright_errors
+from test_typing import HERE, KILN_PARENT, _mypy, _need, _pyright, _pyright_errors
 
 FILE_API = os.path.join(HERE, "file_api.py")
 
@@ -41,6 +41,7 @@ def test_the_readme_mypy_config_for_a_checkout_works(tmp_path):
     """README, "Type checking": mypy pointed at the checkout with the config shown
     checks the user's code only (without follow_imports it reported kiln's own
     internals: about a thousand errors)."""
+    _need("mypy", "mypy")
     conf = _readme_mypy_config().replace("/path/to/kiln-checkout", KILN_PARENT)
     (tmp_path / "pyproject.toml").write_text(conf)
     shutil.copy(FILE_API, tmp_path / "user.py")
@@ -55,6 +56,8 @@ def test_a_compat_editable_install_type_checks(tmp_path):
     """``pip install -e . --config-settings editable_mode=compat`` puts the checkout
     on a .pth line in site-packages; a venv made so (and one more .pth line for
     numpy) is what mypy --strict sees through --python-executable."""
+    _need("mypy", "mypy")
+    _need("basedpyright", "basedpyright")
     venv = tmp_path / "ev"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)

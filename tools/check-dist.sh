@@ -176,11 +176,19 @@ install_and_test() {   # kind wheel-dir expected-implementation
         "$impl $venv/"*) note "$kind wheel: kiln.IMPLEMENTATION == \"$impl\", imported from the venv" ;;
         *) fail "$kind wheel: expected IMPLEMENTATION $impl from $venv, got: $where" ;;
     esac
-    local out
-    if out=$("$venv/bin/kiln" cases spec/kiln-v2-cases.json 2>&1 | tail -1); then
-        note "$kind wheel: kiln cases: $out"
+    local out cases
+    # no file given: the wheel's own copy, built from spec/ (it must be spec/'s bytes)
+    if out=$("$venv/bin/kiln" cases 2>&1); then
+        cases=$(sed -n 's/^cases: //p' <<<"$out")
+        case "$cases" in
+            "$venv/"*) ;;
+            *) fail "$kind wheel: kiln cases read $cases, not the wheel's copy" ;;
+        esac
+        cmp -s "$cases" spec/kiln-v2-cases.json ||
+            fail "$kind wheel: $cases differs from spec/kiln-v2-cases.json"
+        note "$kind wheel: kiln cases: $(tail -1 <<<"$out") ($cases)"
     else
-        fail "$kind wheel: kiln cases: $out"
+        fail "$kind wheel: kiln cases: $(tail -1 <<<"$out")"
     fi
     if [ "$kind" = compiled ]; then
         run_suite "$kind, --c-extensions" "$venv" --c-extensions

@@ -2,7 +2,6 @@
 (canonical type text and schema hash) and ``kiln gen`` (dataclasses from a
 JSON Schema)."""
 
-import os
 import sys
 from typing import Any, Dict
 
@@ -10,8 +9,8 @@ from .common import EXIT_INVALID, Fail
 
 
 def _cases_path() -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # kiln/
-    return os.path.join(here, "data", "kiln-v2-cases.json")
+    from ..data import cases_path   # the wheel's copy, or spec/ in a checkout
+    return cases_path()
 
 
 def run_case(case: Dict[str, Any], kiln: Any) -> Any:

@@ -177,5 +177,4 @@ def file_base(table: Sequence[tuple]) -> int:
     """The payload base's file offset for a directory of ``table`` at offset 0."""
     heap = table.heap_bytes() if isinstance(table, LazyRows) else \
         sum(len(r[W.R_NAME] or b"") + len(r[W.R_LAYOUT] or b"") for r in table)
-    align = W.DIR_ALIGN - 1
-    return (W.HEADER_SIZE + W.DESC_SIZE * len(table) + heap + align) & ~align
+    return W.dir_align(W.HEADER_SIZE + W.DESC_SIZE * len(table) + heap)

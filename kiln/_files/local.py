@@ -31,7 +31,6 @@ from .paths import local_path
 from .progress import STEP, Progress
 from .tables import element_count, tensor_buffer, tensor_offset, tensor_row
 
-_ALIGN = W.DIR_ALIGN - 1
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
@@ -131,7 +130,7 @@ class PayloadChecks:
     def _check(self, t: Any, lo: int, hi: Any) -> None:
         row = tensor_row(t)
         at, nbytes = tensor_offset(t), row[W.R_BYTE_LENGTH]
-        end = min((at + nbytes + _ALIGN) & ~_ALIGN, self.block_end)   # the gap's end
+        end = min(W.dir_align(at + nbytes), self.block_end)   # the gap's end
         if hi is not None:
             end = at + hi
         with memoryview(tensor_buffer(t))[at + lo:end] as piece:

@@ -26,7 +26,6 @@ __all__ = ["RemoteFile", "RemoteFileChanged", "RemoteError", "RowSource", "is_ur
 
 _HEAD_GUESS = 64 << 10          # first request: the header and, usually, the whole table
 _MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0
-_ALIGN = W.DIR_ALIGN - 1
 
 
 def is_url(path: Any) -> bool:
@@ -168,7 +167,7 @@ class RemoteFile(TensorFile):
         row = self._table_rows[i]
         start = self._base + row[W.R_BYTE_OFFSET]
         end = start + row[W.R_BYTE_LENGTH]
-        return start, end, min((end + _ALIGN) & ~_ALIGN, self.size)
+        return start, end, min(W.dir_align(end), self.size)
 
     def _fetch(self, i: int, lo: int, hi: int) -> None:
         """Make bytes [lo, hi) of payload span ``i`` present (absolute offsets)."""

@@ -100,7 +100,7 @@ def step5_fits(st):
 
 
 def step6_block(st):
-    st.base = (W.HEADER_SIZE + st.want + W.DIR_ALIGN - 1) & ~(W.DIR_ALIGN - 1)
+    st.base = W.dir_align(W.HEADER_SIZE + st.want)
     st.block = st.base + st.payload_bytes
     if st.block > W.U64_MAX:
         raise err("LIMIT", st.s + W.H_PAYLOAD_BYTES, "payload_base + payload_bytes overflows u64")
@@ -248,7 +248,7 @@ def _descriptor(st, i, dsc):
         if dsc[W.I_LAYOUT_LEN]:
             raise err("TYPE", d + W.D_LAYOUT_OFF, "layout name on a non-opaque dtype")
         name, w = W.DTYPES[code][0], W.DTYPES[code][1]
-        need = (ne + 1) // 2 if w == 0 else ne * w
+        need = (ne + 1) // 2 if code in W.PACKED else ne * w
         if need > W.U64_MAX:
             raise err("LIMIT", d + W.D_BYTE_LENGTH, "byte length of %d elements overflows u64"
                       % ne)
@@ -283,7 +283,7 @@ def step9_overlaps(st):
 def step10_placement(st):
     r = 0
     for i, dsc in enumerate(st.descs):
-        want_off = (r + W.DIR_ALIGN - 1) & ~(W.DIR_ALIGN - 1)
+        want_off = W.dir_align(r)
         if dsc[W.I_BYTE_OFFSET] != want_off:
             raise err("TYPE", st.d(i) + W.D_BYTE_OFFSET, "byte_offset %d is not the canonical %d"
                       % (dsc[W.I_BYTE_OFFSET], want_off))

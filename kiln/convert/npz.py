@@ -248,7 +248,7 @@ def _write_rows(w: Any, m: _Member, arr: Any) -> None:
 
 
 # Kiln dtypes with no numpy dtype that np.load reads back
-_NO_NPY = frozenset(("i4", "u4", "e2m1", "bf16", "f8e4m3", "f8e5m2", "e8m0"))
+_NO_NPY = frozenset(d[0] for c, d in W.DTYPES.items() if c in W.PACKED or d[3])   # packed, ml
 
 
 def kiln_to_npz(src: str, dst: str, progress: Any = None) -> int:

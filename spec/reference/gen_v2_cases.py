@@ -23,8 +23,6 @@ sys.path.insert(0, HERE)
 import kiln_ref  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(HERE), "kiln-v2-cases.json")
-PACKAGE_OUT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "kiln", "data",
-                           "kiln-v2-cases.json")
 CAP = 16777216
 NO16, NO32 = 0xFFFF, 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
@@ -734,15 +732,12 @@ def main(argv=None):
             return 1
         print("gen_v2_cases: %s is up to date (%d cases)" % (args.out, len(cases)))
         return 0
-    outs = [args.out]
-    if args.out == DEFAULT_OUT:
-        outs.append(PACKAGE_OUT)   # the copy that ships in the package (kiln cases)
-    for out in outs:
-        tmp = out + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-        print("gen_v2_cases: wrote %d cases to %s" % (len(cases), out))
+    # the one copy: a wheel's kiln/data/ copy is written from it by setup.py
+    tmp = args.out + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(text)
+    os.replace(tmp, args.out)
+    print("gen_v2_cases: wrote %d cases to %s" % (len(cases), args.out))
     return 0
 
 

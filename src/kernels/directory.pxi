@@ -137,7 +137,7 @@ cdef int step5_fits(Dir *st) except -1:
 
 cdef int step6_block(Dir *st) except -1:
     cdef Py_ssize_t avail = st.n - st.s
-    st.base = (HEADER_SIZE + st.want + DIR_ALIGN - 1) & ~(<uint64_t>(DIR_ALIGN - 1))
+    st.base = dir_align(HEADER_SIZE + st.want)
     if kiln_add_u64(st.base, st.payload_bytes, &st.block):
         kfail("LIMIT", st.s + H_PAYLOAD_BYTES, "payload_base + payload_bytes overflows u64")
     if st.block > <uint64_t>avail:
@@ -349,7 +349,7 @@ cdef uint64_t descriptor(Dir *st, uint64_t i) except? 0xFFFFFFFFFFFFFFFF:
             kfail("TYPE", d + D_BLOCK_SIZE, "block size %d on a non-opaque dtype" % block_size)
         if llen:
             kfail("TYPE", d + D_LAYOUT_OFF, "layout name on a non-opaque dtype")
-        if DW[code] == 0:
+        if PACKED[code]:
             need = ne // 2 + (ne & 1)
         elif kiln_mul_u64(ne, DW[code], &need):
             kfail("LIMIT", d + D_BYTE_LENGTH, "byte length of %d elements overflows u64" % ne)
@@ -419,7 +419,7 @@ cdef int step9_overlaps(Dir *st) except -1:
 cdef int step10_placement(Dir *st) except -1:
     cdef uint64_t i, r = 0, want_off, off
     for i in range(st.count):
-        want_off = (r + DIR_ALIGN - 1) & ~(<uint64_t>(DIR_ALIGN - 1))
+        want_off = dir_align(r)
         off = kiln_ld_u64(desc(st, i) + D_BYTE_OFFSET)
         if off != want_off:
             kfail("TYPE", dpos(st, i) + D_BYTE_OFFSET, "byte_offset %d is not the canonical %d"
@@ -469,7 +469,7 @@ cdef int payload_contents(const uint8_t *p, Py_ssize_t n, uint64_t at, uint64_t 
             if bad >= 0:
                 kfail("TYPE", origin + <Py_ssize_t>at + <Py_ssize_t>bad,
                       "bool byte is %d, not 0 or 1" % v)
-    elif code <= DTYPE_MAX and DW[code] == 0 and count & 1 and at < nbytes and \
+    elif code <= DTYPE_MAX and PACKED[code] and count & 1 and at < nbytes and \
             nbytes <= at + <uint64_t>n:
         if p[nbytes - 1 - at] & 0xF0:
             kfail("TYPE", origin + <Py_ssize_t>nbytes - 1,

@@ -185,11 +185,11 @@ cdef int write_block(Writer *w, TRec *recs, Py_ssize_t count, bint named,
     cdef char *q
     cdef char *p0
     dir_bytes = <uint64_t>count * DESC_SIZE + heap_n
-    base = (HEADER_SIZE + dir_bytes + DIR_ALIGN - 1) & ~(<uint64_t>(DIR_ALIGN - 1))
+    base = dir_align(HEADER_SIZE + dir_bytes)
     r = 0
     for i in range(count):
         t = &recs[i]
-        o = (r + DIR_ALIGN - 1) & ~(<uint64_t>(DIR_ALIGN - 1))
+        o = dir_align(r)
         t.off = o
         if kiln_add_u64(o, <uint64_t>t.pay.len, &r) or r > <uint64_t>PY_SSIZE_T_MAX:
             raise MemoryError()

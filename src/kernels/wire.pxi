@@ -96,3 +96,5 @@ cdef extern from "kiln_wire.h":
     const long long INT_LO "kiln_int_lo"[12]
     const long long INT_HI "kiln_int_hi"[12]
     const int DW "kiln_dtype_width"[20]
+    const unsigned char PACKED "kiln_dtype_packed"[20]
+    uint64_t dir_align "kiln_dir_align"(uint64_t n) nogil
