@@ -12,7 +12,7 @@ from . import _compat, _meta
 from . import _wire as W
 from ._atomic import _AtomicFile
 from ._errors import EncodeError, KilnError
-from ._tensor import _code_of, element_count
+from ._tensors.dtypes import _code_of, element_count
 
 
 def _desc_at(i: int, field: int) -> int:

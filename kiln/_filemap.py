@@ -5,7 +5,7 @@ give, raising ``ValueError`` once the file is closed)."""
 
 from typing import Any, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union, overload
 
-from ._tensor import Tensor, TensorDirectory
+from ._tensors import Tensor, TensorDirectory
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from typing import Any, Set
 
 from . import _compat
 from . import _wire as W
-from ._tensor import element_count
+from ._tensors.dtypes import element_count
 
 _ALIGN = W.DIR_ALIGN - 1
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)

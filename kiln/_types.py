@@ -136,7 +136,7 @@ class Tensors(Type):
         Type.__init__(self, ("tensors",), 64, 1)
 
     def _build_plan(self):
-        from ._tensor import HOOKS
+        from ._tensors import HOOKS
         return P.Plan(P.OP_TENSORS, W.HEADER_SIZE, self.text, tensors=HOOKS)
 
 
@@ -592,7 +592,7 @@ def _from_annotation(ann, depth, active):
         raise KilnError("TYPE", 0, "a numpy array annotation needs a width: use "
                         "Annotated[np.ndarray, kiln.f32] or NDArray[np.float32]")
     if isinstance(ann, type):
-        from ._tensor import TensorDirectory
+        from ._tensors import TensorDirectory
         if issubclass(ann, TensorDirectory):
             return tensors
         if dataclasses.is_dataclass(ann) or _is_namedtuple(ann):

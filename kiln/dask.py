@@ -31,7 +31,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 import numpy as np
 
-from ._tensor import Tensor, TensorDirectory, numpy_dtype
+from ._tensors import Tensor, TensorDirectory, numpy_dtype
 
 __all__ = ["from_kiln", "to_kiln"]
 

@@ -44,8 +44,9 @@ from ._local import PayloadChecks, check_regular, open_regular
 from ._paths import foreign_hint, local_path
 from . import _progress
 from ._progress import Progress as _Progress, ProgressLike as _ProgressLike
-from ._tensor import Tensor, TensorDirectory, normalize_tensors, element_count, \
-    _raw_names
+from ._tensors import Tensor, TensorDirectory, normalize_tensors
+from ._tensors.directory import _raw_names
+from ._tensors.dtypes import element_count
 
 if TYPE_CHECKING:
     from ._types import Type

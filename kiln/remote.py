@@ -51,7 +51,9 @@ from ._errors import KilnError, frame_hint
 from ._fetch import RemoteError, RemoteFileChanged, source
 from ._filemap import TensorFileMapping
 from .files import _open_table
-from ._tensor import Tensor, TensorDirectory, element_count, _raw_names
+from ._tensors import Tensor, TensorDirectory
+from ._tensors.directory import _raw_names
+from ._tensors.dtypes import element_count
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RemoteError", "RowSource", "is_url", "head"]
 

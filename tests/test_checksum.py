@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
 from _util import kiln_ref
 
 META_TYPE = ("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,text:str,"
@@ -38,13 +37,6 @@ def crc32_oracle(data):
     for b in bytes(data):
         c = _T[(c ^ b) & 0xFF] ^ (c >> 8)
     return c ^ 0xFFFFFFFF
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _ref_entry(path):

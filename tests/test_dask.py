@@ -20,7 +20,6 @@ import kiln
 
 distributed = pytest.importorskip("distributed")   # the [test] extra installs it
 from distributed.protocol import deserialize, serialize  # noqa: E402
-from kiln import _compat  # noqa: E402
 
 from _cluster import Cluster, plain_env  # noqa: E402
 from _util import ROOT  # noqa: E402
@@ -58,14 +57,6 @@ if not hasattr(_s, "_kiln_log"):
 LOG = "__import__('sys').modules['distributed.protocol.serialize'].__dict__.get('_kiln_log')"
 DIRECTORY = "kiln._tensor.TensorDirectory"
 KILN_DASK = ["dask", DIRECTORY, ["kiln-tensors"]]     # kiln's serializer, in the log
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    """The module-level API running on ``impl``'s kernels (local, synchronous tests)."""
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def test_tensors_serialize_as_frames_without_copies():

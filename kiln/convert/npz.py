@@ -161,7 +161,7 @@ def read_npy_header(fh: Any, src: str, name: str) -> Tuple[Tuple[int, ...], bool
 
 
 def _kiln_dtype(dtype: Any, src: str, name: str) -> str:
-    from .._tensor import DTYPE_NAMES, _dtype_code_of_numpy
+    from .._tensors.dtypes import DTYPE_NAMES, _dtype_code_of_numpy
     try:
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise TypeError
