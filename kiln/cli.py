@@ -515,8 +515,8 @@ def _demo_timings(value: Any) -> None:
     every tensor) into bytes and back; safetensors holds tensors only."""
     import pickle
     import kiln
-    from ._tensor import _ml_dtypes
-    raw = _ml_dtypes() is None   # bf16 as its bits: numpy() refuses it without ml_dtypes
+    from ._tensors.dtypes import ml_dtypes
+    raw = ml_dtypes() is None   # bf16 as its bits: numpy() refuses it without ml_dtypes
     arrays = {t.name: t.bits() if raw and t.dtype == "bf16" else t.numpy()
               for t in value["weights"]}
     record = {"id": value["id"], "text": value["text"], "weights": arrays}

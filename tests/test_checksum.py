@@ -149,7 +149,7 @@ def test_the_reserved_key_is_refused_and_a_bad_entry_is_type(api, tmp_path):
     # a file written by hand whose entry has the wrong length
     from kiln import files
     rec = files._meta_record({"__kiln_checksum__": {"algorithm": "crc32", "crc32": b"\0\0"}})
-    from kiln._tensor import normalize_tensors
+    from kiln._tensors import normalize_tensors
     from kiln._atomic import _AtomicFile
     records = normalize_tensors({"a": np.ones(2, np.float32)}) + [rec]
     out = _AtomicFile(p)

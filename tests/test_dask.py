@@ -55,7 +55,7 @@ if not hasattr(_s, "_kiln_log"):
         _s.families[_f] = _wrap(_f, *_s.families[_f])
 """
 LOG = "__import__('sys').modules['distributed.protocol.serialize'].__dict__.get('_kiln_log')"
-DIRECTORY = "kiln._tensor.TensorDirectory"
+DIRECTORY = "kiln._tensors.directory.TensorDirectory"
 KILN_DASK = ["dask", DIRECTORY, ["kiln-tensors"]]     # kiln's serializer, in the log
 
 
@@ -240,7 +240,7 @@ print(json.dumps({"h": [h["serializer"], h["type"], sorted(h["sub-header"])],
         outs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     for out in outs:
         assert out == {"h": ["dask", DIRECTORY, ["kiln-tensors"]],
-                       "t": ["dask", "kiln._tensor.Tensor", ["kiln-tensor"]],
+                       "t": ["dask", "kiln._tensors.tensor.Tensor", ["kiln-tensor"]],
                        "back": True, "sizes": [True, True], "watching": False}
 
 

@@ -39,7 +39,9 @@ DOCS = os.path.join(ROOT, "docs")
 PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.remote",
                   "kiln.convert", "kiln.cli"]
 # where docstrings of public names live
-DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._tensor", "kiln._plan",
+DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._tensors.tensor",
+                     "kiln._tensors.directory", "kiln._tensors.dtypes", "kiln._tensors.nibbles",
+                     "kiln._plan",
                      "kiln._errors", "kiln.files", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
                      "kiln.convert", "kiln.cli"]
