@@ -198,3 +198,74 @@ def _tests_taking_impl_unused():
 def test_every_test_taking_impl_uses_it():
     # a test run once per kernel that never touches the kernel tests one thing twice
     assert list(_tests_taking_impl_unused()) == []
+
+
+def _module_files():
+    """{module name: (path, is a package)} for every module under kiln/ (a
+    compiled module by its .pyi stub, path None: its imports are not Python's)."""
+    out = {}
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "kiln")):
+        for fn in files:
+            if fn.endswith(".pyi"):
+                rel = os.path.relpath(os.path.join(dirpath, fn), ROOT)[:-4].split(os.sep)
+                out.setdefault(".".join(rel), (None, False))
+            if fn.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, fn), ROOT)[:-3].split(os.sep)
+                pkg = rel[-1] == "__init__"
+                out[".".join(rel[:-1] if pkg else rel)] = (os.path.join(dirpath, fn), pkg)
+    return out
+
+
+def _import_graph():
+    """module -> the kiln modules it imports (anywhere in it: a lazy import
+    inside a function is an edge too).  ``from . import x`` is an edge to the
+    submodule x when there is one, else to the package itself."""
+    mods = _module_files()
+    graph = {}
+    for name, (path, pkg) in mods.items():
+        if path is None:
+            graph[name] = set()
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        edges = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = name.split(".") if pkg else name.split(".")[:-1]
+                    base = ".".join(parts[:len(parts) - node.level + 1])
+                    target = base + ("." + node.module if node.module else "")
+                else:
+                    target = node.module
+                subs = [target + "." + a.name for a in node.names if target + "." + a.name in mods]
+                edges.update(subs)
+                if len(subs) < len(node.names):
+                    edges.add(target)
+        graph[name] = {e for e in edges if e in mods and e != name}
+    return graph
+
+
+def _cycles_through(graph, start):
+    """The import circles that pass through ``start`` (as paths back to it)."""
+    found, stack = [], [(start, [start])]
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, ()):
+            if nxt == start:
+                found.append(path + [start])
+            elif nxt not in path and len(path) < 12:
+                stack.append((nxt, path + [nxt]))
+    return found
+
+
+def test_the_tensor_layer_has_no_import_circle():
+    # the package kiln/_tensors (its __init__ and its own modules included), the
+    # old path kiln/_tensor.py and the pure tensor part: no module of theirs is
+    # on an import circle anywhere in kiln/
+    graph = _import_graph()
+    mine = [m for m in graph if m.startswith("kiln._tensors") or
+            m in ("kiln._tensor", "kiln._kernels_py.tensors", "kiln._kernel", "kiln._compat")]
+    assert "kiln._tensors.bind" in mine
+    assert {m: _cycles_through(graph, m) for m in mine if _cycles_through(graph, m)} == {}
