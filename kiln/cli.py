@@ -571,10 +571,10 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
         import kiln
-        from kiln import _compat
+        from kiln._tensors import BOUND   # the tensor part that serves, not the declaration
         print("kiln %s, %s kernels, compiled tensor layer %s"
               % (kiln.__version__, kiln.IMPLEMENTATION,
-                 "on" if _compat.COMPILED_TENSOR_LAYER else "off"))
+                 "on" if BOUND.part.__name__ == "kiln._kernels_c" else "off"))
         parser.exit()
 
 
