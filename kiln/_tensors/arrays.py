@@ -20,13 +20,13 @@ _frombuffer = np.frombuffer
 _ndarray = np.ndarray
 
 
-def numpy_py(t):
-    """Tensor.numpy() in Python."""
+def numpy_py(t, _shaped=SHAPED, _code=R_CODE, _n=R_BYTE_LENGTH, _shape=R_SHAPE):
+    """Tensor.numpy() in Python (the defaults: fast local names on this hot path)."""
     row = t._row
-    dt = SHAPED.get(row[R_CODE])
-    if dt is not None and row[R_BYTE_LENGTH]:
+    dt = _shaped.get(row[_code])
+    if dt is not None and row[_n]:
         # whole-element dtypes: one view of the payload (see view), shaped
-        return view(t._buf, dt, row[R_BYTE_LENGTH] // dt.itemsize, t._off, row[R_SHAPE])
+        return view(t._buf, dt, row[_n] // dt.itemsize, t._off, row[_shape])
     return numpy_slow(t, row)
 
 
