@@ -24,7 +24,7 @@ from ._plan import Some
 from ._types import (Type, parse_type, as_type, struct, list_, opt, dict_, bool_, i8, i16,
                      i32, i64, u8, u16, u32, u64, int_, uint, f32, f64, str_, bytes_, tensors,
                      MAX_DEPTH)
-from ._tensor import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, numpy_dtype
+from ._tensors import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, numpy_dtype
 from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION

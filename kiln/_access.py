@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._compat import COMPILED_TENSOR_LAYER
-from ._dtypes import _dtype_code_of_numpy
+from ._tensors.dtypes import _dtype_code_of_numpy
 from ._files.atomic import AtomicFile
 from ._files.local import file_size, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, local_path
@@ -26,7 +26,14 @@ from ._files.tables import tensor_offset
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "file_size", "table", "file_offset",
-           "version", "dtype_code", "COMPILED_TENSOR_LAYER"]
+           "version", "dtype_code", "COMPILED_TENSOR_LAYER", "compiled_tensor_part_bound"]
+
+
+def compiled_tensor_part_bound() -> bool:
+    """Whether the compiled kernel's tensor part is the one bound now (what
+    serves ``Tensor.numpy`` and the directories), not what was declared."""
+    from ._tensors import BOUND
+    return BOUND.part is not None and BOUND.part.__name__ == "kiln._kernels_c"
 
 
 def table(f: Any) -> Any:

@@ -102,7 +102,7 @@ def _from_annotation(ann, depth, active):
         raise KilnError("TYPE", 0, "a numpy array annotation needs a width: use "
                         "Annotated[np.ndarray, kiln.f32] or NDArray[np.float32]")
     if isinstance(ann, type):
-        from ._tensor import TensorDirectory
+        from ._tensors import TensorDirectory
         if issubclass(ann, TensorDirectory):
             return tensors
         if dataclasses.is_dataclass(ann) or _is_namedtuple(ann):

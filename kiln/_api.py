@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from ._tensor import TensorDirectory
+    from ._tensors import TensorDirectory
 
     # what decode takes: any C-contiguous object with the buffer protocol
     if sys.version_info >= (3, 12):

@@ -34,9 +34,11 @@ def _free_threaded_build():
 
 
 # The one declared exception to "the compiled kernels run everything": on a
-# free-threaded build the compiled tensor layer (Tensor.numpy, the
+# free-threaded build the compiled kernels' tensor part (Tensor.numpy, the
 # TensorDirectory values()/to_dict() and view directories built in C, see
-# kiln/_tensor.py) stays off by design and those take the Python path; the
-# codec itself is still compiled.  tests/test_paths.py holds kiln to exactly this.
+# src/kernels/tensors.pxi) declines the classes by design, and
+# kiln/_tensors/bind.py serves the objects with the pure kernel's tensor part
+# (so the pure kernel is imported there too); the codec itself is still
+# compiled.  tests/test_paths.py and tests/test_startup.py hold kiln to exactly this.
 FREE_THREADED_BUILD = _free_threaded_build()
 COMPILED_TENSOR_LAYER = IMPLEMENTATION == "cython" and not FREE_THREADED_BUILD

@@ -1,11 +1,20 @@
 """The kernel interface: what the layers above call on a kernel module.
 
 Both ``kiln._kernels_py`` and ``kiln._kernels_c`` satisfy :class:`Kernels`;
-``tests/test_house.py`` compares every signature with the one here.  The
-full description of each call is in the ``kiln._kernels_py`` docstring.
+``tests/test_house.py`` compares every signature with the one here, and
+checks ``kiln/_kernels_c.pyi`` against the compiled module.  The full
+description of each call is in the ``kiln._kernels_py`` docstring.
+
+The interface has two parts.  The codec (``INTERFACE_CODEC``) is what the API
+and file layers call.  The tensor part (``INTERFACE_TENSORS``) is everything
+the tensor objects of ``kiln/_tensors/`` and a kernel hand each other: the
+setup calls that take the classes (their slots are named in ``kiln/_wire.py``,
+``TENSOR_SLOTS`` and ``DIRECTORY_SLOTS``), the methods and fast paths the
+objects run, the DLPack destructor, and the table check of a hand-made
+directory.  ``kiln/_tensors/bind.py`` binds it, in one place.
 """
 
-from typing import Any, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ._plan import Plan
 
@@ -53,6 +62,29 @@ class Kernels(Protocol):
 
     def write_directory(self, records: Sequence[Record], out: bytearray) -> int: ...
 
+    # --- the tensor part (src/kernels/tensors.pxi, kiln/_kernels_py/tensors.py) ---
 
-INTERFACE = ("compile_decoder", "compile_encoder", "validate_directory",
-             "validate_directory_copy", "check_header", "check_payload", "write_directory")
+    def tensor_setup(self, cls: type, shaped: Dict[int, Any], py_numpy: Callable[[Any], Any]
+                     ) -> bool: ...
+
+    def directory_setup(self, cls: type, hooks: Any) -> bool: ...
+
+    def tensor_numpy_method(self, tensor: Any) -> Any: ...
+
+    def tensors_fill(self, directory: Any) -> Optional[List[Any]]: ...
+
+    def tensors_dict_method(self, directory: Any) -> Dict[Optional[str], Any]: ...
+
+    def hold_buffer(self, mv: Any) -> Optional[Any]: ...
+
+    def dlpack_destructor(self) -> Optional[int]: ...
+
+    def check_links(self, head: Any) -> None: ...
+
+
+INTERFACE_CODEC = ("compile_decoder", "compile_encoder", "validate_directory",
+                   "validate_directory_copy", "check_header", "check_payload",
+                   "write_directory")
+INTERFACE_TENSORS = ("tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
+                     "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links")
+INTERFACE = INTERFACE_CODEC + INTERFACE_TENSORS

@@ -2,14 +2,26 @@
 
 The interface is kiln._kernel.Kernels, described in the kiln._kernels_py
 docstring.  HOST_BIG_ENDIAN and set_force_byteswap are test hooks.
+tests/test_house.py checks this stub against the compiled module: the same
+public names, and the same parameters where Cython exposes them.
 """
 
-from typing import Any, Final, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
 
 from ._kernel import Record, Row
 from ._plan import Plan
 
 HOST_BIG_ENDIAN: Final[bool]
+TENSOR_SLOTS: Final[Tuple[str, ...]]      # kiln._wire.TENSOR_SLOTS, generated into wire.pxi
+DIRECTORY_SLOTS: Final[Tuple[str, ...]]   # kiln._wire.DIRECTORY_SLOTS
+
+
+class Node:
+    """A compiled plan node (private to the kernel)."""
+
+
+class HeldBuffer:
+    """One buffer export of a decoded directory's memoryview: its arrays' base."""
 
 
 class DecodeProgram:
@@ -58,3 +70,14 @@ def check_header(buf: Any, start: int, max_count: int, max_bytes: int) -> int: .
 def check_payload(buf: Any, at: int, code: int, count: int, nbytes: int, origin: int) -> None: ...
 def write_directory(records: Sequence[Record], out: bytearray) -> int: ...
 def set_force_byteswap(flag: bool) -> None: ...
+
+
+# --- the tensor part (src/kernels/tensors.pxi) ---
+def tensor_setup(cls: type, shaped: Dict[int, Any], py_numpy: Callable[[Any], Any]) -> bool: ...
+def directory_setup(cls: type, hooks: Any) -> bool: ...
+def tensor_numpy_method(tensor: Any) -> Any: ...
+def tensors_fill(directory: Any) -> Optional[List[Any]]: ...
+def tensors_dict_method(directory: Any) -> Dict[Optional[str], Any]: ...
+def hold_buffer(mv: Any) -> Optional[HeldBuffer]: ...
+def dlpack_destructor() -> Optional[int]: ...
+def check_links(head: Any) -> None: ...

@@ -34,7 +34,7 @@ class Plan:
                FORM_DEFAULT (an ndarray for OP_PODLIST, bytes for OP_BYTES),
                FORM_LIST (a Python list) or FORM_ARRAY (an ndarray).
     tensors:   for OP_TENSORS, the object providing ``build`` and ``normalize``
-               (``kiln._tensor.HOOKS``, an instance of ``kiln._tensor._Hooks``).
+               (``kiln._tensors.HOOKS``, an instance of ``kiln._tensors.hooks._Hooks``).
     """
 
     __slots__ = ("op", "min_size", "text", "elem", "fields", "names", "cls",

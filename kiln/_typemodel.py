@@ -164,7 +164,7 @@ class Tensors(Type):
         Type.__init__(self, ("tensors",), 64, 1)
 
     def _build_plan(self):
-        from ._tensor import HOOKS
+        from ._tensors import HOOKS
         return P.Plan(P.OP_TENSORS, W.HEADER_SIZE, self.text, tensors=HOOKS)
 
 

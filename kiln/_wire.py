@@ -222,6 +222,18 @@ R_PAYLOAD = 10          # in a write_directory record, the payload follows outer
 ROW_SIZE = 12
 RECORD_SIZE = 11
 
+# --- the tensor objects' slots, as the compiled tensor part reads them -----------
+# kiln.Tensor and kiln.TensorDirectory declare __slots__ from these tuples, and
+# the compiled kernel's tensor part (src/kernels/tensors.pxi) finds each slot's
+# offset by these names (TS_* / DS_* index them, generated into wire.pxi with the
+# tuples themselves), so a slot renamed on one side only switches the compiled
+# tensor part off (tensor_setup / directory_setup return False), which
+# tests/test_paths.py turns into a failure.
+TENSOR_SLOTS = ("name", "layout", "_row", "_buf", "_off", "_own")
+TS_NAME, TS_LAYOUT, TS_ROW, TS_BUF, TS_OFF, TS_OWN = range(6)
+DIRECTORY_SLOTS = ("_tensors", "_rows", "_buf", "_pb", "_errors", "_index", "_names", "_own")
+DS_TENSORS, DS_ROWS, DS_BUF, DS_PB, DS_ERRORS, DS_INDEX, DS_NAMES, DS_OWN = range(8)
+
 # --- the schema hash -------------------------------------------------------------
 
 FNV_OFFSET = 14695981039346656037
@@ -259,6 +271,8 @@ def _check():
     assert sorted(SCALAR_NAME) == sorted(NUMPY_LE) == sorted(SCALAR_FORMAT)
     assert all(OP_I8 <= op <= OP_U64 for op in INT_RANGE)
     assert [g["R_" + f.upper()] for f in ROW_FIELDS] == list(range(ROW_SIZE))
+    for prefix, slots in (("TS_", TENSOR_SLOTS), ("DS_", DIRECTORY_SLOTS)):
+        assert [g[prefix + n.lstrip("_").upper()] for n in slots] == list(range(len(slots)))
 
 
 _check()

@@ -53,10 +53,10 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
         import kiln
-        from kiln._access import COMPILED_TENSOR_LAYER
+        from kiln._access import compiled_tensor_part_bound   # the part that serves
         print("kiln %s, %s kernels, compiled tensor layer %s"
               % (kiln.__version__, kiln.IMPLEMENTATION,
-                 "on" if COMPILED_TENSOR_LAYER else "off"))
+                 "on" if compiled_tensor_part_bound() else "off"))
         parser.exit()
 
 

@@ -11,6 +11,7 @@ wire constants (generated)      ``kernels/wire.pxi``             ``kiln/_wire.py
 reader, count rule, frame       ``kernels/reader.pxi``           ``reader.py``
 compiled plan nodes             ``kernels/nodes.pxi``            (closures in decode/encode)
 numpy arrays                    ``kernels/numpy.pxi``            (numpy's Python API)
+tensor objects' part            ``kernels/tensors.pxi``          ``tensors.py``
 Frozen decode                   ``kernels/decode.pxi``           ``decode.py``
 Frozen encode                   ``kernels/encode.pxi``           ``encode.py``
 directory checks                ``kernels/directory.pxi``        ``directory.py``
@@ -51,7 +52,10 @@ from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, co
 from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_changed
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "check_header", "check_payload", "write_directory"]
+           "check_header", "check_payload", "write_directory",
+           # the tensor part (kernels/tensors.pxi)
+           "tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
+           "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links"]
 
 
 # --- C declarations --------------------------------------------------------
@@ -191,12 +195,6 @@ cdef extern from "kiln_dlpack.h":
     void kiln_dl_destroy(object capsule)
 
 
-def _dlpack_destructor():
-    """The address of a C capsule destructor for kiln._dlpack (not part of the
-    kernel interface): it keeps a pending exception across the deleter call."""
-    return <size_t><void *>kiln_dl_destroy
-
-
 include "kernels/wire.pxi"
 
 cdef enum:
@@ -236,3 +234,4 @@ include "kernels/decode.pxi"
 include "kernels/encode.pxi"
 include "kernels/directory.pxi"
 include "kernels/dirwrite.pxi"
+include "kernels/tensors.pxi"

@@ -53,6 +53,14 @@
 #define KILN_QUANT_SCHEMES 2
 #define KILN_ROW_SIZE 12
 #define KILN_RECORD_SIZE 11
+#define KILN_DS_BUF 2
+#define KILN_DS_ERRORS 4
+#define KILN_DS_INDEX 5
+#define KILN_DS_NAMES 6
+#define KILN_DS_OWN 7
+#define KILN_DS_PB 3
+#define KILN_DS_ROWS 1
+#define KILN_DS_TENSORS 0
 #define KILN_D_BLOCK_SIZE 12
 #define KILN_D_BYTE_LENGTH 40
 #define KILN_D_BYTE_OFFSET 32
@@ -92,6 +100,12 @@
 #define KILN_R_QUANT_SCHEME 5
 #define KILN_R_SCALE_INDEX 8
 #define KILN_R_SHAPE 1
+#define KILN_TS_BUF 3
+#define KILN_TS_LAYOUT 1
+#define KILN_TS_NAME 0
+#define KILN_TS_OFF 4
+#define KILN_TS_OWN 5
+#define KILN_TS_ROW 2
 
 /* width in bytes of each scalar op (index = op) */
 static const int kiln_scalar_width[12] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8};

@@ -32,7 +32,7 @@ POD = {"bool": ("|b1", "<?"), "i8": ("|i1", "<b"), "u8": ("|u1", "<B"),
        "f32": ("=f4", "<f"), "f64": ("=f8", "<d")}
 INTS = {"i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "int", "uint"}
 
-# tensor dtype code -> the numpy dtype Tensor.numpy() returns (docstring of kiln._tensor)
+# tensor dtype code -> the numpy dtype Tensor.numpy() returns (docstring of kiln._tensors)
 try:
     import ml_dtypes as _ml
 except ImportError:  # .numpy() refuses these dtypes, naming ml_dtypes; .bits() gives the bits
@@ -48,7 +48,17 @@ def _tensor_dtype(code):
         return np.dtype(getattr(_ml, name)) if _ml is not None else np.dtype(fallback)
     plain = {1: "<f8", 2: "<f4", 3: "<f2", 7: "|b1", 8: "|i1", 9: "|u1", 10: "<i2", 11: "<u2",
              12: "<i4", 13: "<u4", 14: "<i8", 15: "<u8"}
-    return np.dtype(plain.get(code, "|u1"))   # packed nibbles and opaque: the raw bytes
+    if code in FOUR_BIT:   # the unpacked values, one per byte (without ml_dtypes: refused)
+        return np.dtype(getattr(_ml, FOUR_BIT[code])) if _ml is not None else None
+    return np.dtype(plain.get(code, "|u1"))   # opaque: the raw bytes
+
+
+FOUR_BIT = {16: "int4", 17: "uint4", 18: "float4_e2m1fn"}
+
+
+def _nibbles(payload, count):
+    """The 4-bit elements of a packed payload, low nibble first (by hand)."""
+    return [(payload[i // 2] >> (4 * (i & 1))) & 0xF for i in range(count)]
 
 
 class Mismatch(AssertionError):
@@ -273,7 +283,13 @@ def _kiln_tensors(d, path):
         p = "%s[%d]" % (path, i)
         _need(type(t) is kiln.Tensor and d[i] is t, p, "a kiln.Tensor, the same as d[i]", t)
         payload = bytes(t.data)
-        packed = t.code in (16, 17, 18) or t.code >= 4096
+        if t.code in FOUR_BIT:
+            _four_bit(t, payload, p)
+            if t.name is not None:
+                _need(d[t.name] is t, p, "d[name] is the tensor", t)
+            out.append(_tensor_fields(t, payload))
+            continue
+        packed = t.code >= 4096
         if not packed and _nonzero_product(t.shape) * _tensor_dtype(t.code).itemsize > sys.maxsize:
             # legal on the wire (a zero dimension elsewhere), beyond what numpy can shape
             try:
@@ -301,7 +317,8 @@ def _kiln_tensors(d, path):
         out.append(_tensor_fields(t, payload))
     names = [t.name for t in ts]
     _need(d.names == names, path + ".names", names, d.names)
-    if names and names[0] is not None and _ml is None and any(t.code in _ML for t in ts):
+    if names and names[0] is not None and _ml is None and \
+            any(t.code in _ML or t.code in FOUR_BIT for t in ts):
         _need_no_ml(d.to_dict, path + ".to_dict()")
     elif names and names[0] is not None:
         got = d.to_dict()
@@ -321,6 +338,29 @@ def _need_no_ml(call, path):
               "an ImportError naming ml_dtypes and Tensor.bits()", e)
         return
     raise Mismatch("%s: ml_dtypes is not installed, yet no ImportError (%r)" % (path, got))
+
+
+def _four_bit(t, payload, p):
+    """numpy() of an i4/u4/e2m1 tensor: its elements unpacked into ml_dtypes'
+    type (a new array), or ImportError without ml_dtypes; bits() the payload."""
+    bits = t.bits()
+    _need(bits.dtype == np.uint8 and bits.tobytes() == payload, p + ".bits()",
+          "the packed payload bytes", bits)
+    want = _tensor_dtype(t.code)
+    if want is None:
+        try:
+            t.numpy()
+        except ImportError:
+            return
+        raise Mismatch("%s.numpy(): a 4-bit tensor without ml_dtypes, yet no ImportError" % p)
+    n = _nonzero_product(t.shape) if all(t.shape) else 0
+    if n > 1 << 24:
+        return   # (legal on the wire; unpacking it here is not the point)
+    arr = t.numpy()
+    _need(type(arr) is np.ndarray and arr.dtype == want and arr.shape == tuple(t.shape),
+          p + ".numpy()", "%s of shape %s" % (want, tuple(t.shape)), arr)
+    _need(arr.reshape(-1).view(np.uint8).tolist() == _nibbles(payload, n), p + ".numpy()",
+          "the payload's nibbles, low first", arr)
 
 
 def _nonzero_product(shape):

@@ -12,6 +12,14 @@ One rule, with no environment variable involved:
 
 ``KILN_PUREPYTHON=1`` changes only which kernels ``import kiln`` picks (the
 tests of that choice run in subprocesses), not which kernels are tested.
+
+``impl`` decides the path: for the length of a test it binds the tensor
+objects to its kernel's tensor part (``kiln._tensors.bind``), so
+``Tensor.numpy``, ``values()``, ``to_dict()``, view directories, DLPack and
+the construction checks run that kernel, and its ``decode``/``encode`` go
+through it.  ``api`` is ``impl`` for the module-level API as well
+(``kiln.save``, ``kiln.open``, remote reads, Dask, schemas): it sets the
+kernels ``import kiln`` picked (``kiln._compat.kernels``) to ``impl``'s.
 """
 
 import importlib
@@ -20,7 +28,7 @@ import types
 import pytest
 
 import kiln
-from kiln import _kernels_py
+from kiln import _compat, _kernels_py, _tensors
 
 
 def pytest_addoption(parser):
@@ -87,7 +95,25 @@ def load_kernels(name):
 
 @pytest.fixture
 def impl(request):
-    return Impl(name=request.param, kernels=load_kernels(request.param))
+    kernels = load_kernels(request.param)
+    before = _tensors.BOUND.kernels
+    _tensors.bind(kernels)   # the tensor objects run on this kernel's tensor part
+    try:
+        # compiled_tensors: the compiled tensor part serves the objects; what
+        # kiln._compat declares (tests/test_paths.py checks the bound part is that one)
+        yield Impl(name=request.param, kernels=kernels,
+                   compiled_tensors=request.param == "cython" and not _compat.FREE_THREADED_BUILD)
+    finally:
+        _tensors.bind(before)
+
+
+@pytest.fixture
+def api(impl, monkeypatch):
+    """``impl`` for the module-level API too: files, remote reads, Dask, schemas
+    run on ``impl``'s kernels (and the tensor objects, through ``impl``)."""
+    monkeypatch.setattr(_compat, "kernels", impl.kernels)
+    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
+    return impl
 
 
 def compiled_kernels(config):

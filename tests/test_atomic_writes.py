@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
 from kiln.convert import convert
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and symbolic links")
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def mode(p):

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
 from _util import kiln_ref
 
 META_TYPE = ("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,text:str,"
@@ -38,13 +37,6 @@ def crc32_oracle(data):
     for b in bytes(data):
         c = _T[(c ^ b) & 0xFF] ^ (c >> 8)
     return c ^ 0xFFFFFFFF
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _ref_entry(path):
@@ -157,7 +149,7 @@ def test_the_reserved_key_is_refused_and_a_bad_entry_is_type(api, tmp_path):
     # a file written by hand whose entry has the wrong length
     from kiln._files import save
     from kiln._files.atomic import AtomicFile
-    from kiln._tensor import normalize_tensors
+    from kiln._tensors import normalize_tensors
     from kiln._wire import R_PAYLOAD as P
     rec = save.meta_record({"__kiln_checksum__": {"algorithm": "crc32", "crc32": b"\0\0"}})
     records = normalize_tensors({"a": np.ones(2, np.float32)}) + [rec]

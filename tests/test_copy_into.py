@@ -9,14 +9,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _src():

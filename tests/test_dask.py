@@ -20,7 +20,6 @@ import kiln
 
 distributed = pytest.importorskip("distributed")   # the [test] extra installs it
 from distributed.protocol import deserialize, serialize  # noqa: E402
-from kiln import _compat  # noqa: E402
 
 from _cluster import Cluster, plain_env  # noqa: E402
 from _util import ROOT  # noqa: E402
@@ -56,16 +55,8 @@ if not hasattr(_s, "_kiln_log"):
         _s.families[_f] = _wrap(_f, *_s.families[_f])
 """
 LOG = "__import__('sys').modules['distributed.protocol.serialize'].__dict__.get('_kiln_log')"
-DIRECTORY = "kiln._tensor.TensorDirectory"
+DIRECTORY = "kiln._tensors.directory.TensorDirectory"
 KILN_DASK = ["dask", DIRECTORY, ["kiln-tensors"]]     # kiln's serializer, in the log
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    """The module-level API running on ``impl``'s kernels (local, synchronous tests)."""
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def test_tensors_serialize_as_frames_without_copies():
@@ -249,7 +240,7 @@ print(json.dumps({"h": [h["serializer"], h["type"], sorted(h["sub-header"])],
         outs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     for out in outs:
         assert out == {"h": ["dask", DIRECTORY, ["kiln-tensors"]],
-                       "t": ["dask", "kiln._tensor.Tensor", ["kiln-tensor"]],
+                       "t": ["dask", "kiln._tensors.tensor.Tensor", ["kiln-tensor"]],
                        "back": True, "sizes": [True, True], "watching": False}
 
 

@@ -40,7 +40,8 @@ PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.remote
                   "kiln.convert", "kiln.cli"]
 # where docstrings of public names live
 DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kiln._typetext",
-                     "kiln._annotations", "kiln._tensor", "kiln._plan",
+                     "kiln._annotations", "kiln._tensors.tensor", "kiln._tensors.directory",
+                     "kiln._tensors.dtypes", "kiln._tensors.nibbles", "kiln._plan",
                      "kiln._errors", "kiln.files", "kiln._files.save", "kiln._files.writer",
                      "kiln._files.kilnfile", "kiln._files.load", "kiln._files.remote",
                      "kiln.schema", "kiln._schema_read",

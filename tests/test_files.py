@@ -11,16 +11,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat, _meta
+from kiln import _meta
 
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    """The module-level API (files included) running on ``impl``'s kernels."""
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def every_dtype():

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -19,7 +20,7 @@ from kiln import _kernel
 
 from _util import ROOT
 
-KERNEL_PARTS = ("reader", "decode", "encode", "directory", "dirwrite")
+KERNEL_PARTS = ("reader", "decode", "encode", "directory", "dirwrite", "tensors")
 # the checks of the source text need the tree, which an installed wheel's run lacks
 needs_tree = pytest.mark.skipif(
     not os.path.isdir(os.path.join(ROOT, "src")),
@@ -28,7 +29,10 @@ MAX_FUNCTION_LINES = 120
 
 
 def _params(fn):
-    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+    # (follow_wrapped=False: Tensor.numpy and TensorDirectory.to_dict wear the
+    # Python methods' names and docstrings, __wrapped__ included)
+    return [(p.name, p.default)
+            for p in inspect.signature(fn, follow_wrapped=False).parameters.values()]
 
 
 @pytest.mark.parametrize("name", _kernel.INTERFACE)
@@ -39,6 +43,66 @@ def test_each_kernel_has_the_interface_signatures(impl, name):
 
 def test_the_interface_is_exactly_what_the_kernels_export(impl):
     assert set(impl.kernels.__all__) == set(_kernel.INTERFACE)
+    assert set(_kernel.INTERFACE) == set(_kernel.INTERFACE_CODEC + _kernel.INTERFACE_TENSORS)
+
+
+def _stub():
+    """The .pyi's public names: {name: ("def", params) | ("class", members) | ("value",)}."""
+    tree = ast.parse(_src("kiln", "_kernels_c.pyi"))
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            out[node.name] = ("def", _stub_params(node))
+        elif isinstance(node, ast.ClassDef):
+            members = {}
+            for m in node.body:
+                if isinstance(m, ast.FunctionDef) and not m.name.startswith("_"):
+                    prop = any(isinstance(d, ast.Name) and d.id == "property"
+                               for d in m.decorator_list)
+                    members[m.name] = ("property",) if prop else ("def", _stub_params(m))
+            out[node.name] = ("class", members)
+        elif isinstance(node, ast.AnnAssign):
+            out[node.target.id] = ("value",)
+    return {k: v for k, v in out.items() if not k.startswith("_")}
+
+
+def _stub_params(fn):
+    args = fn.args.args
+    defaults = [None] * (len(args) - len(fn.args.defaults)) + list(fn.args.defaults)
+    return [(a.arg, inspect.Parameter.empty if d is None else ast.literal_eval(d))
+            for a, d in zip(args, defaults)]
+
+
+def _compiled_names(k):
+    """The compiled module's own public names, by what Cython made: its
+    functions, its classes and its constants (imports are neither)."""
+    out = {}
+    for name, obj in vars(k).items():
+        if name.startswith("_") or isinstance(obj, types.ModuleType):
+            continue
+        if type(obj).__name__ == "cython_function_or_method":
+            out[name] = ("def", _params(obj))
+        elif isinstance(obj, type) and obj.__module__ == k.__name__:
+            members = {}
+            for m, v in vars(obj).items():
+                if m.startswith("_"):
+                    continue
+                members[m] = ("def", _params(getattr(obj, m))) if callable(v) \
+                    else ("property",)
+            out[name] = ("class", members)
+        elif isinstance(obj, (bool, int, str, tuple)):
+            out[name] = ("value",)
+    return out
+
+
+def test_the_compiled_stub_matches_the_compiled_module(pytestconfig):
+    """kiln/_kernels_c.pyi names exactly the compiled module's public names, with
+    the same parameters (names and defaults) and the same class members."""
+    from conftest import compiled_kernels
+    got, want = _compiled_names(compiled_kernels(pytestconfig)), _stub()
+    assert sorted(got) == sorted(want)
+    for name in got:
+        assert got[name] == want[name], name
 
 
 def test_programs_have_the_interface_methods(impl):

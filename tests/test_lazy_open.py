@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
 
 from _servers import RangeServer
 from _util import ROOT
@@ -27,13 +26,6 @@ from _util import ROOT
 GiB = 1 << 30
 FAULT_SLACK = 400            # pages: a fault count may differ this much between two runs
 RSS_SLACK = 16 << 20
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _sparse(path, n_bool):

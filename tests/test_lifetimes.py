@@ -125,6 +125,13 @@ def _contig(a):
 # ``holds`` says whether its views must hold the caller's buffer.
 
 
+PACKED = ("i4", "u4", "e2m1")   # numpy() is an unpacked copy; bits() views the payload
+
+
+def _view(t):
+    return t.bits() if t.dtype in PACKED else t.numpy()
+
+
 def p_numpy(buf):
     a = kiln.decode_tensors(buf)["w"].numpy()
     return [("numpy", a, RAW["w"])]
@@ -137,14 +144,14 @@ def p_data(buf):
 
 def p_to_dict(buf):
     d = kiln.decode_tensors(buf).to_dict()
-    return [("to_dict[%s]" % k, v, RAW[k]) for k, v in d.items() if k != "z"]
+    return [("to_dict[%s]" % k, v, RAW[k]) for k, v in d.items() if k not in ("z", "p")]
 
 
 def p_iteration(buf):
     out = []
     for t in kiln.decode_tensors(buf).values():
         if t.nbytes:
-            out.append(("iter %s .numpy()" % t.name, t.numpy(), RAW[t.name]))
+            out.append(("iter %s .numpy()" % t.name, _view(t), RAW[t.name]))
             out.append(("iter %s .data" % t.name, t.data, RAW[t.name]))
     return out
 
@@ -171,8 +178,8 @@ def p_indexing(buf):
 
 def p_dtypes(buf):
     d = kiln.decode_tensors(buf)
-    return [("%s .numpy()" % k, d[k].numpy(), RAW[k]) for k in ("b", "p", "s", "h", "o")
-            if k in RAW]
+    return [("%s .numpy()" % k, d[k].numpy(), RAW[k]) for k in ("b", "s", "h", "o")
+            if k in RAW] + [("p .bits()", d["p"].bits(), RAW["p"])]
 
 
 def p_decoder(buf):
@@ -196,7 +203,8 @@ def p_list(buf):
 
 def p_copy(buf):
     d = kiln.decode_tensors(buf, copy=True)
-    out = [("copy to_dict[%s]" % k, v, RAW[k]) for k, v in d.to_dict().items() if k != "z"]
+    out = [("copy to_dict[%s]" % k, v, RAW[k]) for k, v in d.to_dict().items()
+           if k not in ("z", "p")]
     out.append(("copy .data", d["w"].data, RAW["w"]))
     return out
 
@@ -589,7 +597,7 @@ def child_main(argv):
         _check_bytes_released(rep)
     if kind.startswith("mmap-file"):
         for key in sorted(RAW):
-            if not RAW[key]:
+            if not RAW[key] or key == "p":   # (p's to_dict() array is a copy: nothing held)
                 continue
             checks += 1
             try:

@@ -15,15 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kiln
-from kiln import _compat, _meta
+from kiln import _meta
 from kiln.schema import generate
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _peak(fn, *args):

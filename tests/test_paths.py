@@ -2,11 +2,16 @@
 run are the ones this run says it tests.
 
 Under ``--c-extensions`` (and without ``KILN_PUREPYTHON``) ``import kiln`` must
-pick the compiled kernels, and the compiled tensor layer (``Tensor.numpy``,
-``TensorDirectory.values()``/``to_dict()`` and the view directories, installed
-by kiln/_tensor.py when the compiled setup hooks accept the classes) must be
-on, except where kiln/_compat.py declares it off (free-threaded builds).  With
-the fallback selected nothing compiled is imported at all.
+pick the compiled kernels, and the compiled kernels' tensor part
+(``Tensor.numpy``, ``TensorDirectory.values()``/``to_dict()``, the view
+directories, the arrays' held buffer, the DLPack destructor; bound by
+kiln/_tensors/bind.py when the compiled setup calls accept the classes) must
+serve the tensor objects, except where kiln/_compat.py declares it off
+(free-threaded builds).  Under ``impl`` the part bound is the tested kernel's.
+A slot renamed on one side, an entry point renamed or dropped, or a setup
+that declines fails here (and the entry points' signatures in
+tests/test_house.py).  With the fallback selected nothing compiled is
+imported at all.
 """
 
 import os
@@ -18,7 +23,13 @@ import types
 import numpy as np
 
 import kiln
-from kiln import _compat, _tensor
+import pytest
+
+from kiln import _compat, _tensors
+from kiln import _wire as W
+from kiln._tensors import directory
+from kiln._tensors.arrays import numpy_py
+from kiln._tensors.dtypes import SHAPED
 from conftest import _compiled_or_none
 from _util import root_base
 
@@ -47,26 +58,62 @@ def test_free_threading_is_declared_in_one_place():
                                              and not _compat.FREE_THREADED_BUILD)
 
 
-def test_the_compiled_tensor_layer_is_installed_exactly_when_declared():
-    k = _compat.kernels
-    if _compat.COMPILED_TENSOR_LAYER:
-        # tensor_setup and directory_setup accepted the classes at import
-        assert kiln.Tensor.numpy is k.tensor_numpy_method
-        assert kiln.TensorDirectory.to_dict is k.tensors_dict_method
-        assert _tensor._fill is k.tensors_fill and _tensor._hold is k.hold_buffer
+def _part_name(compiled):
+    return "kiln._kernels_c" if compiled else "kiln._kernels_py"
+
+
+def _assert_bound(kernels, part):
+    """Every crossing of the tensor part goes to ``part`` (and the construction
+    checks to ``kernels``): the methods the objects wear, the fast paths, the
+    DLPack destructor."""
+    from kiln._tensors import checks, directory, dlpack
+    assert _tensors.BOUND.kernels is kernels and _tensors.BOUND.part is part
+    assert kiln.Tensor.numpy is part.tensor_numpy_method
+    assert kiln.TensorDirectory.to_dict is part.tensors_dict_method
+    assert directory._fill is part.tensors_fill and directory._hold is part.hold_buffer
+    assert set(dlpack._DESTROY.values()) == {part.dlpack_destructor()}
+    assert checks._kernels is kernels
+    if part.__name__ == "kiln._kernels_c":
+        assert isinstance(part.dlpack_destructor(), int) and part.dlpack_destructor()
+        assert part.hold_buffer(memoryview(b"x")) is not None
     else:
+        assert part.dlpack_destructor() is None and part.hold_buffer(memoryview(b"x")) is None
+
+
+def test_the_compiled_tensor_part_is_bound_exactly_when_declared():
+    # the process default: what kiln/_tensors/__init__.py bound at import
+    # (the impl fixture binds its own kernel per test, and restores this one)
+    part = _tensors.BOUND.part
+    assert part.__name__ == _part_name(_compat.COMPILED_TENSOR_LAYER)
+    _assert_bound(_compat.kernels, part)
+    if not _compat.COMPILED_TENSOR_LAYER:
         assert isinstance(kiln.Tensor.numpy, types.FunctionType)
         assert isinstance(kiln.TensorDirectory.to_dict, types.FunctionType)
-        assert _tensor._fill is None and _tensor._hold is _tensor._no_hold
+
+
+def test_impl_binds_its_kernels_tensor_part(impl):
+    """``impl`` decides the tensor objects' path: the part bound is the tested
+    kernel's, except where kiln._compat declares the compiled one off."""
+    part = _tensors.BOUND.part
+    assert part.__name__ == _part_name(impl.compiled_tensors)
+    _assert_bound(impl.kernels, part)
+    # the compiled part accepted exactly the classes and slots kiln/_wire.py names
+    if impl.name == "cython":
+        assert impl.kernels.TENSOR_SLOTS == W.TENSOR_SLOTS == kiln.Tensor.__slots__
+        assert impl.kernels.DIRECTORY_SLOTS == W.DIRECTORY_SLOTS
+        assert kiln.TensorDirectory.__slots__[:len(W.DIRECTORY_SLOTS)] == W.DIRECTORY_SLOTS
+        ok = impl.kernels.tensor_setup(kiln.Tensor, SHAPED, numpy_py) and \
+            impl.kernels.directory_setup(kiln.TensorDirectory, _tensors.HOOKS)
+        assert ok == (not _compat.FREE_THREADED_BUILD)
 
 
 def test_decoded_arrays_come_from_the_declared_path(impl, monkeypatch):
     """The arrays of a decoded directory have a HeldBuffer base exactly when the
-    compiled layer is on, and the compiled kernels build a view directory in C
-    (never through HOOKS.build) exactly then."""
+    compiled tensor part serves, and the compiled kernels build a view
+    directory in C (never through HOOKS.build) exactly then."""
     calls = []
-    build = _tensor.HOOKS.build
-    monkeypatch.setattr(_tensor.HOOKS, "build", lambda *a: calls.append(a[4]) or build(*a))
+    build = _tensors.HOOKS.build
+    monkeypatch.setattr(_tensors.HOOKS, "build", lambda *a: calls.append(a[4]) or build(*a))
     buf = impl.encode_tensors(ARRAYS)
     for copy in (False, True):
         del calls[:]
@@ -74,14 +121,34 @@ def test_decoded_arrays_come_from_the_declared_path(impl, monkeypatch):
             else impl.decode_tensors(buf)
         arrays = [t.numpy() for t in d.values()] + list(d.to_dict().values())
         bases = {type(root_base(a)).__name__ for a in arrays}
-        if _compat.COMPILED_TENSOR_LAYER:
+        if impl.compiled_tensors:
             assert bases == {"HeldBuffer"}
         else:
-            assert "HeldBuffer" not in bases and _tensor._hold(buf) is None
-        in_c = impl.name == "cython" and _compat.COMPILED_TENSOR_LAYER and not copy
+            assert "HeldBuffer" not in bases and directory._hold(buf) is None
+        in_c = impl.compiled_tensors and not copy
         assert calls == ([] if in_c else [copy])
         for a in arrays:
             assert a.tobytes() == ARRAYS["a" if a.dtype == np.float32 else "b"].tobytes()
+
+
+def test_hand_made_tensors_are_checked_by_the_tested_kernel(impl, monkeypatch):
+    """A Tensor or TensorDirectory built by hand runs the bound kernel's
+    check_payload and check_links (a spy around the real functions)."""
+    seen = []
+    for name in ("check_payload", "check_links"):
+        real = getattr(impl.kernels, name)
+        monkeypatch.setattr(impl.kernels, name,
+                            lambda *a, _r=real, _n=name: seen.append(_n) or _r(*a))
+    w = kiln.Tensor(bytes(8), dtype="u4", shape=(4, 4), name="w", quant_scheme=1,
+                    quant_axis=1, group_size=2, scale_index="s")
+    s = kiln.Tensor(bytes(32), dtype="f32", shape=(4, 2), name="s")
+    kiln.TensorDirectory([w, s])
+    assert seen == ["check_payload", "check_links"]
+    with pytest.raises(kiln.EncodeError) as e:   # scales of 4 x 3, not 4 x (4 / 2)
+        kiln.TensorDirectory([w, kiln.Tensor(bytes(48), dtype="f32", shape=(4, 3),
+                                             name="s")])
+    assert (e.value.code, e.value.offset, e.value.path, e.value.reason) == \
+        ("TYPE", 0, "['w']", "tensor 0: scale tensor has 12 elements, 8 groups need 8")
 
 
 def _child(code, purepython):
@@ -115,21 +182,3 @@ def test_by_default_the_compiled_kernels_run(pytestconfig):
         return
     layer = str(not _compat.FREE_THREADED_BUILD)
     assert _child(CHILD, purepython=False) == ["cython", "True", layer]
-
-
-def test_tensor_objects_on_the_python_path_too():
-    """``impl`` cannot choose the tensor layer (it is installed once, at import):
-    the tensor-object tests run once more in a child on the pure kernels, so the
-    Python Tensor.numpy/values()/to_dict() are tested in a compiled run too."""
-    if kiln.IMPLEMENTATION == "python":
-        # this process is the pure one: its own run of these files is that run
-        assert not _compat.COMPILED_TENSOR_LAYER
-        return
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, KILN_PUREPYTHON="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                        os.path.join(root, "tests", "test_tensor_arrays.py"),
-                        os.path.join(root, "tests", "test_tensors.py")],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-500:]

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
 
 from _servers import RangeServer
 
@@ -19,13 +18,6 @@ pytest.importorskip("aiohttp")                  # fsspec's HTTP filesystem
 from kiln.remote import RemoteFile, RemoteFileChanged  # noqa: E402
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 @pytest.fixture(scope="module")

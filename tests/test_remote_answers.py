@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat
 from kiln import _wire as W
 from kiln.remote import RemoteError, RemoteFileChanged
 
@@ -25,13 +24,6 @@ from _servers import RangeServer
 from _util import ROOT
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _two(root):

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kiln
-from kiln import _compat
 from kiln.schema import generate
 
 jsonschema = pytest.importorskip("jsonschema")   # a test dependency (the [test] extra)
@@ -37,13 +36,6 @@ TEXT = ("struct{id:i32,name:str,blob:list<u8>,tags:list<u8>,where:struct{x:f32,y
 VALUE = {"id": 1, "name": "a", "blob": b"\x00\x01", "tags": [1, 2, 255],
          "where": {"x": 0.5, "y": 1.0}, "path": [{"x": 1.5, "y": -2.0}],
          "attrs": {"k": True}, "note": None, "big": -(2 ** 63)}
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _jsonable(v):

@@ -13,16 +13,8 @@ import sys
 import pytest
 
 import kiln
-from kiln import _compat
 from kiln.schema import generate
 from _util import kiln_ref
-
-
-@pytest.fixture
-def api(impl, monkeypatch):
-    monkeypatch.setattr(_compat, "kernels", impl.kernels)
-    monkeypatch.setattr(_compat, "IMPLEMENTATION", impl.name)
-    return impl
 
 
 def _obj(**props):

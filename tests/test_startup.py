@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln import _compat
 
 from _util import ROOT
 
@@ -52,7 +53,9 @@ def _child(impl, body):
 
 def _watched(impl):
     names = list(OPTIONAL_PARTS + OPTIONAL_PACKAGES)
-    if impl.name == "cython":
+    if impl.name == "cython" and not _compat.FREE_THREADED_BUILD:
+        # (a free-threaded build serves the tensor objects with the pure kernel's
+        # tensor part, as kiln._compat declares)
         names.append("kiln._kernels_py")
     return names
 
@@ -72,6 +75,37 @@ report(({"impl": kiln.IMPLEMENTATION, "import": after_import,
                   "round trip": loaded(%r)}))
 """ % (watched, watched))
     assert out == {"import": [], "round trip": []}
+
+
+def test_each_kernel_loads_only_itself_for_tensors_built_by_hand(impl):
+    """Tensors and directories built by hand (construction checks, links),
+    their arrays, pickles, DLPack and a decode: on the compiled path no module
+    of the pure kernel is imported, and with the fallback nothing compiled."""
+    out = _child(impl, r"""
+import pickle
+import numpy as np
+import kiln
+w = kiln.Tensor(bytes(8), dtype="u4", shape=(4, 4), name="w", quant_scheme=1, quant_axis=1,
+                group_size=2, scale_index="s")
+s = kiln.Tensor.from_numpy(np.ones((4, 2), np.float32), name="s")
+b = kiln.Tensor(bytes([1, 0, 1]), dtype="bool", shape=(3,), name="b")
+d = kiln.TensorDirectory([w, s, b])
+back = pickle.loads(pickle.dumps(d, protocol=5))
+assert back == d and np.from_dlpack(s).tolist() == [[1.0, 1.0]] * 4
+assert s.__dlpack__(max_version=(1, 0)) is not None and d["b"].numpy().tolist() == [True, False, True]
+e = kiln.decode_tensors(kiln.encode_tensors(d))
+assert e.to_dict()["s"].sum() == 8 and [t.name for t in e.values()] == ["w", "s", "b"]
+compiled = sorted(m for m, mod in list(sys.modules.items()) if m.startswith("kiln")
+                  and str(getattr(mod, "__file__", "")).endswith((".so", ".pyd")))
+report({"impl": kiln.IMPLEMENTATION, "pure": loaded(["kiln._kernels_py"]), "compiled": compiled,
+        "bound": kiln._tensors.BOUND.part.__name__})
+""")
+    if impl.name == "cython" and _compat.FREE_THREADED_BUILD:   # declared in kiln._compat
+        assert out["compiled"] == ["kiln._kernels_c"] and out["bound"] == "kiln._kernels_py"
+    elif impl.name == "cython":
+        assert out == {"pure": [], "compiled": ["kiln._kernels_c"], "bound": "kiln._kernels_c"}
+    else:
+        assert out["compiled"] == [] and out["bound"] == "kiln._kernels_py"
 
 
 def test_ml_dtypes_loads_when_one_of_its_tensors_becomes_an_array(impl):

@@ -1,6 +1,6 @@
 """Tensor.numpy() and TensorDirectory.values() of decoded directories: the
 compiled kernels build the arrays and Tensor objects themselves; they must be
-what the Python code makes (kiln._tensor._numpy_py), read-only, and keep the
+what the Python code makes (kiln._tensors.arrays.numpy_py), read-only, and keep the
 caller's buffer exported while they live."""
 
 import gc
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _compat, _tensor
+from kiln._tensors.arrays import numpy_py
 from _util import root_base
 
 ARRAYS = {
@@ -39,7 +39,7 @@ def test_arrays_match_the_python_path(impl, copy):
     assert [t.name for t in ts] == sorted(ARRAYS)
     for t in ts:
         a = t.numpy()
-        same_array(a, _tensor._numpy_py(t))
+        same_array(a, numpy_py(t))
         # and what the array must be, whichever path made both
         want = ARRAYS[t.name]
         assert a.dtype == want.dtype.newbyteorder("<") and a.shape == want.shape
@@ -64,7 +64,7 @@ def test_arrays_keep_the_buffer_exported_and_stay_read_only(impl):
     a = d["a"].numpy()
     with pytest.raises(ValueError):
         a.flags.writeable = True
-    if impl.name == "cython" and _compat.COMPILED_TENSOR_LAYER:
+    if impl.compiled_tensors:
         # the compiled kernels' directory: a view of the caller's buffer, which
         # the array's base (a HeldBuffer) holds an export of
         with pytest.raises(BufferError):
@@ -73,9 +73,9 @@ def test_arrays_keep_the_buffer_exported_and_stay_read_only(impl):
         # the pure kernels' directory (or any directory on a free-threaded build):
         # one read-only owner array holding the one export of the caller's object
         assert type(d._buf) is np.ndarray and not d._buf.flags.writeable
-    # the array's memory: the compiled tensor layer's HeldBuffer where it is on
+    # the array's memory: the compiled tensor part's HeldBuffer where it serves
     # (declared in kiln._compat), else the owner's export of the bytearray
-    if _compat.COMPILED_TENSOR_LAYER:
+    if impl.compiled_tensors:
         assert type(root_base(a)).__name__ == "HeldBuffer"
     else:
         assert type(root_base(a)) is memoryview and root_base(a).obj is b
@@ -91,7 +91,7 @@ def test_arrays_keep_the_buffer_exported_and_stay_read_only(impl):
 
 def test_tensors_made_by_hand_take_the_python_path():
     t = kiln.Tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
-    same_array(t.numpy(), _tensor._numpy_py(t))
+    same_array(t.numpy(), numpy_py(t))
     a = t.numpy()
     assert a.tolist() == [[0, 1, 2], [3, 4, 5]] and a.dtype == np.dtype("<i4")
     assert type(root_base(a)) is memoryview and not a.flags.writeable
@@ -102,7 +102,7 @@ def test_to_dict_matches_the_python_comprehension(impl):
     for copy in (False, True):
         d = impl.decode_tensors(buf, copy=copy, max_copy_bytes=1 << 20)
         got = d.to_dict()
-        want = {t.name: _tensor._numpy_py(t) for t in d.values()}
+        want = {t.name: numpy_py(t) for t in d.values()}
         assert list(got) == list(want)
         for k in want:
             same_array(got[k], want[k])

@@ -35,8 +35,8 @@ def load_wire():
 
 
 def render(w):
-    names = list(w.OPS) + CONSTANTS + sorted(n for n in vars(w) if n[:2] in ("H_", "D_", "R_")
-                                              and n.isupper())
+    names = list(w.OPS) + CONSTANTS + sorted(n for n in vars(w) if (n[:2] in ("H_", "D_", "R_")
+                                              or n[:3] in ("TS_", "DS_")) and n.isupper())
     nscalar = max(w.SCALAR_FORMAT) + 1
     widths = [w.SCALAR_FORMAT.get(op, ("", 0))[1] for op in range(nscalar)]
     lo = [w.INT_RANGE[op][0] if op in w.INT_RANGE and op not in (w.OP_I64, w.OP_U64) else 0
@@ -84,7 +84,10 @@ def render(w):
           '    const long long INT_HI "kiln_int_hi"[%d]' % nscalar,
           '    const int DW "kiln_dtype_width"[%d]' % len(dw),
           '    const unsigned char PACKED "kiln_dtype_packed"[%d]' % len(pk),
-          '    uint64_t dir_align "kiln_dir_align"(uint64_t n) nogil', ""]
+          '    uint64_t dir_align "kiln_dir_align"(uint64_t n) nogil', "",
+          "# the tensor objects' slot names (indexed by TS_* and DS_*)",
+          "TENSOR_SLOTS = %r" % (w.TENSOR_SLOTS,),
+          "DIRECTORY_SLOTS = %r" % (w.DIRECTORY_SLOTS,), ""]
     return "\n".join(h), "\n".join(p)
 
 

@@ -89,8 +89,9 @@ def _demo_timings(value: Any) -> None:
         raw = False
     except ImportError:   # bf16 as its bits: numpy() refuses it without ml_dtypes
         raw = True
-    arrays = {t.name: t.bits() if raw and t.dtype == "bf16" else t.numpy()
-              for t in value["weights"]}
+    # (4-bit tensors as their packed bytes, what kiln holds: numpy() unpacks a copy)
+    arrays = {t.name: t.bits() if (raw and t.dtype == "bf16") or t.dtype in ("i4", "u4", "e2m1")
+              else t.numpy() for t in value["weights"]}
     record = {"id": value["id"], "text": value["text"], "weights": arrays}
     buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
     blob = pickle.dumps(record, protocol=5)

@@ -6,13 +6,14 @@ them with the buffer they index.  The files floor needs those rows, the
 buffer and the payload base (to check a payload, fetch its bytes, compare
 its CRC-32, split the metadata off), which are not public: every such read
 in ``kiln/_files/`` goes through a function here, and no other module of
-the package imports ``kiln._tensor``.
+the package imports ``kiln._tensors``.
 """
 
 from typing import Any, Sequence
 
-from .._tensor import (Tensor, TensorDirectory, element_count, normalize_tensors,
-                       _code_of as code_of, _raw_names as raw_names)
+from .._tensors import Tensor, TensorDirectory, normalize_tensors
+from .._tensors.directory import _raw_names as raw_names
+from .._tensors.dtypes import _code_of as code_of, element_count
 from .. import _wire as W
 
 __all__ = ["Tensor", "TensorDirectory", "element_count", "normalize_tensors", "code_of",

@@ -8,6 +8,7 @@ Frozen decode      ``decode.py``                ``src/kernels/decode.pxi``
 Frozen encode      ``encode.py``                ``src/kernels/encode.pxi``
 directory checks   ``directory.py``             ``src/kernels/directory.pxi``
 directory writing  ``dirwrite.py``              ``src/kernels/dirwrite.pxi``
+tensor objects     ``tensors.py``               ``src/kernels/tensors.pxi``
 =================  ===========================  ===========================================
 
 The kernel interface (``kiln._kernel.Kernels``, checked against both kernels by
@@ -61,8 +62,21 @@ the tests) is what the layers above call:
     Append the canonical block for normalized tensor records to the bytearray
     ``out`` (see ``dirwrite.py`` for the record layout); returns where it starts.
 
+The tensor part (``tensors.py``) is what the tensor objects of
+``kiln/_tensors/`` and a kernel hand each other, bound once by
+``kiln/_tensors/bind.py``: ``tensor_setup(cls, shaped, py_numpy)`` and
+``directory_setup(cls, hooks)`` (True when the part can serve those
+classes), ``tensor_numpy_method(tensor)`` and
+``tensors_dict_method(directory)`` (``Tensor.numpy`` and
+``TensorDirectory.to_dict``), ``tensors_fill(directory)`` (the Tensors of a
+decoded directory, or None for the Python path), ``hold_buffer(mv)`` (the
+base of a decoded directory's arrays, or None), ``dlpack_destructor()`` (a
+C capsule destructor's address, or None) and ``check_links(head)`` (the
+whole-directory table rules over the canonical head of a hand-made
+directory).
+
 Everything else in the parts is private to the kernel.  The Python layer
-(``kiln._types``, ``kiln._api``, ``kiln._tensor``) builds plans and objects;
+(``kiln._types``, ``kiln._api``, ``kiln._tensors``) builds plans and objects;
 loops over elements, fields and descriptors live in the kernels.
 """
 
@@ -71,6 +85,11 @@ from .directory import check_header, check_payload, validate_directory, \
     validate_directory_copy
 from .dirwrite import write_directory
 from .encode import compile_encoder
+from .tensors import check_links, directory_setup, dlpack_destructor, hold_buffer, \
+    tensor_numpy_method, tensor_setup, tensors_dict_method, tensors_fill
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "check_header", "check_payload", "write_directory"]
+           "check_header", "check_payload", "write_directory",
+           # the tensor part (tensors.py)
+           "tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
+           "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._errors import KilnError
 from .._plan import Some
-from .._tensor import TensorDirectory
+from .._tensors import TensorDirectory
 from .._types import as_type
 from .._wire import FRAME, FRAME_MAGIC, FRAME_SIZE
 from . import _format as F

@@ -53,6 +53,14 @@ cdef extern from "kiln_wire.h":
         QUANT_SCHEMES "KILN_QUANT_SCHEMES"
         ROW_SIZE "KILN_ROW_SIZE"
         RECORD_SIZE "KILN_RECORD_SIZE"
+        DS_BUF "KILN_DS_BUF"
+        DS_ERRORS "KILN_DS_ERRORS"
+        DS_INDEX "KILN_DS_INDEX"
+        DS_NAMES "KILN_DS_NAMES"
+        DS_OWN "KILN_DS_OWN"
+        DS_PB "KILN_DS_PB"
+        DS_ROWS "KILN_DS_ROWS"
+        DS_TENSORS "KILN_DS_TENSORS"
         D_BLOCK_SIZE "KILN_D_BLOCK_SIZE"
         D_BYTE_LENGTH "KILN_D_BYTE_LENGTH"
         D_BYTE_OFFSET "KILN_D_BYTE_OFFSET"
@@ -92,9 +100,19 @@ cdef extern from "kiln_wire.h":
         R_QUANT_SCHEME "KILN_R_QUANT_SCHEME"
         R_SCALE_INDEX "KILN_R_SCALE_INDEX"
         R_SHAPE "KILN_R_SHAPE"
+        TS_BUF "KILN_TS_BUF"
+        TS_LAYOUT "KILN_TS_LAYOUT"
+        TS_NAME "KILN_TS_NAME"
+        TS_OFF "KILN_TS_OFF"
+        TS_OWN "KILN_TS_OWN"
+        TS_ROW "KILN_TS_ROW"
     const int SW "kiln_scalar_width"[12]
     const long long INT_LO "kiln_int_lo"[12]
     const long long INT_HI "kiln_int_hi"[12]
     const int DW "kiln_dtype_width"[20]
     const unsigned char PACKED "kiln_dtype_packed"[20]
     uint64_t dir_align "kiln_dir_align"(uint64_t n) nogil
+
+# the tensor objects' slot names (indexed by TS_* and DS_*)
+TENSOR_SLOTS = ('name', 'layout', '_row', '_buf', '_off', '_own')
+DIRECTORY_SLOTS = ('_tensors', '_rows', '_buf', '_pb', '_errors', '_index', '_names', '_own')

@@ -12,18 +12,32 @@ the wire would accept:
 * :func:`check_directory` (every ``TensorDirectory`` built from tensors):
   the table rules that need the whole directory (names all present or all
   absent, non-empty, UTF-8, distinct; scale and outer links to existing,
-  suitable tensors with the right element counts).  These run the directory
-  kernel's own step functions (``kiln._kernels_py.directory``) over the
-  canonical head of the tensors' table, so the rule set is the wire check's.
+  suitable tensors with the right element counts).  These run the bound
+  kernel's ``check_links`` (its directory step functions 8b, 9 and 11b) over
+  the canonical head of the tensors' table (``kiln._dirhead.block_head``), so
+  the rule set is the wire check's, and the compiled path imports nothing of
+  the pure kernel.
+
+Both checks run on the kernels ``kiln/_tensors/bind.py`` bound (``_bind``).
 
 Faults are :class:`kiln.EncodeError` (a ``KilnError`` and a ``ValueError``):
 code ``TYPE``/``UTF8``/``LIMIT``; the offset is the byte of the payload for a
 payload fault, else 0, and the path names the tensor (``[2]`` or ``['w']``).
 """
 
-from . import _compat
-from . import _wire as W
-from ._errors import EncodeError, KilnError
+from .. import _wire as W
+from .._dirhead import block_head
+from .._errors import EncodeError, KilnError
+from .._wire import R_BLOCK_SIZE, R_BYTE_LENGTH, R_CODE, R_GROUP_SIZE, R_OUTER_INDEX, \
+    R_QUANT_AXIS, R_QUANT_SCHEME, R_SCALE_INDEX, R_SHAPE
+
+_kernels = None   # the bound kernels (_bind): check_payload and check_links
+
+
+def _bind(kernels):
+    """Run the checks on ``kernels`` (kiln/_tensors/bind.py calls this, and only it)."""
+    global _kernels
+    _kernels = kernels
 
 
 def _fail(code, offset, reason, where):
@@ -33,7 +47,9 @@ def _fail(code, offset, reason, where):
 def check_tensor(code, shape, name, layout, row, mv):
     """Raise EncodeError if the wire would refuse this tensor on its own."""
     where = "" if name is None else "[%r]" % (name,)
-    block, scheme, axis, group, scale, outer = row[4], row[5], row[6], row[7], row[8], row[9]
+    block, scheme, axis, group = row[R_BLOCK_SIZE], row[R_QUANT_SCHEME], row[R_QUANT_AXIS], \
+        row[R_GROUP_SIZE]
+    scale, outer = row[R_SCALE_INDEX], row[R_OUTER_INDEX]
     n = len(mv)
     if code >= W.OPAQUE_MIN:
         if not layout:
@@ -67,13 +83,13 @@ def check_tensor(code, shape, name, layout, row, mv):
             if not isinstance(ref, str) and not 0 <= ref <= W.U32_MAX:
                 raise _fail("TYPE", 0, "index %d is out of range" % ref, where)
     if code == W.DTYPE_BOOL or code in W.PACKED:
-        # the payload rules of the wire check (step 11a), by the kernel kiln
-        # picked: the same function a lazy open runs when a tensor is read
+        # the payload rules of the wire check (step 11a), by the bound kernel:
+        # the same function a lazy open runs when a tensor is read
         count = 1
         for d in shape:
             count *= d
         try:
-            _compat.kernels.check_payload(mv, 0, code, count, n, 0)
+            _kernels.check_payload(mv, 0, code, count, n, 0)
         except KilnError as e:
             raise _fail(e.code, e.offset, e.reason, where) from None
 
@@ -81,8 +97,6 @@ def check_tensor(code, shape, name, layout, row, mv):
 def check_directory(tensors):
     """Raise EncodeError if the wire would refuse a directory of these tensors
     (each already passed :func:`check_tensor`)."""
-    from ._kernels_py import directory as K
-    from ._kernels_py.dirwrite import block_head
     named = [t.name is not None for t in tensors]
     if any(named) and not all(named):
         i = named.index(not named[0])
@@ -100,26 +114,22 @@ def check_directory(tensors):
         if name is not None:
             index[t.name] = i
         row = t._row
-        metas.append((row[0], row[1], name, None if t.layout is None else
-                      _utf8(t.layout, "layout name", i), row[4], row[5], row[6], row[7],
-                      row[8], row[9], row[11]))
+        metas.append((row[R_CODE], row[R_SHAPE], name, None if t.layout is None else
+                      _utf8(t.layout, "layout name", i), row[R_BLOCK_SIZE],
+                      row[R_QUANT_SCHEME], row[R_QUANT_AXIS], row[R_GROUP_SIZE],
+                      row[R_SCALE_INDEX], row[R_OUTER_INDEX], row[R_BYTE_LENGTH]))
     linked = False
-    for i, m in enumerate(metas):
-        if m[8] != W.NO_INDEX or m[9] != W.NO_INDEX:
+    for i, m in enumerate(metas):   # (block_head's layout: a row without its byte offset)
+        scale, outer = m[R_SCALE_INDEX], m[R_OUTER_INDEX]
+        if scale != W.NO_INDEX or outer != W.NO_INDEX:
             linked = True
-            metas[i] = m[:8] + (_link(m[8], index, i), _link(m[9], index, i), m[10])
+            metas[i] = m[:R_SCALE_INDEX] + (_link(scale, index, i), _link(outer, index, i),
+                                            m[R_OUTER_INDEX + 1])
     if not linked:
         return   # every other table rule is one tensor's, and check_tensor ran it
     try:
         head, _, _ = block_head(metas, 0)
-        st = K.Dir(head, 0, False, False, W.U32_MAX, W.U32_MAX, None)
-        h = W.HEADER.unpack_from(head, 0)
-        st.flags, st.count, st.name_bytes, st.payload_bytes = h[2], h[4], h[5], h[6]
-        st.heap0 = W.HEADER_SIZE + W.DESC_SIZE * st.count
-        K.read_table(st)
-        K.step8b_heap(st)
-        st.counts = [K._descriptor(st, i, dsc) for i, dsc in enumerate(st.descs)]
-        K.step11b_quantization(st)
+        _kernels.check_links(head)
     except KilnError as e:
         i = max(e.offset - W.HEADER_SIZE, 0) // W.DESC_SIZE
         where = "[%d]" % i if tensors[i].name is None else "[%r]" % tensors[i].name

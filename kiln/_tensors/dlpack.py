@@ -17,10 +17,11 @@ numpy's compiled ones: collecting an unused capsule releases the view, with
 or without an exception in flight, in both kernels and in the pure wheel.
 kiln then only corrects the type code of bf16 (numpy sees its bits as
 ``uint16``) and sets the copied flag.  With an older numpy the capsule is
-built here with ctypes; its destructor is then the compiled kernels' C one
-when those kernels are in use, and with the pure kernels there is none (an
-unused capsule keeps its payload alive until the process ends), since a
-ctypes callback cannot keep a pending exception across the release.
+built here with ctypes; its destructor is then the bound kernel's
+``dlpack_destructor()`` (kiln/_tensors/bind.py): the compiled kernels' C one,
+and with the pure kernels none (an unused capsule keeps its payload alive
+until the process ends), since a ctypes callback cannot keep a pending
+exception across the release.  Nothing here imports a kernel.
 """
 
 import ctypes
@@ -30,8 +31,7 @@ import weakref
 
 import numpy as np
 
-from . import _compat
-from . import _wire as W
+from .. import _wire as W
 
 KDL_CPU = 1
 _READ_ONLY = 1 << 0
@@ -106,22 +106,18 @@ _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
-def _destructors():
-    """The capsule destructor: the compiled module's C one when kiln runs the
-    compiled kernels (it keeps an exception pending while the capsule dies across
-    the release); on the pure kernels (the pure-Python build, or KILN_PUREPYTHON=1)
-    none, and a capsule that no consumer ever takes keeps its payload alive until
-    the process ends."""
-    try:
-        # the kernels import kiln picked: with the fallback selected (KILN_PUREPYTHON)
-        # nothing compiled is imported, this included
-        address = _compat.kernels._dlpack_destructor()
-    except AttributeError:
-        return {_NAME_VERSIONED: None, _NAME_LEGACY: None}
-    return {_NAME_VERSIONED: address, _NAME_LEGACY: address}
+# the capsule destructor by capsule name (_bind): the compiled module's C one
+# when the compiled tensor part is bound (it keeps an exception pending while
+# the capsule dies across the release); with the pure part none, and a capsule
+# that no consumer ever takes keeps its payload alive until the process ends
+_DESTROY = {_NAME_VERSIONED: None, _NAME_LEGACY: None}
 
 
-_DESTROY = _destructors()
+def _bind(part):
+    """Build capsules with ``part.dlpack_destructor()`` (kiln/_tensors/bind.py
+    calls this, and only it)."""
+    address = part.dlpack_destructor()
+    _DESTROY.update({_NAME_VERSIONED: address, _NAME_LEGACY: address})
 
 _PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
 _PyCapsule_GetPointer.restype = ctypes.c_void_p
