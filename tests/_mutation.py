@@ -213,6 +213,12 @@ FIELD_NAMES = list(FIELDS)
 # checking one outcome
 
 
+
+def _view_of(t):
+    """The array that views a tensor's payload: ``numpy()``, or for a 4-bit
+    tensor (whose ``numpy()`` is an unpacked copy) its packed ``bits()``."""
+    return t.bits() if t.dtype in ("i4", "u4", "e2m1") else t.numpy()
+
 class Checker:
     """Checks a decoded result against the input, inside [lo, hi) of memory
     (``lo`` None: the result owns copies, which lie anywhere)."""
@@ -256,7 +262,7 @@ class Checker:
             if len(data) != n or data != payload or \
                     (t.name, t.dtype, t.shape, t.scale_index, t.outer_index) != meta:
                 return False
-            arr = t.numpy()
+            arr = _view_of(t)
             if arr.nbytes != n:
                 return False
             if n and lo is not None:
@@ -288,7 +294,7 @@ class Checker:
             bad = self._inside(data, what + " .data")
             if bad:
                 return bad
-            arr = t.numpy()
+            arr = _view_of(t)
             if arr.nbytes != len(data):
                 return "out-of-buffer: %s .numpy() spans %d bytes, .data %d" % (
                     what, arr.nbytes, len(data))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import _dlpack
+from kiln._tensors import dlpack as _dlpack
 
 try:
     import ml_dtypes   # numpy's bfloat16 (the [ml] and [test] extras)
