@@ -53,6 +53,17 @@ class Kernels(Protocol):
 
     def write_directory(self, records: Sequence[Record], out: bytearray) -> int: ...
 
+    # the record container (kiln.records): its record loop and checksum
+    def crc32(self, data: Any, value: int = 0) -> int: ...
+
+    def decode_records(self, program: DecodeProgram, buf: Any, origin: int, offsets: Any,
+                       first: int, last: int, verify: bool, out: List[Any]) -> None: ...
+
+    def decode_stream(self, program: DecodeProgram, buf: Any, at: int, origin: int,
+                      number: int, verify: bool, cap: int, ocrc: int, out: List[Any]
+                      ) -> Tuple[int, int, int]: ...
+
 
 INTERFACE = ("compile_decoder", "compile_encoder", "validate_directory",
-             "validate_directory_copy", "check_header", "check_payload", "write_directory")
+             "validate_directory_copy", "check_header", "check_payload", "write_directory",
+             "crc32", "decode_records", "decode_stream")

@@ -15,6 +15,7 @@ Frozen decode                   ``kernels/decode.pxi``           ``decode.py``
 Frozen encode                   ``kernels/encode.pxi``           ``encode.py``
 directory checks                ``kernels/directory.pxi``        ``directory.py``
 directory writing               ``kernels/dirwrite.pxi``         ``dirwrite.py``
+record container loop           ``kernels/records.pxi``          ``records.py``
 ==============================  ===============================  =====================
 
 A Plan is compiled once into a tree of ``Node`` objects; the decode and
@@ -51,7 +52,8 @@ from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, co
 from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_changed
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "check_header", "check_payload", "write_directory"]
+           "check_header", "check_payload", "write_directory", "crc32", "decode_records",
+           "decode_stream"]
 
 
 # --- C declarations --------------------------------------------------------
@@ -236,3 +238,4 @@ include "kernels/decode.pxi"
 include "kernels/encode.pxi"
 include "kernels/directory.pxi"
 include "kernels/dirwrite.pxi"
+include "kernels/records.pxi"

@@ -61,6 +61,14 @@ the tests) is what the layers above call:
     Append the canonical block for normalized tensor records to the bytearray
     ``out`` (see ``dirwrite.py`` for the record layout); returns where it starts.
 
+``decode_records(program, buf, origin, offsets, first, last, verify, out)``
+``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
+``crc32(data, value=0)``
+    The record container's loop (``kiln.records``): check and decode the
+    records of a range of a file's index, or the complete records at the
+    front of a stream's buffer, with a compiled decode program; see
+    ``records.py``.  ``crc32`` is ``zlib.crc32``'s function.
+
 Everything else in the parts is private to the kernel.  The Python layer
 (``kiln._types``, ``kiln._api``, ``kiln._tensor``) builds plans and objects;
 loops over elements, fields and descriptors live in the kernels.
@@ -71,6 +79,8 @@ from .directory import check_header, check_payload, validate_directory, \
     validate_directory_copy
 from .dirwrite import write_directory
 from .encode import compile_encoder
+from .records import crc32, decode_records, decode_stream
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
-           "check_header", "check_payload", "write_directory"]
+           "check_header", "check_payload", "write_directory", "crc32", "decode_records",
+           "decode_stream"]
