@@ -118,6 +118,7 @@ class RecordFile(Sequence[R]):
         self._verify = bool(verify)
         self.recovery: Optional[Recovery] = None
         self._offs: Optional["array[int]"] = None
+        self._local: Optional[tuple] = None      # (mapping, offsets) while open and local
         self._closed = False
         self._setup(type, decode_options)
         self._src = open_source(source, storage_options)
@@ -127,6 +128,8 @@ class RecordFile(Sequence[R]):
         except BaseException:
             self._src.close()
             raise
+        if self._src.view is not None and self._offs is not None:
+            self._local = (self._src.view, self._offs)
 
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         """The record type: ``self.type``, its hash and the value decoder."""
@@ -265,10 +268,17 @@ class RecordFile(Sequence[R]):
     def __getitem__(self, i: slice) -> List[R]: ...
 
     def __getitem__(self, i: Union[int, slice]) -> Union[R, List[R]]:
+        out: List[R] = []
+        if type(i) is int and self._local is not None:     # the common case: one kernel call
+            n = self._count
+            if -n <= i < n:
+                view, offs = self._local
+                self._k.decode_records(self._prog, view, 0, offs, i % n, i % n + 1,
+                                       self._verify, out)
+                return out[0]
         if isinstance(i, slice):
             start, stop, step = i.indices(self._count)
             if step == 1:
-                out: List[R] = []
                 self._records(start, max(start, stop), out)
                 return out
             return [self._get(k) for k in range(start, stop, step)]
@@ -283,20 +293,15 @@ class RecordFile(Sequence[R]):
     def __iter__(self) -> Iterator[R]:
         step = _FIRST_CHUNK
         a = 0
-        while a < self._count:
+        while a < self._count:       # a closed file stops at the next chunk
             b = min(self._count, a + step)
             out: List[R] = []
-            fault = None
             try:
                 self._records(a, b, out)
-            except KilnError as e:
-                fault = e              # the records before it come out first
-            for value in out:
-                if self._closed:
-                    raise ValueError("I/O on a closed RecordFile")
-                yield value
-            if fault is not None:
-                raise fault
+            except KilnError:
+                yield from out         # the records before the fault come out first
+                raise
+            yield from out
             a = b
             step = min(_CHUNK, 2 * step)
 
@@ -312,6 +317,7 @@ class RecordFile(Sequence[R]):
         the mapping alive)."""
         if not self._closed:
             self._closed = True
+            self._local = None
             self._src.close()
 
     def __enter__(self) -> "RecordFile[R]":

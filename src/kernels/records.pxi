@@ -8,8 +8,16 @@
 cdef extern from "kiln_crc32.h":
     void kiln_crc32_init() noexcept nogil
     uint32_t kiln_crc32(uint32_t crc, const uint8_t *p, size_t n) noexcept nogil
+    int kiln_crc32_use_simd(int on) noexcept nogil
 
 kiln_crc32_init()
+
+
+def set_crc_simd(flag):
+    """Test hook: compute CRC-32 with the CPU's carry-less multiplication
+    where it has one (True, the default) or with the table alone (False).
+    Returns whether the carry-less path is in use."""
+    return bool(kiln_crc32_use_simd(1 if flag else 0))
 
 cdef enum:
     REC_HEAD = 16
