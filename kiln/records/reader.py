@@ -22,7 +22,7 @@ from .._api import Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
 from . import _format as F
-from ._source import READ_AHEAD, open_source
+from ._source import READ_AHEAD, LocalSource, open_source
 
 R = TypeVar("R")
 _INDEX_DECODERS: Dict[Any, Decoder] = {}
@@ -120,10 +120,14 @@ class RecordFile(Sequence[R]):
         self.recovery: Optional[Recovery] = None
         self._offs: Optional["array[int]"] = None
         self._local: Optional[tuple] = None      # (mapping, offsets) while open and local
+        self._pending: Dict[int, List[Any]] = {}  # each iteration's chunk being handed out
         self._closed = False
         self._setup(type, decode_options)
         self._src = open_source(source, storage_options)
         self.path = self._src.name
+        if isinstance(source, (str, os.PathLike)) and isinstance(self._src, LocalSource):
+            # a pickle reopens the same file from another working directory
+            self._args = (os.path.abspath(self._src.name),) + self._args[1:]
         try:
             self._open(bool(recover))
         except BaseException:
@@ -295,22 +299,31 @@ class RecordFile(Sequence[R]):
         # the chunks' lists are walked in C: no generator step per record
         return chain.from_iterable(self._chunks())
 
-    def _chunks(self) -> Iterator[List[R]]:
+    def _chunks(self) -> Iterator[Iterator[R]]:
         """The records in lists of a few (the first value comes quickly) up
-        to _CHUNK; a file closed meanwhile stops at the next list."""
+        to _CHUNK.  close() empties the lists not yet walked, so iteration
+        stops at once with the ValueError of a closed file."""
         step = _FIRST_CHUNK
         a = 0
-        while a < self._count:
-            b = min(self._count, a + step)
-            out: List[R] = []
-            try:
-                self._records(a, b, out)
-            except KilnError:
-                yield out              # the records before the fault come out first
-                raise
-            yield out
-            a = b
-            step = min(_CHUNK, 2 * step)
+        key = object()
+        try:
+            while a < self._count:
+                b = min(self._count, a + step)
+                out: List[R] = []
+                walk = iter(out)
+                live = self._pending[id(key)] = [out, walk, False]
+                try:
+                    self._records(a, b, out)
+                except KilnError:
+                    yield walk         # the records before the fault come out first
+                    raise
+                yield walk
+                if live[2]:            # close() cut this list short
+                    raise ValueError("I/O on a closed RecordFile")
+                a = b
+                step = min(_CHUNK, 2 * step)
+        finally:
+            self._pending.pop(id(key), None)
 
     # --- lifetime -------------------------------------------------------------------
 
@@ -325,6 +338,9 @@ class RecordFile(Sequence[R]):
         if not self._closed:
             self._closed = True
             self._local = None
+            for live in list(self._pending.values()):
+                live[2] = live[1].__length_hint__() > 0
+                live[0].clear()
             self._src.close()
 
     def __enter__(self) -> "RecordFile[R]":
