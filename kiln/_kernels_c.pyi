@@ -1,7 +1,7 @@
 """Type stub for the compiled kernels (src/_kernels_c.pyx).
 
 The interface is kiln._kernel.Kernels, described in the kiln._kernels_py
-docstring.  HOST_BIG_ENDIAN and set_force_byteswap are test hooks.
+docstring.  HOST_BIG_ENDIAN, set_force_byteswap and set_crc_simd are test hooks.
 """
 
 from typing import Any, Final, List, Optional, Sequence, Tuple
@@ -63,3 +63,4 @@ def decode_records(program: DecodeProgram, buf: Any, origin: int, offsets: Any, 
 def decode_stream(program: DecodeProgram, buf: Any, at: int, origin: int, number: int,
                   verify: bool, cap: int, ocrc: int, out: List[Any]) -> Tuple[int, int, int]: ...
 def set_force_byteswap(flag: bool) -> None: ...
+def set_crc_simd(flag: bool) -> bool: ...

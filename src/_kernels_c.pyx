@@ -25,9 +25,10 @@ imports nothing from the pure kernels: shared conversions live in
 generated ``src/kiln_wire.h``.
 
 Byte order is decided at compile time (``KILN_HOST_BIG_ENDIAN`` from
-kiln_endian.h).  Two test hooks are not part of the interface:
-``HOST_BIG_ENDIAN`` and ``set_force_byteswap(True)``, which makes the
-pod-list paths behave as on a big-endian host.
+kiln_endian.h).  Three test hooks are not part of the interface:
+``HOST_BIG_ENDIAN``, ``set_force_byteswap(True)``, which makes the
+pod-list paths behave as on a big-endian host, and ``set_crc_simd(False)``,
+which makes the record CRC-32 use its table alone (src/kiln_crc32.h).
 
 Only a C compiler, setuptools and Cython are needed to build this module:
 numpy is used at run time through its Python API and its C-API capsule.
