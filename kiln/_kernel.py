@@ -81,10 +81,22 @@ class Kernels(Protocol):
 
     def check_links(self, head: Any) -> None: ...
 
+    # --- the record container (src/kernels/records.pxi, kiln/_kernels_py/records.py) ---
+    # (kiln.records): its record loop and checksum
+    def crc32(self, data: Any, value: int = 0) -> int: ...
+
+    def decode_records(self, program: DecodeProgram, buf: Any, origin: int, offsets: Any,
+                       first: int, last: int, verify: bool, out: List[Any]) -> None: ...
+
+    def decode_stream(self, program: DecodeProgram, buf: Any, at: int, origin: int,
+                      number: int, verify: bool, cap: int, ocrc: int, out: List[Any]
+                      ) -> Tuple[int, int, int]: ...
+
 
 INTERFACE_CODEC = ("compile_decoder", "compile_encoder", "validate_directory",
                    "validate_directory_copy", "check_header", "check_payload",
                    "write_directory")
+INTERFACE_RECORDS = ("crc32", "decode_records", "decode_stream")
 INTERFACE_TENSORS = ("tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
                      "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links")
-INTERFACE = INTERFACE_CODEC + INTERFACE_TENSORS
+INTERFACE = INTERFACE_CODEC + INTERFACE_RECORDS + INTERFACE_TENSORS

@@ -16,6 +16,7 @@ Frozen decode                   ``kernels/decode.pxi``           ``decode.py``
 Frozen encode                   ``kernels/encode.pxi``           ``encode.py``
 directory checks                ``kernels/directory.pxi``        ``directory.py``
 directory writing               ``kernels/dirwrite.pxi``         ``dirwrite.py``
+record container loop           ``kernels/records.pxi``          ``records.py``
 ==============================  ===============================  =====================
 
 A Plan is compiled once into a tree of ``Node`` objects; the decode and
@@ -25,9 +26,10 @@ imports nothing from the pure kernels: shared conversions live in
 generated ``src/kiln_wire.h``.
 
 Byte order is decided at compile time (``KILN_HOST_BIG_ENDIAN`` from
-kiln_endian.h).  Two test hooks are not part of the interface:
-``HOST_BIG_ENDIAN`` and ``set_force_byteswap(True)``, which makes the
-pod-list paths behave as on a big-endian host.
+kiln_endian.h).  Three test hooks are not part of the interface:
+``HOST_BIG_ENDIAN``, ``set_force_byteswap(True)``, which makes the
+pod-list paths behave as on a big-endian host, and ``set_crc_simd(False)``,
+which makes the record CRC-32 use its table alone (src/kiln_crc32.h).
 
 Only a C compiler, setuptools and Cython are needed to build this module:
 numpy is used at run time through its Python API and its C-API capsule.
@@ -53,6 +55,8 @@ from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
            "check_header", "check_payload", "write_directory",
+           # the record container's loop (kernels/records.pxi)
+           "crc32", "decode_records", "decode_stream",
            # the tensor part (kernels/tensors.pxi)
            "tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
            "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links"]
@@ -235,3 +239,4 @@ include "kernels/encode.pxi"
 include "kernels/directory.pxi"
 include "kernels/dirwrite.pxi"
 include "kernels/tensors.pxi"
+include "kernels/records.pxi"

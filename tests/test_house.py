@@ -43,7 +43,8 @@ def test_each_kernel_has_the_interface_signatures(impl, name):
 
 def test_the_interface_is_exactly_what_the_kernels_export(impl):
     assert set(impl.kernels.__all__) == set(_kernel.INTERFACE)
-    assert set(_kernel.INTERFACE) == set(_kernel.INTERFACE_CODEC + _kernel.INTERFACE_TENSORS)
+    assert set(_kernel.INTERFACE) == set(_kernel.INTERFACE_CODEC + _kernel.INTERFACE_RECORDS +
+                                         _kernel.INTERFACE_TENSORS)
 
 
 def _stub():

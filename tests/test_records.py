@@ -644,3 +644,29 @@ def test_several_threads_read_one_file(impl, tmp_path):
         th.join()
     rf.close()
     assert bad == []
+
+
+def test_iteration_stops_when_the_file_is_closed(impl, tmp_path):
+    vals = values(3000)
+    write(impl, tmp_path / "c.kilnr", vals)
+    for stop in (0, 5, 40, 2999):
+        rf = open_rf(impl, tmp_path / "c.kilnr")
+        it = iter(rf)
+        got = [next(it) for _ in range(stop + 1)]
+        rf.close()
+        if stop + 1 < len(vals):
+            with pytest.raises(ValueError):
+                next(it)
+        else:
+            assert list(it) == []
+        assert got == vals[:stop + 1]
+
+
+def test_a_pickle_reopens_the_file_from_another_directory(impl, tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    monkeypatch.chdir(tmp_path / "d")
+    write(impl, "rel.kilnr", values(5))
+    blob = pickle.dumps(open_rf(impl, "rel.kilnr"))
+    monkeypatch.chdir(tmp_path)
+    with pickle.loads(blob) as again:
+        assert list(again) == values(5)

@@ -75,6 +75,14 @@ C capsule destructor's address, or None) and ``check_links(head)`` (the
 whole-directory table rules over the canonical head of a hand-made
 directory).
 
+``decode_records(program, buf, origin, offsets, first, last, verify, out)``
+``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
+``crc32(data, value=0)``
+    The record container's loop (``kiln.records``): check and decode the
+    records of a range of a file's index, or the complete records at the
+    front of a stream's buffer, with a compiled decode program; see
+    ``records.py``.  ``crc32`` is ``zlib.crc32``'s function.
+
 Everything else in the parts is private to the kernel.  The Python layer
 (``kiln._types``, ``kiln._api``, ``kiln._tensors``) builds plans and objects;
 loops over elements, fields and descriptors live in the kernels.
@@ -85,11 +93,15 @@ from .directory import check_header, check_payload, validate_directory, \
     validate_directory_copy
 from .dirwrite import write_directory
 from .encode import compile_encoder
+from .records import crc32, decode_records, decode_stream
+
 from .tensors import check_links, directory_setup, dlpack_destructor, hold_buffer, \
     tensor_numpy_method, tensor_setup, tensors_dict_method, tensors_fill
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
            "check_header", "check_payload", "write_directory",
+           # the record container's loop (records.py)
+           "crc32", "decode_records", "decode_stream",
            # the tensor part (tensors.py)
            "tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
            "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links"]

@@ -11,7 +11,7 @@ mapping (tensors keep it alive after ``close``).
 
 import importlib
 import os
-import zlib
+from itertools import chain
 from array import array
 from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, TypeVar, Union,
                     overload)
@@ -22,11 +22,10 @@ from .._api import Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
 from . import _format as F
-from ._source import READ_AHEAD, open_source
+from ._source import READ_AHEAD, LocalSource, open_source
 
 R = TypeVar("R")
 _INDEX_DECODERS: Dict[Any, Decoder] = {}
-_ZEROS = bytes(F.MAX_PAD)
 
 
 class Recovery(NamedTuple):
@@ -116,24 +115,32 @@ class RecordFile(Sequence[R]):
         self._args = (source, type, bool(recover), bool(verify), storage_options,
                       decode_options)
         self._kernels = decode_options.get("kernels")
+        self._k: Any = self._kernels or _compat.kernels
         self._verify = bool(verify)
         self.recovery: Optional[Recovery] = None
         self._offs: Optional["array[int]"] = None
+        self._local: Optional[tuple] = None      # (mapping, offsets) while open and local
+        self._pending: Dict[int, List[Any]] = {}  # each iteration's chunk being handed out
         self._closed = False
         self._setup(type, decode_options)
         self._src = open_source(source, storage_options)
         self.path = self._src.name
+        if isinstance(source, (str, os.PathLike)) and isinstance(self._src, LocalSource):
+            # a pickle reopens the same file from another working directory
+            self._args = (os.path.abspath(self._src.name),) + self._args[1:]
         try:
             self._open(bool(recover))
         except BaseException:
             self._src.close()
             raise
+        if self._src.view is not None and self._offs is not None:
+            self._local = (self._src.view, self._offs)
 
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         """The record type: ``self.type``, its hash and the value decoder."""
         self.type = as_type(type)
         self._hash = self.type.schema_hash
-        self._decode = Decoder(self.type, True, **decode_options).decode
+        self._prog: Any = Decoder(self.type, True, **decode_options)._prog
 
     # --- opening ----------------------------------------------------------------
 
@@ -238,48 +245,26 @@ class RecordFile(Sequence[R]):
                                                              F.HEADER_SIZE, self._ip))
         return lo, hi
 
-    def _record(self, buf: Any, at: int, lo: int, hi: int, i: int) -> Any:
-        """Check and decode record ``i``, at ``buf[at:]`` = file bytes ``lo..hi``."""
-        length, kind, pad = F.parse_head(buf, at, lo, i)
-        if kind != F.KIND_RECORD:
-            raise KilnError("FRAME", lo + 8, "record %d: the index points at the index" % i)
-        if lo + F.OVERHEAD + pad + length != hi:
-            raise KilnError("FRAME", lo, "record %d: its length %d does not match the index "
-                            "(the next entry is at byte %d)" % (i, length, hi))
-        F.check_body(buf, at + F.HEAD_SIZE, lo + F.HEAD_SIZE, pad, length, i, self._verify,
-                     F.crc(buf[at:at + F.HEAD_SIZE]))
-        v = at + F.HEAD_SIZE + pad
-        try:
-            return self._decode(buf[v:v + length])
-        except KilnError as e:
-            raise F.rewrap(e, lo + F.HEAD_SIZE + pad, i)
-
-    def _get(self, i: int) -> Any:
+    def _records(self, first: int, last: int, out: List[Any]) -> None:
+        """Append records ``first..last`` to ``out``: the kernel's record loop
+        checks each one (head, kind, length against the index, padding, CRC)
+        and decodes it; after a fault ``out`` holds the records before it."""
         if self._closed:
             raise ValueError("I/O on a closed RecordFile")
         view, offs = self._src.view, self._offs
         if view is not None and offs is not None:
-            return self._local(view, offs[i], offs[i + 1], i)
-        lo, hi = self._span(i)
-        if view is not None:
-            return self._record(view, lo, lo, hi, i)
-        return self._record(self._src.read(lo, hi), 0, lo, hi, i)
+            self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out)
+            return
+        for i in range(first, last):
+            lo, hi = self._span(i)
+            data = view[lo:hi] if view is not None else self._src.read(lo, hi)
+            self._k.decode_records(self._prog, data, lo, array("Q", (lo, hi)), 0, 1,
+                                   self._verify, out)
 
-    def _local(self, view: Any, lo: int, hi: int, i: int, unpack: Any = F.HEAD.unpack_from,
-               crc: Any = zlib.crc32, unpack_crc: Any = F.CRC.unpack_from) -> Any:
-        """Record ``i`` of a mapped file: the checks of ``_record`` in a few
-        expressions; any fault goes through ``_record`` for its exact error."""
-        length, kind, pad, reserved, hc = unpack(view, lo)
-        v = lo + 16 + pad
-        e = v + length
-        if kind or reserved or e + 4 != hi or crc(view[lo:lo + 12]) != hc or \
-                (pad and (pad > 63 or view[lo + 16:v] != _ZEROS[:pad])) or \
-                (self._verify and crc(view[lo:e]) != unpack_crc(view, e)[0]):
-            return self._record(view, lo, lo, hi, i)
-        try:
-            return self._decode(view[v:e])
-        except KilnError as err:
-            raise F.rewrap(err, v, i)
+    def _get(self, i: int) -> Any:
+        out: List[Any] = []
+        self._records(i, i + 1, out)
+        return out[0]
 
     @overload
     def __getitem__(self, i: int) -> R: ...
@@ -288,47 +273,57 @@ class RecordFile(Sequence[R]):
     def __getitem__(self, i: slice) -> List[R]: ...
 
     def __getitem__(self, i: Union[int, slice]) -> Union[R, List[R]]:
+        out: List[R] = []
+        if type(i) is int and self._local is not None:     # the common case: one kernel call
+            n = self._count
+            if -n <= i < n:
+                view, offs = self._local
+                self._k.decode_records(self._prog, view, 0, offs, i % n, i % n + 1,
+                                       self._verify, out)
+                return out[0]
         if isinstance(i, slice):
-            return [self._get(k) for k in range(*i.indices(self._count))]
+            start, stop, step = i.indices(self._count)
+            if step == 1:
+                self._records(start, max(start, stop), out)
+                return out
+            return [self._get(k) for k in range(start, stop, step)]
         i = i.__index__()
         if i < 0:
             i += self._count
         if not 0 <= i < self._count:
             raise IndexError("record %d of a file of %d records" % (i, self._count))
-        offs = self._offs
-        if offs is not None and self._src.view is not None and not self._closed:
-            return self._local(self._src.view, offs[i], offs[i + 1], i)   # type: ignore
         value: R = self._get(i)
         return value
 
     def __iter__(self) -> Iterator[R]:
-        view, offs = self._src.view, self._offs
-        if view is None or offs is None:
-            for i in range(self._count):
-                yield self._get(i)
-            return
-        local, decode, crc, verify = self._local, self._decode, zlib.crc32, self._verify
-        for a in range(0, self._count, _BLOCK):
-            b = min(self._count, a + _BLOCK)
-            block = _heads(view, offs, a, b)
-            if block is None:            # a head to look at closely: one at a time
-                for i in range(a, b):
-                    if self._closed:
-                        raise ValueError("I/O on a closed RecordFile")
-                    yield local(view, offs[i], offs[i + 1], i)
-                continue
-            for i, lo, v, e, pad, want in zip(range(a, b), *block):
-                if self._closed:
-                    raise ValueError("I/O on a closed RecordFile")
-                if (verify and crc(view[lo:e]) != want) or \
-                        (pad and view[lo + 16:v] != _ZEROS[:pad]):
-                    yield self._record(view, lo, lo, offs[i + 1], i)    # its exact error
-                    continue
+        # the chunks' lists are walked in C: no generator step per record
+        return chain.from_iterable(self._chunks())
+
+    def _chunks(self) -> Iterator[Iterator[R]]:
+        """The records in lists of a few (the first value comes quickly) up
+        to _CHUNK.  close() empties the lists not yet walked, so iteration
+        stops at once with the ValueError of a closed file."""
+        step = _FIRST_CHUNK
+        a = 0
+        key = object()
+        try:
+            while a < self._count:
+                b = min(self._count, a + step)
+                out: List[R] = []
+                walk = iter(out)
+                live = self._pending[id(key)] = [out, walk, False]
                 try:
-                    value = decode(view[v:e])
-                except KilnError as err:
-                    raise F.rewrap(err, v, i)
-                yield value
+                    self._records(a, b, out)
+                except KilnError:
+                    yield walk         # the records before the fault come out first
+                    raise
+                yield walk
+                if live[2]:            # close() cut this list short
+                    raise ValueError("I/O on a closed RecordFile")
+                a = b
+                step = min(_CHUNK, 2 * step)
+        finally:
+            self._pending.pop(id(key), None)
 
     # --- lifetime -------------------------------------------------------------------
 
@@ -342,6 +337,10 @@ class RecordFile(Sequence[R]):
         the mapping alive)."""
         if not self._closed:
             self._closed = True
+            self._local = None
+            for live in list(self._pending.values()):
+                live[2] = live[1].__length_hint__() > 0
+                live[0].clear()
             self._src.close()
 
     def __enter__(self) -> "RecordFile[R]":
@@ -365,59 +364,10 @@ class RecordFile(Sequence[R]):
                                                          self._count)
 
 
-_BLOCK = 4096
-_HEAD_DTYPE = None
-
-
-def _heads(view: Any, offs: "array[int]", a: int, b: int) -> Optional[tuple]:
-    """Records ``a..b`` of a mapped file, their heads checked at once (head
-    CRC, kind, pad, reserved bytes, length against the index).
-
-    Returns lists of (head offset, value offset, value end, pad, record CRC),
-    or None when any check fails: the caller then reads those records one at
-    a time, for the exact error."""
-    import numpy as np
-    global _HEAD_DTYPE
-    if _HEAD_DTYPE is None:
-        _HEAD_DTYPE = np.dtype([("length", "<u8"), ("kind", "u1"), ("pad", "u1"),
-                                ("reserved", "<u2"), ("crc", "<u4")])
-    ends = np.frombuffer(offs, np.uint64)[a:b + 1].astype(np.int64)
-    lo, hi = ends[:-1], ends[1:]
-    raw = np.frombuffer(view, np.uint8)
-    try:
-        heads = raw[lo[:, None] + np.arange(16)].view(_HEAD_DTYPE)[:, 0]
-        tail = raw[(hi - 4)[:, None] + np.arange(4)].view("<u4")[:, 0]
-        length, pad = heads["length"], heads["pad"].astype(np.int64)
-        span = (hi - lo - F.OVERHEAD - pad).astype(np.uint64)
-        if (heads["kind"].any() or heads["reserved"].any() or (pad > F.MAX_PAD).any() or
-                (length != span).any() or
-                (_crc_rows(heads.view(np.uint8).reshape(-1, 16)[:, :F.HEAD_CHECKED]) !=
-                 heads["crc"]).any()):
-            return None
-    finally:
-        del raw
-    v = lo + F.HEAD_SIZE + pad
-    return lo.tolist(), v.tolist(), (hi - 4).tolist(), pad.tolist(), tail.tolist()
-
-
-_CRC_TABLE = None
-
-
-def _crc_rows(rows: Any) -> Any:
-    """zlib's CRC-32 of every row of a 2-D uint8 array, computed column by
-    column: a table CRC vectorized over the rows."""
-    import numpy as np
-    global _CRC_TABLE
-    if _CRC_TABLE is None:
-        t = np.arange(256, dtype=np.uint32)
-        for _ in range(8):
-            t = np.where(t & 1, (t >> 1) ^ np.uint32(0xEDB88320), t >> 1).astype(np.uint32)
-        _CRC_TABLE = t
-    c = np.full(len(rows), 0xFFFFFFFF, np.uint32)
-    cols = np.ascontiguousarray(rows.T)
-    for k in range(cols.shape[0]):
-        c = _CRC_TABLE[(c ^ cols[k]) & 0xFF] ^ (c >> 8)
-    return c ^ np.uint32(0xFFFFFFFF)
+# iteration decodes records in chunks, from a few (the first value comes
+# quickly) up to _CHUNK at a time
+_FIRST_CHUNK = 16
+_CHUNK = 1024
 
 
 def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]":

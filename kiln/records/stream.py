@@ -13,6 +13,7 @@ import zlib
 from typing import Any, Generic, Iterator, List, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
 
+from .. import _compat
 from .._api import Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
@@ -74,7 +75,10 @@ class StreamDecoder(Generic[R]):
                 max_record_bytes < 0:
             raise ValueError("max_record_bytes must be a non-negative int")
         self.type = as_type(type)
-        self._decode = Decoder(self.type, True, **decode_options).decode
+        dec = Decoder(self.type, True, **decode_options)
+        self._decode = dec.decode
+        self._prog = dec._prog
+        self._k: Any = decode_options.get("kernels") or _compat.kernels
         self._verify = bool(verify)
         self._cap = max_record_bytes
         self.name = name
@@ -103,6 +107,10 @@ class StreamDecoder(Generic[R]):
         at = 0
         try:
             while True:
+                if self._state == _HEAD:     # whole records: the kernel's loop
+                    at, self.count, self._ocrc = self._k.decode_stream(
+                        self._prog, buf, at, self._pos, self.count, self._verify, self._cap,
+                        self._ocrc, out)
                 used = self._step(buf, at, out)
                 if used < 0:
                     break

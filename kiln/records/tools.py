@@ -38,7 +38,10 @@ class RawRecords(RecordFile[int]):
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         self.type = as_type(type)
         self._hash = 0
-        self._decode = self._frame_only
+        self._prog = self       # the record loop calls self.decode on each value
+
+    def decode(self, buf: Any) -> int:
+        return self._frame_only(buf)
 
     def _open(self, recover: bool) -> None:
         head = bytes(self._src.read(0, min(self._src.size, F.HEADER_SIZE)))

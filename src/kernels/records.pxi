@@ -1,0 +1,251 @@
+# The record container's record loop (spec/records.md): each record's head,
+# length, padding and CRC checked and its framed value decoded, for a range of
+# a file's index (decode_records) or for the complete records at the front of a
+# stream's buffer (decode_stream).  The twin of kiln/_kernels_py/records.py:
+# the same checks in the same order, with the codes, offsets and messages of
+# kiln/records/_format.py's parse_head and check_body.
+
+cdef extern from "kiln_crc32.h":
+    void kiln_crc32_init() noexcept nogil
+    uint32_t kiln_crc32(uint32_t crc, const uint8_t *p, size_t n) noexcept nogil
+    int kiln_crc32_use_simd(int on) noexcept nogil
+
+kiln_crc32_init()
+
+
+def set_crc_simd(flag):
+    """Test hook: compute CRC-32 with the CPU's carry-less multiplication
+    where it has one (True, the default) or with the table alone (False).
+    Returns whether the carry-less path is in use."""
+    return bool(kiln_crc32_use_simd(1 if flag else 0))
+
+cdef enum:
+    REC_HEAD = 16
+    REC_HEAD_CHECKED = 12
+    REC_OVERHEAD = 20       # the head and the record CRC
+    REC_MIN_VALUE = 16      # a framed value is at least its frame
+    REC_MAX_PAD = 63
+    REC_KIND_INDEX = 1
+
+
+def crc32(data, uint32_t value=0):
+    """zlib's CRC-32 of ``data`` (any contiguous buffer), continued from ``value``."""
+    cdef Py_buffer view
+    get_view(data, &view)
+    try:
+        return kiln_crc32(value, <const uint8_t *>view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef struct RecHead:
+    uint64_t length
+    int kind
+    int pad
+
+
+cdef int rec_head(const uint8_t *src, uint64_t pos, Py_ssize_t number, RecHead *h) except -1:
+    """Check the 16-byte head at ``src`` (container offset ``pos``), read once
+    into a copy: its CRC first, so that no length is believed before it."""
+    cdef uint8_t b[16]
+    memcpy(b, src, 16)
+    if kiln_crc32(0, b, REC_HEAD_CHECKED) != kiln_ld_u32(b + REC_HEAD_CHECKED):
+        raise KilnError("FRAME", pos + REC_HEAD_CHECKED, "record %d: head checksum mismatch "
+                        "(a torn or corrupted record head)" % number)
+    h.length = kiln_ld_u64(b)
+    h.kind = b[8]
+    h.pad = b[9]
+    if h.kind > REC_KIND_INDEX:
+        raise KilnError("FRAME", pos + 8, "record %d: kind %d is neither record (0) nor "
+                        "index (1)" % (number, h.kind))
+    if h.pad > REC_MAX_PAD:
+        raise KilnError("FRAME", pos + 9, "record %d: padding %d is above 63" % (number, h.pad))
+    if kiln_ld_u16(b + 10):
+        raise KilnError("FRAME", pos + 10, "record %d: head reserved bytes are not 0" % number)
+    if h.length < REC_MIN_VALUE:
+        raise KilnError("FRAME", pos, "record %d: value length %d is shorter than a frame"
+                        % (number, h.length))
+    return 0
+
+
+cdef int rec_body(const uint8_t *q, uint64_t pos, RecHead *h, Py_ssize_t number,
+                  bint verify) except -1:
+    """The padding and (with ``verify``) the record CRC of the record whose
+    head is at ``q`` (container offset ``pos``); all its bytes are in the buffer."""
+    cdef int j
+    cdef size_t body = REC_HEAD + h.pad + <size_t>h.length
+    for j in range(h.pad):
+        if q[REC_HEAD + j]:
+            raise KilnError("FRAME", pos + REC_HEAD, "record %d: padding byte is not 0" % number)
+    if verify and kiln_crc32(0, q, body) != kiln_ld_u32(q + body):
+        raise KilnError("FRAME", pos + body, "record %d: value checksum mismatch (a torn or "
+                        "corrupted record)" % number)
+    return 0
+
+
+cdef int rec_ctx(DecodeProgram p, DCtx *t) except -1:
+    """The decode context of ``p`` that every record of one call starts from."""
+    t.pos = 0
+    t.max_count = p.cmax_count
+    t.max_bytes = p.cmax_bytes
+    t.bytes_cap = p.cmax_bytes
+    t.zbudget = p.cmax_count
+    t.trusted = p.trusted
+    t.copy = p.copy
+    t.max_copy = U64_MAX if (p.max_copy is None or not p.copy) else _cap(p.max_copy)
+    return 0
+
+
+cdef object rec_decode(DecodeProgram p, DCtx *t, const uint8_t *d, Py_ssize_t n, object owner,
+                       object mv, bint shared):
+    """``p.decode`` of the ``n`` bytes at ``d``: ``owner`` holds them, ``mv``
+    is a flat memoryview of exactly them (for tensor views) or None."""
+    cdef DCtx c = t[0]
+    c.d = d
+    c.n = n
+    c.buf = <PyObject *>owner
+    c.shared = shared
+    c.mv = NULL
+    if mv is not None:
+        Py_INCREF(mv)
+        c.mv = <PyObject *>mv
+    try:
+        if p.framed:
+            c.pos = frame_check(c.d, c.n, p.hash_ok, p.hash)
+        if p.top_tensors:
+            return dec_tensors(p.root, &c, True)
+        v = dec(p.root, &c)
+        if c.pos != c.n:
+            kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
+        return v
+    finally:
+        Py_XDECREF(c.mv)
+
+
+cdef object rec_rewrap(object e, uint64_t at, Py_ssize_t number):
+    """A decode error of record ``number``'s value (at container offset ``at``)
+    with its offset made absolute (as kiln.records._format.rewrap)."""
+    if e.reason.startswith("record "):
+        return e
+    return KilnError(e.code, at + e.offset, "record %d: %s" % (number, e.reason))
+
+
+def decode_records(program, buf, origin, offsets, Py_ssize_t first, Py_ssize_t last, verify,
+                   list out):
+    """Append the values of records ``first..last`` to ``out`` (see
+    kiln/_kernels_py/records.py)."""
+    cdef DecodeProgram p = program if isinstance(program, DecodeProgram) else None
+    cdef Py_buffer bv, ov
+    cdef DCtx t
+    cdef RecHead h
+    cdef Py_ssize_t k, nent
+    cdef uint64_t org = origin
+    cdef uint64_t lo, hi, v, n
+    cdef const uint8_t *d
+    cdef const uint8_t *q
+    cdef const char *offs
+    cdef bint check = bool(verify)
+    if p is not None:
+        rec_ctx(p, &t)
+    get_view(buf, &bv)
+    try:
+        get_view(offsets, &ov)
+        try:
+            if ov.itemsize != 8:
+                raise TypeError("decode_records: offsets must be 8-byte unsigned integers")
+            nent = ov.len // 8
+            if first < 0 or last < first or last >= nent:
+                raise IndexError("decode_records: records %d..%d of an index of %d entries"
+                                 % (first, last, nent - 1))
+            d = <const uint8_t *>bv.buf
+            n = <uint64_t>bv.len
+            offs = <const char *>ov.buf
+            # a compiled program without tensors needs no memoryview; any other
+            # program (an object with ``decode``) takes a slice of one
+            whole = as_bytes_view(buf) if p is None or p.root.has_tensors else None
+            for k in range(first, last):
+                memcpy(&lo, offs + 8 * k, 8)
+                memcpy(&hi, offs + 8 * k + 8, 8)
+                if lo < org or hi < lo or hi - lo < REC_OVERHEAD + REC_MIN_VALUE or \
+                        hi - org > n:
+                    raise KilnError("FRAME", lo, "record %d: bytes %d..%d named by the index "
+                                    "are not a record within bytes %d..%d"
+                                    % (k, lo, hi, org, org + n))
+                q = d + (lo - org)
+                rec_head(q, lo, k, &h)
+                if h.kind != 0:
+                    raise KilnError("FRAME", lo + 8, "record %d: the index points at the index"
+                                    % k)
+                if hi - lo - REC_OVERHEAD < <uint64_t>h.pad or \
+                        h.length != hi - lo - REC_OVERHEAD - h.pad:
+                    raise KilnError("FRAME", lo, "record %d: its length %d does not match the "
+                                    "index (the next entry is at byte %d)" % (k, h.length, hi))
+                rec_body(q, lo, &h, k, check)
+                v = lo + REC_HEAD + h.pad
+                mv = None if whole is None else whole[v - org:v - org + h.length]
+                try:
+                    if p is None:
+                        value = program.decode(mv)
+                    else:
+                        value = rec_decode(p, &t, d + (v - org), <Py_ssize_t>h.length, buf, mv,
+                                           True)
+                except KilnError as e:
+                    raise rec_rewrap(e, v, k)
+                out.append(value)
+        finally:
+            PyBuffer_Release(&ov)
+    finally:
+        PyBuffer_Release(&bv)
+
+
+def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify, cap,
+                  uint32_t ocrc, list out):
+    """Append the records complete at ``buf[at:]`` to ``out``; returns ``(at,
+    number, ocrc)`` after them (see kiln/_kernels_py/records.py)."""
+    cdef DecodeProgram p = program if isinstance(program, DecodeProgram) else None
+    cdef Py_buffer bv
+    cdef DCtx t
+    cdef RecHead h
+    cdef uint64_t org = origin
+    cdef uint64_t ccap = _cap(cap)
+    cdef uint64_t pos, left
+    cdef size_t body
+    cdef const uint8_t *d
+    cdef uint8_t le[8]
+    cdef bint check = bool(verify)
+    if p is not None:
+        rec_ctx(p, &t)
+    get_view(buf, &bv)
+    try:
+        d = <const uint8_t *>bv.buf
+        if at < 0 or at > bv.len:
+            raise IndexError("decode_stream: position %d of %d bytes" % (at, bv.len))
+        while bv.len - at >= REC_HEAD:
+            pos = org + <uint64_t>at
+            left = <uint64_t>(bv.len - at)
+            rec_head(d + at, pos, number, &h)
+            # the index, a record above the cap, a record not all here: the caller's
+            if h.kind == REC_KIND_INDEX or h.length > ccap or h.length > left or \
+                    REC_OVERHEAD + h.pad + h.length > left:
+                break
+            rec_body(d + at, pos, &h, number, check)
+            body = REC_HEAD + h.pad + <size_t>h.length
+            raw = PyBytes_FromStringAndSize(<const char *>d + at + REC_HEAD + h.pad,
+                                            <Py_ssize_t>h.length)
+            try:
+                if p is None:
+                    value = program.decode(raw)
+                else:
+                    value = rec_decode(p, &t,
+                                       <const uint8_t *>PyBytes_AS_STRING(<PyObject *>raw),
+                                       <Py_ssize_t>h.length, raw, None, False)
+            except KilnError as e:
+                raise rec_rewrap(e, pos + REC_HEAD + h.pad, number)
+            out.append(value)
+            kiln_st_u64(le, pos)
+            ocrc = kiln_crc32(ocrc, le, 8)
+            number += 1
+            at += <Py_ssize_t>body + 4
+        return at, number, ocrc
+    finally:
+        PyBuffer_Release(&bv)
