@@ -268,6 +268,8 @@ class Struct(Type):
 
 
 def _make_constructor(cls, names):
+    if _is_record(cls):
+        return cls
     if _is_namedtuple(cls):
         new = tuple.__new__
 
@@ -293,6 +295,10 @@ def _make_getter(names):
 
 def _is_namedtuple(cls):
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def _is_record(cls):   # a kiln.Record subclass (kiln/_record.py)
+    return isinstance(cls, type) and getattr(type(cls), "_kiln_record_meta", False) is True
 
 
 # --- scalar singletons ---------------------------------------------------
@@ -595,7 +601,7 @@ def _from_annotation(ann, depth, active):
         from ._tensor import TensorDirectory
         if issubclass(ann, TensorDirectory):
             return tensors
-        if dataclasses.is_dataclass(ann) or _is_namedtuple(ann):
+        if dataclasses.is_dataclass(ann) or _is_namedtuple(ann) or _is_record(ann):
             return _struct_from_class(ann, depth, active)
         try:
             return _numpy_scalar_type(ann)
@@ -664,6 +670,8 @@ def _struct_from_class(cls, depth, active):
                                 % (cls.__qualname__, f.name))
     elif _is_namedtuple(cls):
         names = wire = list(cls._fields)
+    elif _is_record(cls):
+        names = wire = list(cls.__kiln_fields__)
     else:
         raise KilnError("TYPE", 0, "%s is neither a dataclass nor a NamedTuple" % cls.__qualname__)
     fields = []

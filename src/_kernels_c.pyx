@@ -43,6 +43,7 @@ from libc.math cimport isinf
 import numpy as _np
 from sys import intern as _intern
 from types import FunctionType as _FunctionType
+from _thread import get_ident as _get_ident
 
 from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
@@ -182,6 +183,11 @@ cdef extern from "kiln_fields.h":
                        object cells)
     object kiln_object_new(object cls, object empty)
     object kiln_tuple_new(object cls, object args)
+    bint kiln_atomic(PyObject *o)
+    bint kiln_is_gc(object o)
+    bint kiln_gc_tracked(object o)
+    bint kiln_record_ok(object cls, unsigned int tag)
+    int kiln_delattr "PyObject_GenericSetAttr"(object o, object name, PyObject *v) except -1
     int kiln_call_init(object init, PyObject **args, size_t n) except -1
     int kiln_setattr "PyObject_GenericSetAttr"(object o, object name, object v) except -1
     PyObject *PyObject_GenericGetDict(object o, void *ctx)
@@ -236,3 +242,4 @@ include "kernels/decode.pxi"
 include "kernels/encode.pxi"
 include "kernels/directory.pxi"
 include "kernels/dirwrite.pxi"
+include "kernels/record.pxi"

@@ -199,6 +199,32 @@ static int kiln_call_init(PyObject *init, PyObject *const *args, size_t n) {
     return 0;
 }
 
+/* kiln.Record (src/kernels/record.pxi): a value that references no other
+   object a collector could find a cycle through */
+static int kiln_atomic(PyObject *o) {
+    PyTypeObject *t = Py_TYPE(o);
+    return t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type
+        || t == &PyBytes_Type || o == Py_None || t == &PyBool_Type;
+}
+
+static int kiln_is_gc(PyObject *o) {
+    return PyObject_IS_GC(o);
+}
+
+/* tracked by the collector (never for an object of a type without GC) */
+static int kiln_gc_tracked(PyObject *o) {
+    return PyObject_IS_GC(o) && PyObject_GC_IsTracked(o);
+}
+
+/* kiln.Record's decision is still good: the class's version tag is the one
+   it was made under and the metaclass calls as type does (the base's
+   __init__, __new__ and __setattr__ are kiln's: a class that defines its own
+   is called, see kiln._plan.direct_build) */
+static int kiln_record_ok(PyObject *cls, unsigned int tag) {
+    return tag != 0 && kiln_type_tag(cls) == tag
+        && Py_TYPE(cls)->tp_call == PyType_Type.tp_call;
+}
+
 static int kiln_exact_type(PyObject *v, PyObject *cls) {
     return (PyObject *)Py_TYPE(v) == cls;
 }

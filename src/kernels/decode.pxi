@@ -352,12 +352,15 @@ cdef object build_direct(Node nd, DCtx *c):
             Py_INCREF(v)
             args[i + 1] = <PyObject *>v
             got = i + 1
-        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells):
+        if not (kiln_record_ok(nd.cls, nd.btag) if nd.brecord else
+                kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells)):
             vals = PyTuple_New(nf)   # the class changed since: call it
             for i in range(nf):
                 Py_INCREF(<object>args[i + 1])
                 PyTuple_SET_ITEM(vals, i, args[i + 1])
             return nd.make(*vals)
+        if nd.brecord:
+            return record_build(nd, args, &got)
         out = kiln_object_new(nd.cls, ())
         if kind == KILN_BUILD_INIT:
             args[0] = <PyObject *>out
@@ -375,6 +378,23 @@ cdef object build_direct(Node nd, DCtx *c):
             Py_DECREF(<object>args[i + 1])
         if args != stack:
             PyMem_Free(args)
+
+
+cdef object record_build(Node nd, PyObject **args, Py_ssize_t *got):
+    """A kiln.Record from its decoded fields (args[1:nf + 1], whose references
+    its slots take over): what RecordBase.__init__ does, untracked by the
+    collector when every field is atomic (src/kernels/record.pxi)."""
+    cdef Py_ssize_t i
+    cdef FieldInfo *fi = nd.finfo
+    cdef bint atomic = True
+    out = kiln_alloc(nd.cls)
+    got[0] = 0
+    for i in range(nd.nf):
+        if not kiln_atomic(args[i + 1]):
+            atomic = False
+        kiln_slot_steal(out, fi[i].woff, args[i + 1])
+    record_untrack(out, atomic)
+    return out
 
 
 cdef object ctx_mv(DCtx *c):

@@ -41,6 +41,7 @@ cdef class Node:
     cdef object bcode       # ... and its code when bkind was decided
     cdef object bclosure    # ... its closure (a tuple of cells, or None)
     cdef object bcells      # ... and what the cells held then (a tuple)
+    cdef bint brecord       # struct: a kiln.Record, built by slot stores (KILN_BUILD_SLOTS)
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -66,6 +67,8 @@ cdef int build_kind(Node nd) except -1:
     if direct == "tuple" and issubclass(cls, tuple):
         nd.bkind = KILN_BUILD_TUPLE
         return 0
+    if direct == "record":
+        return record_kind(nd)
     if direct != "object":
         return 0
     init = cls.__init__
@@ -99,6 +102,25 @@ cdef int build_kind(Node nd) except -1:
         nd.bkind = KILN_BUILD_ATTRS
     if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
         nd.bkind = KILN_BUILD_CALL
+    return 0
+
+
+cdef int record_kind(Node nd) except -1:
+    """A kiln.Record: allocated and its slots stored (src/kernels/record.pxi)."""
+    cdef Py_ssize_t i, off
+    cdef PyObject *d
+    cdef FieldInfo *fi = nd.finfo
+    cls = nd.cls
+    for i in range(nd.nf):
+        d = kiln_type_lookup(cls, <object>fi[i].name)
+        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
+        if off < 0:
+            return 0   # not a slot of its own (a property put in its place): call it
+        fi[i].woff = off
+    if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
+        return 0
+    nd.brecord = True
+    nd.bkind = KILN_BUILD_SLOTS
     return 0
 
 
