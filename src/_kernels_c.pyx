@@ -173,6 +173,7 @@ cdef extern from "kiln_fields.h":
     bint kiln_is_data_descr(PyObject *d)
     Py_ssize_t kiln_slot_offset(object cls, PyObject *d)
     PyObject *kiln_slot_get(object v, Py_ssize_t off)
+    PyObject *kiln_slot_peek(object v, Py_ssize_t off)
     bint kiln_exact_type(object v, object cls)
     void kiln_slot_set(object v, Py_ssize_t off, object x)
     void kiln_slot_steal(object v, Py_ssize_t off, PyObject *x)

@@ -93,6 +93,11 @@ static PyObject *kiln_slot_get(PyObject *v, Py_ssize_t off) {
     return o;
 }
 
+/* the object in a slot, borrowed, or NULL when the slot is empty */
+static PyObject *kiln_slot_peek(PyObject *v, Py_ssize_t off) {
+    return *(PyObject **)((char *)v + off);
+}
+
 /* store x (a new reference is taken) in the slot at off, dropping the old value */
 static void kiln_slot_set(PyObject *v, Py_ssize_t off, PyObject *x) {
     PyObject **p = (PyObject **)((char *)v + off);

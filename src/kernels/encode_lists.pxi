@@ -41,7 +41,10 @@ cdef int enc_list(Node nd, Writer *w, object v) except -1:
                 break
             if d < MAXSEG:
                 w.segs[d].index = i
-            enc(elem, w, x)
+            if elem.op == OP_STRUCT:
+                enc_struct(elem, w, x)
+            else:
+                enc(elem, w, x)
             done += 1
             i += 1
     elif is_tuple:

@@ -50,9 +50,12 @@ cdef int field_kinds(Node nd) except -1:
             fi[i].off = (<object>d).__reduce__()[1][0]
             fi[i].kind = KILN_FK_INDEX
     nd.fdict = nd.nf > 0
+    nd.sfast = True
     for i in range(nd.nf):
         if fi[i].kind != KILN_FK_DICT:
             nd.fdict = False
+        if fi[i].kind != KILN_FK_SLOT and fi[i].kind != KILN_FK_INDEX:
+            nd.sfast = False
     nd.ftag = kiln_type_tag(cls)
     return 0
 
@@ -132,12 +135,138 @@ cdef int dict_fields(Node nd, Writer *w, object v, PyObject **vals, Py_ssize_t *
     return 0
 
 
+cdef extern from "Python.h":
+    # (the same macros on borrowed pointers: no reference counting around them)
+    void Py_DECREF_p "Py_DECREF"(PyObject *o)
+    bint PyUnicode_CheckExact_p "PyUnicode_CheckExact"(PyObject *o)
+    bint PyUnicode_IS_COMPACT_ASCII_p "PyUnicode_IS_COMPACT_ASCII"(PyObject *o)
+    void *PyUnicode_DATA_p "PyUnicode_DATA"(PyObject *o)
+    Py_ssize_t PyUnicode_GET_LENGTH_p "PyUnicode_GET_LENGTH"(PyObject *o)
+
+
+cdef inline int enc_field(FieldInfo *f, Writer *w, PyObject *o) except -1:
+    """One struct field.  An exact int for i64, float for f64 or ASCII str
+    for str is written here, as enc_int, enc_float and enc_str write it (no
+    Python code runs for these); anything else goes through enc."""
+    cdef int op = f.op
+    cdef long long x
+    cdef int of = 0
+    cdef Py_ssize_t ln
+    if op == OP_I64:
+        if PyLong_CheckExact(o):
+            x = PyLong_AsLongLongAndOverflow(o, &of)
+            if of == 0 and (x != -1 or PyErr_Occurred() == NULL):
+                w_reserve(w, 8)
+                kiln_st_u64(w.data + w.pos, <uint64_t>x)
+                w.pos += 8
+                return 0
+    elif op == OP_F64:
+        if PyFloat_CheckExact(o):
+            w_reserve(w, 8)
+            kiln_st_f64(w.data + w.pos, PyFloat_AS_DOUBLE(o))
+            w.pos += 8
+            return 0
+    elif op == OP_STR:
+        if PyUnicode_CheckExact_p(o) and PyUnicode_IS_COMPACT_ASCII_p(o):
+            ln = PyUnicode_GET_LENGTH_p(o)
+            if <uint64_t>ln <= U32_MAX:
+                w_reserve(w, 4 + ln)
+                kiln_st_u32(w.data + w.pos, <uint32_t>ln)
+                memcpy(w.data + w.pos + 4, PyUnicode_DATA_p(o), ln)
+                w.pos += 4 + ln
+                return 0
+    return enc(<Node>f.node, w, <object>o)
+
+
+cdef inline int put_exact(FieldInfo *f, Writer *w, PyObject *o) except -1:
+    """Write ``o`` as field ``f`` when it is an exact int, float, bool, ASCII
+    str or list of such numbers in range of the field's type (what enc writes
+    for it; no Python code runs): 1.  Anything else: 0, and nothing is
+    written (the general path then raises any error)."""
+    cdef int op = f.op
+    cdef long long x
+    cdef int of = 0
+    cdef Py_ssize_t ln
+    cdef float y
+    cdef double fx
+    if op <= OP_U64 and op != OP_BOOL and op != OP_U64:
+        if not PyLong_CheckExact(o):
+            return 0
+        x = PyLong_AsLongLongAndOverflow(o, &of)
+        if of or (x == -1 and PyErr_Occurred() != NULL):
+            PyErr_Clear()
+            return 0
+        if op != OP_I64 and (x < INT_LO[op] or x > INT_HI[op]):
+            return 0
+        w_put_le(w, <uint64_t>x, SW[op])
+        return 1
+    if op == OP_F64 or op == OP_F32:
+        if not PyFloat_CheckExact(o):
+            return 0
+        fx = PyFloat_AS_DOUBLE(o)
+        w_reserve(w, 8)
+        if op == OP_F64:
+            kiln_st_f64(w.data + w.pos, fx)
+            w.pos += 8
+            return 1
+        y = <float>fx
+        if isinf(y) and not isinf(fx):
+            return 0
+        kiln_st_f32(w.data + w.pos, y)
+        w.pos += 4
+        return 1
+    if op == OP_STR:
+        if not (PyUnicode_CheckExact_p(o) and PyUnicode_IS_COMPACT_ASCII_p(o)):
+            return 0
+        ln = PyUnicode_GET_LENGTH_p(o)
+        if <uint64_t>ln > U32_MAX:
+            return 0
+        w_reserve(w, 4 + ln)
+        kiln_st_u32(w.data + w.pos, <uint32_t>ln)
+        memcpy(w.data + w.pos + 4, PyUnicode_DATA_p(o), ln)
+        w.pos += 4 + ln
+        return 1
+    if op == OP_BOOL:
+        if o != <PyObject *>True and o != <PyObject *>False:
+            return 0
+        w_reserve(w, 1)
+        w.data[w.pos] = 1 if o == <PyObject *>True else 0
+        w.pos += 1
+        return 1
+    if op == OP_PODLIST and PyList_CheckExact(<object>o) and not KILN_FREE_THREADED:
+        return pod_fast_seq(<Node>f.node, w, <object>o, PyList_GET_SIZE(<object>o))
+    return 0
+
+
+cdef int struct_fast(Node nd, Writer *w, object v) except -1:
+    """An object of exactly nd.cls whose fields all live in slots or tuple
+    items (nd.sfast) and hold exact values put_exact writes: written from the
+    borrowed fields (no Python code runs meanwhile, so none can change them),
+    1.  Else 0 with nothing written: the general path reads and encodes."""
+    cdef Py_ssize_t i, ix, start = w.pos
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *o
+    for i in range(nd.nf):
+        if fi[i].kind == KILN_FK_SLOT:
+            o = kiln_slot_peek(v, fi[i].off)
+        else:
+            ix = fi[i].off
+            o = PyTuple_GET_ITEM(v, ix) if ix < PyTuple_GET_SIZE(v) else NULL
+        if o == NULL or not put_exact(&fi[i], w, o):
+            w.pos = start
+            return 0
+    return 1
+
+
 cdef int enc_struct(Node nd, Writer *w, object v) except -1:
     cdef Py_ssize_t i, nf = nd.nf, got = 0
     cdef FieldInfo *fi = nd.finfo
     cdef PyObject *stack[16]
     cdef PyObject **vals = stack
     cdef int d
+    if nd.sfast and kiln_exact_type(v, nd.cls) and nd.ftag != 0 and \
+            kiln_type_tag(nd.cls) == nd.ftag and struct_fast(nd, w, v):
+        return 0
     if nf > 16:
         vals = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * nf)
         if vals == NULL:
@@ -157,14 +286,16 @@ cdef int enc_struct(Node nd, Writer *w, object v) except -1:
         w.depth += 1
         if d < MAXSEG:
             w.segs[d].kind = 2
-        for i in range(nf):
-            if d < MAXSEG:
+            for i in range(nf):
                 w.segs[d].obj = fi[i].name
-            enc(<Node>fi[i].node, w, <object>vals[i])
+                enc_field(&fi[i], w, vals[i])
+        else:
+            for i in range(nf):
+                enc_field(&fi[i], w, vals[i])
         seg_pop(w)
     finally:
         for i in range(got):
-            Py_DECREF(<object>vals[i])
+            Py_DECREF_p(vals[i])
         if vals != stack:
             PyMem_Free(vals)
     return 0

@@ -35,6 +35,7 @@ cdef class Node:
     cdef int form           # pod list or list<u8>: the Python value (FORM_*)
     cdef unsigned int ftag  # struct: cls's version tag when finfo's kinds were decided
     cdef bint fdict         # struct: every field's kind is KILN_FK_DICT
+    cdef bint sfast         # struct: every field's kind is KILN_FK_SLOT or KILN_FK_INDEX
     cdef int bkind          # struct: how decode builds the instance (KILN_BUILD_*)
     cdef unsigned int btag  # struct: cls's version tag when bkind was decided
     cdef object binit       # struct, built directly: the class's generated __init__
