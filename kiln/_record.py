@@ -23,7 +23,7 @@ is :class:`_PyRecordBase`, the same behaviour in Python (always tracked).
 
 import sys
 from _thread import get_ident
-from typing import Any, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 from ._compat import IMPLEMENTATION, kernels
 
@@ -133,12 +133,12 @@ class _PyRecordBase:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() == other._values()   # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __ne__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() != other._values()   # type: ignore[attr-defined]
+        return self._values() != other._values()
 
     def __repr__(self) -> str:
         return _py_repr(self)
@@ -147,7 +147,7 @@ class _PyRecordBase:
         return (type(self), self._values())
 
 
-_repr_running: set = set()
+_repr_running: "set[Tuple[int, int]]" = set()
 
 
 def _py_repr(self: Any) -> str:
@@ -163,7 +163,10 @@ def _py_repr(self: Any) -> str:
         _repr_running.discard(key)
 
 
-_Base: Any = kernels.RecordBase if IMPLEMENTATION == "cython" else _PyRecordBase
+if TYPE_CHECKING:   # type checkers see the pure base; the metaclass gives __init__
+    _Base = _PyRecordBase
+else:
+    _Base = kernels.RecordBase if IMPLEMENTATION == "cython" else _PyRecordBase
 
 
 class Record(_Base, metaclass=RecordMeta):
@@ -184,3 +187,11 @@ class Record(_Base, metaclass=RecordMeta):
 
     __slots__ = ()
     _kiln_record_root = True   # (kiln._plan.direct_build stops here)
+
+
+class PyRecord(_PyRecordBase, metaclass=RecordMeta):
+    """``kiln.Record`` on the pure base, whatever the kernels: what
+    ``KILN_PUREPYTHON=1`` gives as ``kiln.Record`` (the tests run both)."""
+
+    __slots__ = ()
+    _kiln_record_root = True
