@@ -184,6 +184,7 @@ cdef extern from "kiln_fields.h":
                        object cells)
     object kiln_object_new(object cls, object empty)
     object kiln_tuple_new(object cls, object args)
+    object kiln_tuple_alloc(object cls, Py_ssize_t n)
     bint kiln_atomic(PyObject *o)
     bint kiln_is_gc(object o)
     bint kiln_gc_tracked(object o)

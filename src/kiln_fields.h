@@ -190,6 +190,13 @@ static PyObject *kiln_tuple_new(PyObject *cls, PyObject *args) {
     return PyTuple_Type.tp_new((PyTypeObject *)cls, args, NULL);
 }
 
+/* a new instance of the tuple subclass cls with n empty items, allocated as
+   tuple.__new__(cls, values) allocates it (items NULL until stored: a
+   tuple's dealloc and traverse skip those) */
+static PyObject *kiln_tuple_alloc(PyObject *cls, Py_ssize_t n) {
+    return ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, n);
+}
+
 /* init(*args[0:n]); what type.__call__ checks of __init__'s result included */
 static int kiln_call_init(PyObject *init, PyObject *const *args, size_t n) {
     PyObject *r = PyObject_Vectorcall(init, args, n, NULL);

@@ -40,6 +40,7 @@ PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.remote
                   "kiln.convert", "kiln.cli"]
 # where docstrings of public names live
 DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._tensor", "kiln._plan",
+                     "kiln._record",
                      "kiln._errors", "kiln.files", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
                      "kiln.convert", "kiln.cli"]

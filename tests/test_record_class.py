@@ -15,6 +15,7 @@ import os
 import pickle
 import subprocess
 import sys
+import typing
 
 import pytest
 
@@ -239,3 +240,30 @@ def test_mypy_accepts_records_and_reports_mistakes(tmp_path):
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=parent),
                          timeout=120)
     assert run.stdout.strip() == "ok", run.stderr
+
+
+class NTRow(typing.NamedTuple):
+    id: int
+    name: str
+    tags: list[int]
+
+
+class NTFlat(typing.NamedTuple):
+    id: int
+    name: str
+
+
+def test_namedtuples_decode_into_their_class_untracked_when_atomic(impl):
+    """The compiled kernel builds a NamedTuple without the tuple of values
+    tuple.__new__ copies, and leaves one of atomic values untracked by the
+    collector; the pure kernel calls tuple.__new__ (tracked)."""
+    flat = impl.decoder(list[NTFlat]).decode(kiln.encode([NTFlat(1, "a"), NTFlat(-2, "")],
+                                                         list[NTFlat]))
+    assert flat == [(1, "a"), (-2, "")] and [type(x) for x in flat] == [NTFlat, NTFlat]
+    assert flat[0].name == "a" and flat[1]._replace(id=3) == (3, "")
+    assert [gc.is_tracked(x) for x in flat] == [impl.name == "python"] * 2
+    rows = impl.decoder(list[NTRow]).decode(kiln.encode([NTRow(1, "a", [5])], list[NTRow]))
+    assert rows == [(1, "a", [5])] and type(rows[0]) is NTRow and gc.is_tracked(rows[0])
+    with pytest.raises(kiln.KilnError) as e:   # a bad field after a good one: nothing leaks
+        impl.decoder(NTFlat).decode(b"\x01" + b"\x00" * 7 + b"\x05\x00\x00\x00ab")
+    assert (e.value.code, e.value.offset) == ("EOF", 8)
