@@ -95,37 +95,7 @@ class _PyRecordBase:
     __slots__ = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        cls = type(self)
-        names = cls.__kiln_fields__   # type: ignore[attr-defined]
-        nf, na = len(names), len(args)
-        if na > nf:
-            raise TypeError("%s() takes %d positional argument%s but %d %s given"
-                            % (cls.__qualname__, nf, "" if nf == 1 else "s", na,
-                               "was" if na == 1 else "were"))
-        setattr_ = object.__setattr__
-        for nm, v in zip(names, args):
-            setattr_(self, nm, v)
-        if na < nf or kwargs:
-            defaults = cls.__kiln_defaults__   # type: ignore[attr-defined]
-            missing = []
-            for nm in names[na:]:
-                if nm in kwargs:
-                    setattr_(self, nm, kwargs.pop(nm))
-                elif nm in defaults:
-                    setattr_(self, nm, defaults[nm])
-                else:
-                    missing.append(nm)
-            for nm in kwargs:
-                if nm in names:
-                    raise TypeError("%s() got multiple values for argument %r"
-                                    % (cls.__qualname__, nm))
-                raise TypeError("%s() got an unexpected keyword argument %r"
-                                % (cls.__qualname__, nm))
-            if missing:
-                q = ["%r" % m for m in missing]
-                raise TypeError("%s() missing %d required argument%s: %s" % (
-                    cls.__qualname__, len(q), "" if len(q) == 1 else "s",
-                    " and ".join([", ".join(q[:-1]), q[-1]]) if len(q) > 1 else q[0]))
+        _init_fields(self, args, kwargs)   # the fields of type(self), as the C base
 
     def _values(self) -> Tuple[Any, ...]:
         return tuple([getattr(self, nm) for nm in type(self).__kiln_fields__])  # type: ignore
@@ -145,6 +115,52 @@ class _PyRecordBase:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), self._values())
+
+
+def _init_fields(self: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+    cls = type(self)
+    names = cls.__kiln_fields__
+    nf, na = len(names), len(args)
+    if na > nf:
+        raise TypeError(_too_many(cls, nf, na))
+    setattr_ = object.__setattr__
+    for nm, v in zip(names, args):
+        setattr_(self, nm, v)
+    defaults = cls.__kiln_defaults__
+    missing = []
+    for nm in names[na:]:
+        if nm in kwargs:
+            setattr_(self, nm, kwargs.pop(nm))
+        elif nm in defaults:
+            setattr_(self, nm, defaults[nm])
+        else:
+            missing.append(nm)
+    for nm in kwargs:
+        if nm in names:
+            raise TypeError("%s.__init__() got multiple values for argument %r"
+                            % (cls.__qualname__, nm))
+        raise TypeError("%s.__init__() got an unexpected keyword argument %r"
+                        % (cls.__qualname__, nm))
+    if missing:
+        raise TypeError(_missing(cls, missing))
+
+
+def _too_many(cls: Any, nf: int, na: int) -> str:
+    """What a dataclass's __init__ says (counting self, as CPython does)."""
+    nd = len(cls.__kiln_defaults__)
+    if nd:
+        return "%s.__init__() takes from %d to %d positional arguments but %d were given" % (
+            cls.__qualname__, nf - nd + 1, nf + 1, na + 1)
+    return "%s.__init__() takes %d positional argument%s but %d were given" % (
+        cls.__qualname__, nf + 1, "" if nf == 0 else "s", na + 1)
+
+
+def _missing(cls: Any, missing: "list[str]") -> str:
+    q = ["%r" % m for m in missing]
+    names = q[0] if len(q) == 1 else (q[0] + " and " + q[1]) if len(q) == 2 else \
+        ", ".join(q[:-1]) + ", and " + q[-1]
+    return "%s.__init__() missing %d required positional argument%s: %s" % (
+        cls.__qualname__, len(q), "" if len(q) == 1 else "s", names)
 
 
 _repr_running: "set[Tuple[int, int]]" = set()

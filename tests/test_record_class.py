@@ -69,16 +69,22 @@ def test_construction_and_defaults(impl):
     assert not hasattr(p, "__dict__")
     with pytest.raises(AttributeError):
         p.w = 1
-    with pytest.raises(TypeError, match="missing 1 required argument: 'x'"):
-        Point()
-    with pytest.raises(TypeError, match="takes 2 positional arguments but 3 were given"):
-        Point(1, 2.0, 3)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'w'"):
-        Point(1, w=2)
-    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
-        Point(1, x=2)
-    with pytest.raises(TypeError, match="missing 2 required arguments: 'id' and 'name'"):
-        Row(score=1.0, tags=[])
+    # the messages a dataclass of the same fields gives (its name for ours)
+    @dataclasses.dataclass
+    class PointDC:
+        x: int
+        y: float = 0.0
+
+    for cls, ref, cases in (
+            (Point, PointDC, [((), {}), ((1, 2.0, 3), {}), ((1,), {"w": 2}), ((1,), {"x": 2}),
+                              ((), {"y": 1.0})]),
+            (Row, RowDC, [((), {"score": 1.0, "tags": []}), ((), {}), ((1, 2, 3, 4, 5), {})])):
+        for args, kw in cases:
+            with pytest.raises(TypeError) as want:
+                ref(*args, **kw)
+            with pytest.raises(TypeError) as got:
+                cls(*args, **kw)
+            assert str(got.value) == str(want.value).replace(ref.__qualname__, cls.__qualname__)
 
 
 def test_class_errors_like_a_dataclass(impl):

@@ -32,9 +32,7 @@ cdef class RecordBase:
         names = cls.__kiln_fields__
         nf = len(names)
         if na > nf:
-            raise TypeError("%s() takes %d positional argument%s but %d %s given"
-                            % (cls.__qualname__, nf, "" if nf == 1 else "s", na,
-                               "was" if na == 1 else "were"))
+            raise TypeError(record_too_many(cls, nf, na))
         for i in range(na):
             v = args[i]
             kiln_setattr(self, names[i], v)
@@ -89,15 +87,35 @@ cdef bint record_kwargs(object self, object cls, tuple names, Py_ssize_t na,
             atomic = False
     for nm in kwargs:
         if nm in names:
-            raise TypeError("%s() got multiple values for argument %r" % (cls.__qualname__, nm))
-        raise TypeError("%s() got an unexpected keyword argument %r" % (cls.__qualname__, nm))
+            raise TypeError("%s.__init__() got multiple values for argument %r"
+                            % (cls.__qualname__, nm))
+        raise TypeError("%s.__init__() got an unexpected keyword argument %r"
+                        % (cls.__qualname__, nm))
     if missing:
-        q = ["%r" % m for m in missing]
-        last = q.pop()
-        raise TypeError("%s() missing %d required argument%s: %s" % (
-            cls.__qualname__, len(missing), "" if len(missing) == 1 else "s",
-            " and ".join([", ".join(q), last]) if q else last))
+        raise TypeError(record_missing(cls, missing))
     return atomic
+
+
+cdef str record_too_many(object cls, Py_ssize_t nf, Py_ssize_t na):
+    """What a dataclass's __init__ says (counting self, as CPython does)."""
+    cdef Py_ssize_t nd = len(cls.__kiln_defaults__)
+    if nd:
+        return "%s.__init__() takes from %d to %d positional arguments but %d were given" % (
+            cls.__qualname__, nf - nd + 1, nf + 1, na + 1)
+    return "%s.__init__() takes %d positional argument%s but %d were given" % (
+        cls.__qualname__, nf + 1, "" if nf == 0 else "s", na + 1)
+
+
+cdef str record_missing(object cls, list missing):
+    q = ["%r" % m for m in missing]
+    if len(q) == 1:
+        names = q[0]
+    elif len(q) == 2:
+        names = q[0] + " and " + q[1]
+    else:
+        names = ", ".join(q[:len(q) - 1]) + ", and " + q[len(q) - 1]
+    return "%s.__init__() missing %d required positional argument%s: %s" % (
+        cls.__qualname__, len(q), "" if len(q) == 1 else "s", names)
 
 
 cdef tuple record_values(object self):
