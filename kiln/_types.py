@@ -275,6 +275,7 @@ def _make_constructor(cls, names):
 
         def make(*values):
             return new(cls, values)
+        make.tuple_new_of = cls   # (the pure decoder writes the call inline)
         return make
     if any(getattr(f, "kw_only", False) for f in dataclasses.fields(cls)):
         # keyword-only fields cannot be passed by position
