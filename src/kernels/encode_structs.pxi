@@ -138,6 +138,7 @@ cdef int dict_fields(Node nd, Writer *w, object v, PyObject **vals, Py_ssize_t *
 cdef extern from "Python.h":
     # (the same macros on borrowed pointers: no reference counting around them)
     void Py_DECREF_p "Py_DECREF"(PyObject *o)
+    int PyUnicode_Compare_p "PyUnicode_Compare"(PyObject *a, PyObject *b) noexcept
     bint PyUnicode_CheckExact_p "PyUnicode_CheckExact"(PyObject *o)
     bint PyUnicode_IS_COMPACT_ASCII_p "PyUnicode_IS_COMPACT_ASCII"(PyObject *o)
     void *PyUnicode_DATA_p "PyUnicode_DATA"(PyObject *o)
@@ -258,6 +259,30 @@ cdef int struct_fast(Node nd, Writer *w, object v) except -1:
     return 1
 
 
+cdef int dict_fast(Node nd, Writer *w, object v) except -1:
+    """An exact dict whose keys are exactly the fields, in field order (the
+    same str objects or equal exact strs), with values put_exact writes:
+    written from the borrowed items in one walk of the dict (no Python code
+    runs meanwhile), 1.  Else 0 with nothing written: dict_fields looks the
+    fields up by name and the general path raises any error."""
+    cdef Py_ssize_t i = 0, ix = 0, start = w.pos
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *k
+    cdef PyObject *o
+    if KILN_FREE_THREADED or PyDict_GET_SIZE(v) != nd.nf:
+        return 0
+    while PyDict_Next(v, &ix, &k, &o):
+        if k != fi[i].name and not (PyUnicode_CheckExact_p(k) and   # (exact strs: no
+                                    PyUnicode_Compare_p(k, fi[i].name) == 0):   # code runs)
+            w.pos = start
+            return 0
+        if not put_exact(&fi[i], w, o):
+            w.pos = start
+            return 0
+        i += 1
+    return 1
+
+
 cdef int enc_struct(Node nd, Writer *w, object v) except -1:
     cdef Py_ssize_t i, nf = nd.nf, got = 0
     cdef FieldInfo *fi = nd.finfo
@@ -266,6 +291,8 @@ cdef int enc_struct(Node nd, Writer *w, object v) except -1:
     cdef int d
     if nd.sfast and kiln_exact_type(v, nd.cls) and nd.ftag != 0 and \
             kiln_type_tag(nd.cls) == nd.ftag and struct_fast(nd, w, v):
+        return 0
+    if nd.cls is None and PyDict_CheckExact(v) and dict_fast(nd, w, v):
         return 0
     if nf > 16:
         vals = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * nf)
