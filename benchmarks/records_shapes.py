@@ -26,8 +26,8 @@ its way, what a long-running service gets after start-up) and ``unfrozen``
 (``gc.unfreeze(); gc.collect()``, collector on: every collection of the
 oldest generation walks the inputs too).  Every sample is one call, after
 an untimed ``gc.collect()`` (so each call meets the collector in the same
-state); kiln and msgspec alternate call by call (``--repeat`` rounds, median
-of each); the result is dropped before the next call.  Ratios are kiln's median over
+state); kiln and msgspec alternate call by call, the one that goes first
+swapped every round (``--repeat`` rounds, median of each); the result is dropped before the next call.  Ratios are kiln's median over
 msgspec's (<= 1.0: kiln is at least as fast).  Targets: <= 1.0 for the same
 class (compiled kernels) and for kiln's fastest holder against the Struct;
 pure kernels (``--pure``) records decode <= 4.
@@ -233,21 +233,18 @@ def contenders(shape, n, kernels):
 
 
 def time_pair(a, b, repeat):
-    """Medians of ``repeat`` calls of each, alternating; each call starts from
-    a collection (untimed), so each meets the collector in the same state."""
+    """Medians (and minimums) of ``repeat`` calls of each, alternating, the
+    one called first swapped every round; each call starts from a collection
+    (untimed), so each meets the collector and the heap in the same state."""
     ta, tb = [], []
     a(), b()   # warm
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        a()
-        t1 = time.perf_counter()
-        gc.collect()
-        t2 = time.perf_counter()
-        b()
-        t3 = time.perf_counter()
-        ta.append(t1 - t0)
-        tb.append(t3 - t2)
+    for r in range(repeat):
+        for first in ((a, ta), (b, tb)) if r % 2 == 0 else ((b, tb), (a, ta)):
+            fn, out = first
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
     return statistics.median(ta), statistics.median(tb), min(ta), min(tb)
 
 
