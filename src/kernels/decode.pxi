@@ -392,7 +392,8 @@ cdef object build_direct(Node nd, DCtx *c):
             args[i + 1] = <PyObject *>v
             got = i + 1
         if not (kiln_record_ok(nd.cls, nd.btag) if nd.brecord else
-                kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells)):
+                kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells)) \
+                and not same_decision(nd):
             vals = PyTuple_New(nf)   # the class changed since: call it
             for i in range(nf):
                 Py_INCREF(<object>args[i + 1])

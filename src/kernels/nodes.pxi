@@ -106,6 +106,43 @@ cdef int build_kind(Node nd) except -1:
     return 0
 
 
+cdef bint same_decision(Node nd) except -1:
+    """The class's version tag changed since build_kind (a class attribute
+    set, by kiln's neighbours too: msgspec caches its own information on
+    the classes it is given): is the decision still what it would be now?
+    Then only the tag is renewed (one store: a decode in another thread
+    reads the old tag or the new, and calls the class or builds it, both
+    right); else nothing changes and the caller calls the class."""
+    cdef Py_ssize_t i, off
+    cdef PyObject *d
+    cdef FieldInfo *fi = nd.finfo
+    cls = nd.cls
+    kiln_type_lookup(cls, "__init__")   # gives the class a version tag if it has none
+    tag = kiln_type_tag(cls)
+    if tag == 0:
+        return False
+    direct = _P.direct_build(cls, nd.names)
+    if direct != ("record" if nd.brecord else "object"):
+        return False
+    if not nd.brecord:
+        init = cls.__init__
+        if init is not nd.binit or init.__code__ is not nd.bcode or \
+                init.__closure__ is not nd.bclosure:
+            return False
+        if nd.bclosure is not None and tuple([c.cell_contents for c in nd.bclosure]) != \
+                nd.bcells:
+            return False
+    for i in range(nd.nf):
+        d = kiln_type_lookup(cls, <object>fi[i].name)
+        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
+        if off != fi[i].woff and (nd.bkind == KILN_BUILD_SLOTS or off >= 0):
+            return False
+    if kiln_type_tag(cls) != tag:
+        return False
+    nd.btag = tag
+    return True
+
+
 cdef int record_kind(Node nd) except -1:
     """A kiln.Record: allocated and its slots stored (src/kernels/record.pxi)."""
     cdef Py_ssize_t i, off
