@@ -27,7 +27,8 @@ its way, what a long-running service gets after start-up) and ``unfrozen``
 oldest generation walks the inputs too).  Every sample is one call, after
 an untimed ``gc.collect()`` (so each call meets the collector in the same
 state); kiln and msgspec alternate call by call, the one that goes first
-swapped every round (``--repeat`` rounds, median of each); the result is dropped before the next call.  Ratios are kiln's median over
+swapped every round (``--repeat`` rounds, median of each); the result is
+dropped before the next call.  Ratios are kiln's median over
 msgspec's (<= 1.0: kiln is at least as fast).  Targets: <= 1.0 for the same
 class (compiled kernels) and for kiln's fastest holder against the Struct;
 pure kernels (``--pure``) records decode <= 4.
@@ -142,7 +143,7 @@ class MStructL(msgspec.Struct, array_like=True):
     tags: list[int]
 
 
-Record = getattr(kiln, "Record", None) or getattr(__import__("kiln._record")._record, "Record", None)
+Record = getattr(kiln, "Record", None)
 if Record is not None:
     class Rec(Record):
         id: int

@@ -557,7 +557,8 @@ def python_calls(fn):
 
 def test_the_compiled_kernel_runs_no_python_per_record(impl):
     """Slots, frozen, keyword-only and small dataclasses and NamedTuples are
-    built without Python code (NamedTuples in the pure kernel too); a dataclass of more than 4 fields runs its
+    built without Python code (NamedTuples in the pure kernel too); a
+    dataclass of more than 4 fields runs its
     generated __init__ (called directly, which callgrind counts cheaper than
     object.__setattr__ from C for that many), once a record."""
     per_record = {"python": 1, "cython": 0}[impl.name]
