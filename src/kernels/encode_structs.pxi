@@ -161,6 +161,7 @@ cdef inline int enc_field(FieldInfo *f, Writer *w, PyObject *o) except -1:
                 kiln_st_u64(w.data + w.pos, <uint64_t>x)
                 w.pos += 8
                 return 0
+            PyErr_Clear()   # (enc raises the error for this value itself)
     elif op == OP_F64:
         if PyFloat_CheckExact(o):
             w_reserve(w, 8)
