@@ -28,6 +28,7 @@ from ._tensors import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, num
 from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION
+from ._record import Record
 from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
                        I32Array, I64Array, U8Array, U16Array, U32Array, U64Array, F32Array,
                        F64Array, BoolArray)
@@ -43,7 +44,7 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
 __version__ = "0.1.0"
 
 __all__ = [
-    "KilnError", "EncodeError", "Some", "Type", "parse_type", "as_type", "struct", "list_", "opt",
+    "KilnError", "EncodeError", "Some", "Record", "Type", "parse_type", "as_type", "struct", "list_", "opt",
     "dict_", "bool_", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "int_", "uint",
     "f32", "f64", "str_", "bytes_", "tensors", "Tensor", "TensorDirectory", "unpack_nibbles",
     "pack_nibbles", "numpy_dtype", "Encoder", "Decoder", "encode", "decode", "encode_tensors",

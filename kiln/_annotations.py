@@ -13,6 +13,7 @@ from typing import Any
 
 from ._errors import KilnError
 from ._typemodel import (WIRE_NAME, Dict, List, Opt, Scalar, Struct, Type, _is_namedtuple,
+                         _is_record,
                          bool_, bytes_, f32, f64, i8, i16, i32, i64, str_, tensors, u8, u16,
                          u32, u64)
 from ._typetext import parse_type
@@ -105,7 +106,7 @@ def _from_annotation(ann, depth, active):
         from ._tensors import TensorDirectory
         if issubclass(ann, TensorDirectory):
             return tensors
-        if dataclasses.is_dataclass(ann) or _is_namedtuple(ann):
+        if dataclasses.is_dataclass(ann) or _is_namedtuple(ann) or _is_record(ann):
             return _struct_from_class(ann, depth, active)
         try:
             return _numpy_scalar_type(ann)
@@ -168,6 +169,8 @@ def _struct_from_class(cls, depth, active):
                                 % (cls.__qualname__, f.name))
     elif _is_namedtuple(cls):
         names = wire = list(cls._fields)
+    elif _is_record(cls):
+        names = wire = list(cls.__kiln_fields__)
     else:
         raise KilnError("TYPE", 0, "%s is neither a dataclass nor a NamedTuple" % cls.__qualname__)
     fields = []

@@ -20,6 +20,12 @@ class Node:
     """A compiled plan node (private to the kernel)."""
 
 
+class RecordBase:
+    """The compiled base of :class:`kiln.Record` (src/kernels/record.pxi): slots,
+    a dataclass's ``__init__``, ``__eq__``, ``__repr__`` and pickling.  Users
+    subclass ``kiln.Record``; kiln/_record.py picks this base or its pure twin."""
+
+
 class HeldBuffer:
     """One buffer export of a decoded directory's memoryview: its arrays' base."""
 

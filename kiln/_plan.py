@@ -64,6 +64,7 @@ def direct_build(cls, names):
     gives.  The kernel asks when it compiles a plan, not when the plan is
     made, as the class may change in between.
 
+    ``"record"``: a ``kiln.Record`` (see :func:`_record_build`).
     ``"tuple"``: a NamedTuple (``make`` is ``tuple.__new__(cls, values)``
     already).  ``"object"``: a dataclass whose instances its generated
     ``__init__`` builds by nothing but ``object.__new__(cls)`` and one
@@ -82,6 +83,8 @@ def direct_build(cls, names):
     """
     if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "tuple"
+    if getattr(type(cls), "_kiln_record_meta", False) is True:
+        return _record_build(cls, names)
     if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
         return None
     try:
@@ -118,6 +121,30 @@ def direct_build(cls, names):
     except Exception:   # an exotic class (or an empty cell): calling it is always right
         return None
     return "object"
+
+
+def _record_build(cls, names):
+    """``"record"``: a ``kiln.Record`` subclass whose construction is the
+    base's own (no class of its MRO above the base defines ``__new__``,
+    ``__init__``, ``__setattr__`` or ``__delattr__`` below ``kiln.Record``, the metaclass has no
+    ``__call__`` of its own), fields in ``names``' order, not abstract: the
+    compiled kernel allocates the instance and stores each field in its slot,
+    which is what the base's ``__init__`` does.  Else ``None``."""
+    try:
+        if type(cls).__call__ is not type.__call__ or getattr(cls, "__abstractmethods__", None):
+            return None
+        if tuple(cls.__kiln_fields__) != tuple(names):
+            return None
+        for k in cls.__mro__:
+            if vars(k).get("_kiln_record_root") is True:
+                break   # kiln.Record itself: its base builds as the kernel does
+            if any(m in vars(k) for m in ("__new__", "__init__", "__setattr__", "__delattr__")):
+                return None
+        else:
+            return None
+    except Exception:
+        return None
+    return "record"
 
 
 _GENERATED = {}

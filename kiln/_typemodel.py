@@ -313,11 +313,14 @@ def _python(t):
 
 
 def _make_constructor(cls, names):
+    if _is_record(cls):
+        return cls
     if _is_namedtuple(cls):
         new = tuple.__new__
 
         def make(*values):
             return new(cls, values)
+        make.tuple_new_of = cls   # (the pure decoder writes the call inline)
         return make
     if any(getattr(f, "kw_only", False) for f in dataclasses.fields(cls)):
         # keyword-only fields cannot be passed by position
@@ -338,6 +341,10 @@ def _make_getter(names):
 
 def _is_namedtuple(cls):
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def _is_record(cls):   # a kiln.Record subclass (kiln/_record.py)
+    return isinstance(cls, type) and getattr(type(cls), "_kiln_record_meta", False) is True
 
 
 # --- scalar singletons ---------------------------------------------------

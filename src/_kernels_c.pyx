@@ -46,6 +46,7 @@ from libc.math cimport isinf
 import numpy as _np
 from sys import intern as _intern
 from types import FunctionType as _FunctionType
+from _thread import get_ident as _get_ident
 
 from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
@@ -180,6 +181,7 @@ cdef extern from "kiln_fields.h":
     bint kiln_is_data_descr(PyObject *d)
     Py_ssize_t kiln_slot_offset(object cls, PyObject *d)
     PyObject *kiln_slot_get(object v, Py_ssize_t off)
+    PyObject *kiln_slot_peek(object v, Py_ssize_t off)
     bint kiln_exact_type(object v, object cls)
     void kiln_slot_set(object v, Py_ssize_t off, object x)
     void kiln_slot_steal(object v, Py_ssize_t off, PyObject *x)
@@ -190,6 +192,12 @@ cdef extern from "kiln_fields.h":
                        object cells)
     object kiln_object_new(object cls, object empty)
     object kiln_tuple_new(object cls, object args)
+    object kiln_tuple_alloc(object cls, Py_ssize_t n)
+    bint kiln_atomic(PyObject *o)
+    bint kiln_is_gc(object o)
+    bint kiln_gc_tracked(object o)
+    bint kiln_record_ok(object cls, unsigned int tag)
+    int kiln_delattr "PyObject_GenericSetAttr"(object o, object name, PyObject *v) except -1
     int kiln_call_init(object init, PyObject **args, size_t n) except -1
     int kiln_setattr "PyObject_GenericSetAttr"(object o, object name, object v) except -1
     PyObject *PyObject_GenericGetDict(object o, void *ctx)
@@ -240,3 +248,4 @@ include "kernels/directory.pxi"
 include "kernels/dirwrite.pxi"
 include "kernels/tensors.pxi"
 include "kernels/records.pxi"
+include "kernels/record.pxi"

@@ -93,6 +93,11 @@ static PyObject *kiln_slot_get(PyObject *v, Py_ssize_t off) {
     return o;
 }
 
+/* the object in a slot, borrowed, or NULL when the slot is empty */
+static PyObject *kiln_slot_peek(PyObject *v, Py_ssize_t off) {
+    return *(PyObject **)((char *)v + off);
+}
+
 /* store x (a new reference is taken) in the slot at off, dropping the old value */
 static void kiln_slot_set(PyObject *v, Py_ssize_t off, PyObject *x) {
     PyObject **p = (PyObject **)((char *)v + off);
@@ -185,6 +190,13 @@ static PyObject *kiln_tuple_new(PyObject *cls, PyObject *args) {
     return PyTuple_Type.tp_new((PyTypeObject *)cls, args, NULL);
 }
 
+/* a new instance of the tuple subclass cls with n empty items, allocated as
+   tuple.__new__(cls, values) allocates it (items NULL until stored: a
+   tuple's dealloc and traverse skip those) */
+static PyObject *kiln_tuple_alloc(PyObject *cls, Py_ssize_t n) {
+    return ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, n);
+}
+
 /* init(*args[0:n]); what type.__call__ checks of __init__'s result included */
 static int kiln_call_init(PyObject *init, PyObject *const *args, size_t n) {
     PyObject *r = PyObject_Vectorcall(init, args, n, NULL);
@@ -197,6 +209,32 @@ static int kiln_call_init(PyObject *init, PyObject *const *args, size_t n) {
     }
     Py_DECREF(r);
     return 0;
+}
+
+/* kiln.Record (src/kernels/record.pxi): a value that references no other
+   object a collector could find a cycle through */
+static int kiln_atomic(PyObject *o) {
+    PyTypeObject *t = Py_TYPE(o);
+    return t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type
+        || t == &PyBytes_Type || o == Py_None || t == &PyBool_Type;
+}
+
+static int kiln_is_gc(PyObject *o) {
+    return PyObject_IS_GC(o);
+}
+
+/* tracked by the collector (never for an object of a type without GC) */
+static int kiln_gc_tracked(PyObject *o) {
+    return PyObject_IS_GC(o) && PyObject_GC_IsTracked(o);
+}
+
+/* kiln.Record's decision is still good: the class's version tag is the one
+   it was made under and the metaclass calls as type does (the base's
+   __init__, __new__ and __setattr__ are kiln's: a class that defines its own
+   is called, see kiln._plan.direct_build) */
+static int kiln_record_ok(PyObject *cls, unsigned int tag) {
+    return tag != 0 && kiln_type_tag(cls) == tag
+        && Py_TYPE(cls)->tp_call == PyType_Type.tp_call;
 }
 
 static int kiln_exact_type(PyObject *v, PyObject *cls) {

@@ -330,7 +330,13 @@ def _struct_body(plan, o, ns, lines, ind):
     flush()
     if plan.make is None:
         return "{%s}" % ", ".join("%r: v%d" % (nm, i) for i, nm in enumerate(plan.names))
-    return "make(%s)" % ", ".join("v%d" % i for i in range(len(plan.fields)))
+    values = ", ".join("v%d" % i for i in range(len(plan.fields)))
+    if getattr(plan.make, "tuple_new_of", None) is plan.cls is not None:
+        # a NamedTuple: what its make does, tuple.__new__(cls, values), without
+        # the call of make
+        ns.update(tnew=tuple.__new__, tcls=plan.cls)
+        return "tnew(tcls, (%s%s))" % (values, "," if len(plan.fields) == 1 else "")
+    return "make(%s)" % values
 
 
 def _run_eof(p, sizes, n):

@@ -320,14 +320,53 @@ cdef object dec_struct(Node nd, DCtx *c):
         return out
     if kind == KILN_BUILD_SLOTS or kind == KILN_BUILD_INIT or kind == KILN_BUILD_ATTRS:
         return build_direct(nd, c)
+    if kind == KILN_BUILD_TUPLE:
+        return build_tuple(nd, c)
     vals = PyTuple_New(nf)
     for i in range(nf):
         v = dec_field(&fi[i], c)
         Py_INCREF(v)
         PyTuple_SET_ITEM(vals, i, <PyObject *>v)
-    if kind == KILN_BUILD_TUPLE:
-        return kiln_tuple_new(nd.cls, (vals,))
     return nd.make(*vals)
+
+
+cdef object build_tuple(Node nd, DCtx *c):
+    """A NamedTuple: what ``make`` (``tuple.__new__(cls, values)``) gives,
+    without the tuple of values it copies: the fields are decoded first,
+    then the instance is allocated as tuple.__new__ allocates it (cls's
+    tp_alloc; no instance with empty items is ever seen) and takes them
+    over.  An instance of atomic values only is left untracked by the
+    collector (as the collector itself untracks such exact tuples)."""
+    cdef Py_ssize_t i, got = 0
+    cdef Py_ssize_t nf = nd.nf
+    cdef FieldInfo *fi = nd.finfo
+    cdef PyObject *stack[16]
+    cdef PyObject **args = stack
+    cdef bint atomic = True
+    if nf > 16:
+        args = <PyObject **>PyMem_Malloc(sizeof(PyObject *) * nf)
+        if args == NULL:
+            raise MemoryError()
+    try:
+        for i in range(nf):
+            v = dec_field(&fi[i], c)
+            Py_INCREF(v)
+            args[i] = <PyObject *>v
+            got = i + 1
+            if not kiln_atomic(args[i]):
+                atomic = False
+        out = kiln_tuple_alloc(nd.cls, nf)
+        for i in range(nf):
+            PyTuple_SET_ITEM(out, i, args[i])   # (takes the reference over)
+        got = 0
+        if atomic and not KILN_FREE_THREADED:
+            PyObject_GC_UnTrack(out)
+        return out
+    finally:
+        for i in range(got):
+            Py_DECREF(<object>args[i])
+        if args != stack:
+            PyMem_Free(args)
 
 
 cdef object build_direct(Node nd, DCtx *c):
@@ -352,12 +391,16 @@ cdef object build_direct(Node nd, DCtx *c):
             Py_INCREF(v)
             args[i + 1] = <PyObject *>v
             got = i + 1
-        if not kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells):
+        if not (kiln_record_ok(nd.cls, nd.btag) if nd.brecord else
+                kiln_build_ok(nd.cls, nd.btag, nd.binit, nd.bcode, nd.bclosure, nd.bcells)) \
+                and not same_decision(nd):
             vals = PyTuple_New(nf)   # the class changed since: call it
             for i in range(nf):
                 Py_INCREF(<object>args[i + 1])
                 PyTuple_SET_ITEM(vals, i, args[i + 1])
             return nd.make(*vals)
+        if nd.brecord:
+            return record_build(nd, args, &got)
         out = kiln_object_new(nd.cls, ())
         if kind == KILN_BUILD_INIT:
             args[0] = <PyObject *>out
@@ -375,6 +418,23 @@ cdef object build_direct(Node nd, DCtx *c):
             Py_DECREF(<object>args[i + 1])
         if args != stack:
             PyMem_Free(args)
+
+
+cdef object record_build(Node nd, PyObject **args, Py_ssize_t *got):
+    """A kiln.Record from its decoded fields (args[1:nf + 1], whose references
+    its slots take over): what RecordBase.__init__ does, untracked by the
+    collector when every field is atomic (src/kernels/record.pxi)."""
+    cdef Py_ssize_t i
+    cdef FieldInfo *fi = nd.finfo
+    cdef bint atomic = True
+    out = kiln_alloc(nd.cls)
+    got[0] = 0
+    for i in range(nd.nf):
+        if not kiln_atomic(args[i + 1]):
+            atomic = False
+        kiln_slot_steal(out, fi[i].woff, args[i + 1])
+    record_untrack(out, atomic)
+    return out
 
 
 cdef object ctx_mv(DCtx *c):

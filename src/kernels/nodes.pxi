@@ -35,12 +35,14 @@ cdef class Node:
     cdef int form           # pod list or list<u8>: the Python value (FORM_*)
     cdef unsigned int ftag  # struct: cls's version tag when finfo's kinds were decided
     cdef bint fdict         # struct: every field's kind is KILN_FK_DICT
+    cdef bint sfast         # struct: every field's kind is KILN_FK_SLOT or KILN_FK_INDEX
     cdef int bkind          # struct: how decode builds the instance (KILN_BUILD_*)
     cdef unsigned int btag  # struct: cls's version tag when bkind was decided
     cdef object binit       # struct, built directly: the class's generated __init__
     cdef object bcode       # ... and its code when bkind was decided
     cdef object bclosure    # ... its closure (a tuple of cells, or None)
     cdef object bcells      # ... and what the cells held then (a tuple)
+    cdef bint brecord       # struct: a kiln.Record, built by slot stores (KILN_BUILD_SLOTS)
 
     def __dealloc__(self):
         PyMem_Free(self.finfo)
@@ -66,6 +68,8 @@ cdef int build_kind(Node nd) except -1:
     if direct == "tuple" and issubclass(cls, tuple):
         nd.bkind = KILN_BUILD_TUPLE
         return 0
+    if direct == "record":
+        return record_kind(nd)
     if direct != "object":
         return 0
     init = cls.__init__
@@ -99,6 +103,62 @@ cdef int build_kind(Node nd) except -1:
         nd.bkind = KILN_BUILD_ATTRS
     if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
         nd.bkind = KILN_BUILD_CALL
+    return 0
+
+
+cdef bint same_decision(Node nd) except -1:
+    """The class's version tag changed since build_kind (a class attribute
+    set, by kiln's neighbours too: msgspec caches its own information on
+    the classes it is given): is the decision still what it would be now?
+    Then only the tag is renewed (one store: a decode in another thread
+    reads the old tag or the new, and calls the class or builds it, both
+    right); else nothing changes and the caller calls the class."""
+    cdef Py_ssize_t i, off
+    cdef PyObject *d
+    cdef FieldInfo *fi = nd.finfo
+    cls = nd.cls
+    kiln_type_lookup(cls, "__init__")   # gives the class a version tag if it has none
+    tag = kiln_type_tag(cls)
+    if tag == 0:
+        return False
+    direct = _P.direct_build(cls, nd.names)
+    if direct != ("record" if nd.brecord else "object"):
+        return False
+    if not nd.brecord:
+        init = cls.__init__
+        if init is not nd.binit or init.__code__ is not nd.bcode or \
+                init.__closure__ is not nd.bclosure:
+            return False
+        if nd.bclosure is not None and tuple([c.cell_contents for c in nd.bclosure]) != \
+                nd.bcells:
+            return False
+    for i in range(nd.nf):
+        d = kiln_type_lookup(cls, <object>fi[i].name)
+        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
+        if off != fi[i].woff and (nd.bkind == KILN_BUILD_SLOTS or off >= 0):
+            return False
+    if kiln_type_tag(cls) != tag:
+        return False
+    nd.btag = tag
+    return True
+
+
+cdef int record_kind(Node nd) except -1:
+    """A kiln.Record: allocated and its slots stored (src/kernels/record.pxi)."""
+    cdef Py_ssize_t i, off
+    cdef PyObject *d
+    cdef FieldInfo *fi = nd.finfo
+    cls = nd.cls
+    for i in range(nd.nf):
+        d = kiln_type_lookup(cls, <object>fi[i].name)
+        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
+        if off < 0:
+            return 0   # not a slot of its own (a property put in its place): call it
+        fi[i].woff = off
+    if nd.btag != kiln_type_tag(cls) or nd.btag == 0:
+        return 0
+    nd.brecord = True
+    nd.bkind = KILN_BUILD_SLOTS
     return 0
 
 
