@@ -4,6 +4,7 @@ import os
 from typing import Any
 
 from .common import Fail, row, table_text
+from .._wire import PACKED
 
 
 def sample() -> Any:
@@ -90,7 +91,7 @@ def _demo_timings(value: Any) -> None:
     except ImportError:   # bf16 as its bits: numpy() refuses it without ml_dtypes
         raw = True
     # (4-bit tensors as their packed bytes, what kiln holds: numpy() unpacks a copy)
-    arrays = {t.name: t.bits() if (raw and t.dtype == "bf16") or t.dtype in ("i4", "u4", "e2m1")
+    arrays = {t.name: t.bits() if (raw and t.dtype == "bf16") or t.code in PACKED
               else t.numpy() for t in value["weights"]}
     record = {"id": value["id"], "text": value["text"], "weights": arrays}
     buf = kiln.encode(value, SAMPLE_TYPE, frame=True)
