@@ -18,6 +18,7 @@ from .paths import FOREIGN_HEAD, foreign_hint
 from .tables import Tensor, TensorDirectory, directory, payload, raw_names, rows, without_last
 
 T = TypeVar("T")
+F = TypeVar("F", bound="TensorFile")
 
 
 class TensorFileMapping(Mapping[str, Tensor]):
@@ -78,6 +79,15 @@ class TensorFile(TensorFileMapping):
 
     path: str
     _names: Optional[Dict[str, int]]
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: F) -> F:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _index(self, name: Any) -> int:
         """The index of tensor ``name`` (a name or a position) among the tensors

@@ -171,12 +171,6 @@ class KilnFile(TensorFile):
         if mm is not None:
             unmap(mm)
 
-    def __enter__(self) -> "KilnFile":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         d = self._dir
         state = "closed" if d is None else "%d tensors" % len(d)

@@ -320,12 +320,6 @@ class RemoteFile(TensorFile):
             self._all = None  # type: ignore[assignment]
             _close(mm)
 
-    def __enter__(self) -> "RemoteFile":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = "closed" if self._mm is None else "%d tensors" % self._count
         return "<kiln.RemoteFile %s, %s>" % (self.path, state)

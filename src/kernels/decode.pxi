@@ -541,28 +541,13 @@ cdef class DecodeProgram:
         cdef Py_buffer view
         cdef DCtx c
         get_view(buf, &view)
+        ctx_start(self, &c)
         c.d = <const uint8_t *>view.buf
         c.n = view.len
-        c.pos = 0
-        c.max_count = self.cmax_count
-        c.max_bytes = self.cmax_bytes
-        c.bytes_cap = self.cmax_bytes   # a list<u8> run: max_bytes alone bounds it
-        c.zbudget = self.cmax_count
-        c.trusted = self.trusted
-        c.copy = self.copy
-        c.max_copy = U64_MAX if (self.max_copy is None or not self.copy) else _cap(self.max_copy)
         c.buf = <PyObject *>buf
         c.shared = not PyBytes_CheckExact(buf)
-        c.mv = NULL
         try:
-            if self.framed:
-                c.pos = frame_check(c.d, c.n, self.hash_ok, self.hash)
-            if self.top_tensors:
-                return dec_tensors(self.root, &c, True)
-            v = dec(self.root, &c)
-            if c.pos != c.n:
-                kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
-            return v
+            return ctx_run(self, &c)
         except KilnError as e:
             if not self.framed and c.n >= 4 and memcmp(c.d, b"KLN0", 4) == 0:
                 frame_hint(e)
@@ -570,6 +555,35 @@ cdef class DecodeProgram:
         finally:
             Py_XDECREF(c.mv)
             PyBuffer_Release(&view)
+
+
+cdef int ctx_start(DecodeProgram p, DCtx *c) except -1:
+    """The context of one decode by ``p`` before its bytes are set: position 0,
+    the program's caps and budgets, no memoryview yet (the record loop of
+    records.pxi starts every record from one of these)."""
+    c.pos = 0
+    c.max_count = p.cmax_count
+    c.max_bytes = p.cmax_bytes
+    c.bytes_cap = p.cmax_bytes   # a list<u8> run: max_bytes alone bounds it
+    c.zbudget = p.cmax_count
+    c.trusted = p.trusted
+    c.copy = p.copy
+    c.max_copy = U64_MAX if (p.max_copy is None or not p.copy) else _cap(p.max_copy)
+    c.mv = NULL
+    return 0
+
+
+cdef object ctx_run(DecodeProgram p, DCtx *c):
+    """``p``'s value from the ``c.n`` bytes at ``c.d``: the frame, then the
+    value, which must fill them (the caller releases ``c.mv``)."""
+    if p.framed:
+        c.pos = frame_check(c.d, c.n, p.hash_ok, p.hash)
+    if p.top_tensors:
+        return dec_tensors(p.root, c, True)
+    v = dec(p.root, c)
+    if c.pos != c.n:
+        kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
+    return v
 
 
 def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None):

@@ -83,19 +83,6 @@ cdef int rec_body(const uint8_t *q, uint64_t pos, RecHead *h, Py_ssize_t number,
     return 0
 
 
-cdef int rec_ctx(DecodeProgram p, DCtx *t) except -1:
-    """The decode context of ``p`` that every record of one call starts from."""
-    t.pos = 0
-    t.max_count = p.cmax_count
-    t.max_bytes = p.cmax_bytes
-    t.bytes_cap = p.cmax_bytes
-    t.zbudget = p.cmax_count
-    t.trusted = p.trusted
-    t.copy = p.copy
-    t.max_copy = U64_MAX if (p.max_copy is None or not p.copy) else _cap(p.max_copy)
-    return 0
-
-
 cdef object rec_decode(DecodeProgram p, DCtx *t, const uint8_t *d, Py_ssize_t n, object owner,
                        object mv, bint shared):
     """``p.decode`` of the ``n`` bytes at ``d``: ``owner`` holds them, ``mv``
@@ -110,14 +97,7 @@ cdef object rec_decode(DecodeProgram p, DCtx *t, const uint8_t *d, Py_ssize_t n,
         Py_INCREF(mv)
         c.mv = <PyObject *>mv
     try:
-        if p.framed:
-            c.pos = frame_check(c.d, c.n, p.hash_ok, p.hash)
-        if p.top_tensors:
-            return dec_tensors(p.root, &c, True)
-        v = dec(p.root, &c)
-        if c.pos != c.n:
-            kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
-        return v
+        return ctx_run(p, &c)
     finally:
         Py_XDECREF(c.mv)
 
@@ -146,7 +126,7 @@ def decode_records(program, buf, origin, offsets, Py_ssize_t first, Py_ssize_t l
     cdef const char *offs
     cdef bint check = bool(verify)
     if p is not None:
-        rec_ctx(p, &t)
+        ctx_start(p, &t)
     get_view(buf, &bv)
     try:
         get_view(offsets, &ov)
@@ -214,7 +194,7 @@ def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify
     cdef uint8_t le[8]
     cdef bint check = bool(verify)
     if p is not None:
-        rec_ctx(p, &t)
+        ctx_start(p, &t)
     get_view(buf, &bv)
     try:
         d = <const uint8_t *>bv.buf
