@@ -39,12 +39,21 @@ pytestmark = pytest.mark.skipif(
 
 # -- file-list rules ---------------------------------------------------------
 # Patterns: "*" matches within one path segment, "**" across segments.
+#
+# What the package ships is never listed here: it is read off the tree (the
+# tracked files under kiln/, package_files()), so a new package, module, stub
+# or data file is checked the day it is added.
+
+# suffixes of the files under kiln/ that ship in every wheel: Python source,
+# stubs, the typing marker; anything else tracked under kiln/ is package data
+# only if pyproject.toml's package-data names it (package_data_patterns()).
+PACKAGE_SOURCE = (".py", ".pyi")
+PACKAGE_MARKERS = ("py.typed",)
 
 SDIST_ALLOWED = [
     "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md",
     "LICENSE", "kiln_wire.egg-info/*",
-    "kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
-    "kiln/py.typed", "kiln/*.pyi", "kiln/records/*.py",
+    "kiln/**.py", "kiln/**.pyi", "kiln/**py.typed",
     "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
     "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/records_oracle.py", "fuzz/corpus/**",
@@ -53,16 +62,41 @@ SDIST_ALLOWED = [
 SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
                    "tests/test_dist.py", "kiln/data/*.json"]
 
-WHEEL_ALLOWED = ["kiln/*.py", "kiln/_kernels_py/*.py", "kiln/convert/*.py", "kiln/data/*.py",
-                 "kiln/records/*.py",
-                 "kiln/data/*.json", "kiln/py.typed", "kiln/*.pyi",
+WHEEL_ALLOWED = ["kiln/**.py", "kiln/**.pyi", "kiln/**py.typed", "kiln/data/*.json",
                  "kiln_wire-*.dist-info/**"]
-# the package's own files, in the sdist and in every wheel
-KILN_FILES = ["kiln/*.py", "kiln/*.pyi", "kiln/_kernels_py/*.py", "kiln/convert/*.py",
-              "kiln/data/*.py", "kiln/records/*.py"]
 # built into every wheel from the sdist's spec/ (setup.py's build_py): one source
 WHEEL_BUILT = {"kiln/data/kiln-v2-cases.json": "spec/kiln-v2-cases.json"}
 WHEEL_EXTENSION = ["kiln/_kernels_c.*.so", "kiln/_kernels_c.*.pyd"]
+
+
+def tracked_files(root, sub):
+    """The files of the checkout at root under sub/, relative to root: git's
+    tracked and new (not ignored) files where root is a git checkout, else
+    every file on disk there (an unpacked sdist) less build litter."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard", "--", sub],
+                             cwd=root, capture_output=True, check=True).stdout
+        if os.path.exists(os.path.join(root, ".git")):   # a worktree's .git is a file
+            return sorted(f for f in out.decode().split("\0")
+                          if f and os.path.isfile(os.path.join(root, f)))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    found = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, sub)):
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".hypothesis",
+                                                        ".pytest_cache")]
+        for f in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
+            if not _matches(rel, SDIST_FORBIDDEN):
+                found.append(rel)
+    return sorted(found)
+
+
+def package_files(root=ROOT):
+    """Every file under kiln/ that a wheel must hold, read off the tree: Python
+    source, stubs and the typing marker, wherever they sit."""
+    return [f for f in tracked_files(root, "kiln")
+            if f.endswith(PACKAGE_SOURCE) or os.path.basename(f) in PACKAGE_MARKERS]
 
 
 def _pattern(glob_pat):
@@ -106,23 +140,15 @@ def wheel_names(path):
 
 def _checkout_files(root, sub, patterns=("**",)):
     """Files under root/sub matching patterns (relative to root), minus build litter."""
-    out = []
-    base = os.path.join(root, sub)
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".hypothesis",
-                                                        ".pytest_cache")]
-        for f in filenames:
-            rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
-            if _matches(rel, patterns) and not _matches(rel, SDIST_FORBIDDEN):
-                out.append(rel)
-    return sorted(out)
+    return [f for f in tracked_files(root, sub)
+            if _matches(f, patterns) and not _matches(f, SDIST_FORBIDDEN)]
 
 
 def expected_sdist_files(root=ROOT):
     """What the sdist must hold, from the checkout at root."""
     need = ["PKG-INFO", "pyproject.toml", "setup.py", "README.md", "LICENSE",
             "constraints/build.txt", "fuzz/oracle.py", "kiln/py.typed"]
-    need += _checkout_files(root, "kiln", KILN_FILES)
+    need += package_files(root)
     need += _checkout_files(root, "src", ["src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h",
                                           "src/kernels/*.pxi"])
     need += _checkout_files(root, "tests")
@@ -152,7 +178,7 @@ def check_wheel(names, filename, root=ROOT):
     tag = os.path.basename(filename)[:-len(".whl")].split("-")[-3:]
     pure = tag == ["py3", "none", "any"]
     have = set(names)
-    for n in _checkout_files(root, "kiln", KILN_FILES) + ["kiln/py.typed"] + list(WHEEL_BUILT):
+    for n in package_files(root) + list(WHEEL_BUILT):
         if n not in have:
             problems.append("wheel lacks %s" % n)
     dist_info = [n for n in names if re.match(r"kiln_wire-[^/]+\.dist-info/(METADATA|WHEEL|RECORD)$", n)]
@@ -269,9 +295,7 @@ def test_rules_reject_strays():
                   "kiln/data/kiln-v2-cases.json"):
         assert check_sdist(good + [stray]) == ["sdist should not contain " + stray]
     assert any("lacks src/" in p for p in check_sdist([n for n in good if not n.endswith(".pyx")]))
-    kiln_py = [n for n in good
-               if re.match(r"kiln/((_kernels_py|convert|data|records)/)?[^/]+\.(pyi?|json)$", n)] \
-        + ["kiln/py.typed"] + list(WHEEL_BUILT)
+    kiln_py = package_files() + list(WHEEL_BUILT)
     info = ["kiln_wire-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
     assert check_wheel([n for n in kiln_py if n not in WHEEL_BUILT] + info,
                        "kiln_wire-0.1.0-py3-none-any.whl") == \
@@ -285,6 +309,53 @@ def test_rules_reject_strays():
                   "tests/test_golden.py", "spec/kiln-v2-cases.json", "kiln.libs/libfoo.so"):
         assert check_wheel(kiln_py + info + [stray], "kiln_wire-0.1.0-py3-none-any.whl") == \
             ["wheel should not contain " + stray]
+
+
+def test_every_package_module_is_required_of_a_wheel():
+    """The wheel rules come from the tree: each module of each subpackage (the
+    ones that were left out of the wheels once: _tensors, _files, _cli) is
+    required, and dropping any one file is reported by name."""
+    files = package_files()
+    for sub in ("_tensors", "_files", "_cli", "records", "convert", "_kernels_py", "data"):
+        assert "kiln/%s/__init__.py" % sub in files, sub
+    assert "kiln/py.typed" in files and "kiln/_kernels_c.pyi" in files
+    info = ["kiln_wire-0.1.0.dist-info/" + n for n in ("METADATA", "WHEEL", "RECORD")]
+    names = files + list(WHEEL_BUILT) + info
+    assert check_wheel(names, "kiln_wire-0.1.0-py3-none-any.whl") == []
+    for gone in ("kiln/_tensors/tensor.py", "kiln/_cli/__init__.py", "kiln/_files/atomic.py",
+                 "kiln/_kernels_c.pyi", "kiln/py.typed"):
+        assert check_wheel([n for n in names if n != gone],
+                           "kiln_wire-0.1.0-py3-none-any.whl") == ["wheel lacks " + gone]
+
+
+def _configured_packages(root=ROOT):
+    """The packages pyproject.toml's [tool.setuptools] makes setuptools ship,
+    computed the way setuptools does: a list as written, or packages.find."""
+    tool = _pyproject(root)["tool"]["setuptools"]
+    if "packages" in tool and not isinstance(tool["packages"], dict):
+        return set(tool["packages"])
+    find = tool.get("packages", {}).get("find") if isinstance(tool.get("packages"), dict) else None
+    assert find is not None, "pyproject.toml says neither packages nor packages.find"
+    _need("setuptools", "package discovery")
+    from setuptools import find_namespace_packages, find_packages
+    finder = find_namespace_packages if find.get("namespaces", True) else find_packages
+    found = set()
+    for where in find.get("where", ["."]):
+        found |= set(finder(os.path.join(root, where), include=find.get("include", ("*",)),
+                            exclude=find.get("exclude", ())))
+    return found
+
+
+def test_configured_packages_are_the_trees_packages():
+    """Every directory under kiln/ with tracked Python source is a package that
+    ships, and nothing else does: the package list cannot drift from the tree
+    (a hand-written list that missed kiln._tensors, kiln._files and kiln._cli
+    once made every wheel fail on import)."""
+    dirs = {os.path.dirname(f).replace("/", ".") for f in package_files() if f.endswith(".py")}
+    assert _configured_packages() == dirs
+    for d in dirs:
+        assert os.path.isfile(os.path.join(ROOT, *d.split("."), "__init__.py")), \
+            "%s has Python source but no __init__.py: setuptools would not ship it" % d
 
 
 def test_sdist_file_list(dists):
@@ -329,13 +400,13 @@ def test_compiled_wheel_file_list(dists):
 
 # -- configuration -------------------------------------------------------------
 
-def _pyproject():
+def _pyproject(root=ROOT):
     if sys.version_info >= (3, 11):
         import tomllib
     else:
         _need("tomli", "reads pyproject.toml on Python 3.10 (a dependency of build)")
         import tomli as tomllib
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
         return tomllib.load(f)
 
 
