@@ -56,7 +56,7 @@ SDIST_ALLOWED = [
     "kiln/**.py", "kiln/**.pyi", "kiln/**py.typed",
     "src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h", "src/kernels/*.pxi",
     "constraints/build.txt",
-    "tests/**", "spec/**", "fuzz/oracle.py", "fuzz/records_oracle.py", "fuzz/corpus/**",
+    "tests/**", "spec/**", "fuzz/*oracle*.py", "fuzz/corpus/**",
 ]
 # never in an sdist, even under an allowed directory
 SDIST_FORBIDDEN = ["**.c", "**.so", "**.pyd", "**.o", "**.obj", "**.py[cod]", "**/__pycache__/**",
@@ -144,10 +144,36 @@ def _checkout_files(root, sub, patterns=("**",)):
             if _matches(f, patterns) and not _matches(f, SDIST_FORBIDDEN)]
 
 
+def fuzz_modules_tests_import(root=ROOT):
+    """The modules of fuzz/ that the test suite imports, directly or through
+    each other (tests put fuzz/ on sys.path): the sdist must carry them."""
+    fuzz = os.path.join(root, "fuzz")
+    if not os.path.isdir(fuzz):
+        return []
+    have = {f[:-3] for f in os.listdir(fuzz) if f.endswith(".py")}
+    imported = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+
+    def names(path):
+        with open(path, encoding="utf-8") as f:
+            return set(imported.findall(f.read())) & have
+    todo = set()
+    for f in tracked_files(root, "tests"):
+        if f.endswith(".py"):
+            todo |= names(os.path.join(root, f))
+    seen = set()
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo |= names(os.path.join(fuzz, n + ".py"))
+    return sorted("fuzz/%s.py" % n for n in seen)
+
+
 def expected_sdist_files(root=ROOT):
     """What the sdist must hold, from the checkout at root."""
     need = ["PKG-INFO", "pyproject.toml", "setup.py", "README.md", "LICENSE",
-            "constraints/build.txt", "fuzz/oracle.py", "kiln/py.typed"]
+            "constraints/build.txt", "kiln/py.typed"]
+    need += fuzz_modules_tests_import(root)
     need += package_files(root)
     need += _checkout_files(root, "src", ["src/*.pyx", "src/*.pxd", "src/*.pxi", "src/*.h",
                                           "src/kernels/*.pxi"])
@@ -362,7 +388,8 @@ def test_sdist_file_list(dists):
     names = sdist_names(dists["sdist"])
     assert check_sdist(names, dists["root"]) == []
     # what a build needs, by name
-    for n in ("src/_kernels_c.pyx", "spec/kiln-v2-cases.json", "tests/conftest.py"):
+    for n in ("src/_kernels_c.pyx", "spec/kiln-v2-cases.json", "tests/conftest.py",
+              "fuzz/oracle.py", "fuzz/records_oracle.py", "fuzz/parsers_oracle.py"):
         assert n in names
 
 

@@ -6,7 +6,9 @@ import pytest
 
 import kiln
 
-ray = pytest.importorskip("ray", reason="Ray has no wheel for this platform or Python")
+ray = pytest.importorskip(
+    "ray", reason="ray is not installed (the ray extra; it is empty where Ray has no wheel: "
+                  "outside Linux x86_64/aarch64 or on Python 3.14+)")
 
 
 @pytest.fixture(scope="module")
