@@ -37,7 +37,9 @@ def plain_env(folder):
     os.makedirs(pkg, exist_ok=True)
     link = os.path.join(pkg, "kiln")
     if not os.path.exists(link):
-        os.symlink(os.path.join(ROOT, "kiln"), link)
+        # the package this test process imports: the checkout's or an installed wheel's
+        import kiln
+        os.symlink(os.path.dirname(os.path.realpath(kiln.__file__)), link)
     conf = os.path.join(folder, "dask-config")
     os.makedirs(conf, exist_ok=True)
     env = {k: v for k, v in os.environ.items()

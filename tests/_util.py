@@ -4,6 +4,19 @@ import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a run from an installed wheel: tests/ copied out of the sdist, no kiln/ source
+IS_SOURCE_TREE = os.path.isfile(os.path.join(ROOT, "kiln", "__init__.py"))
+
+
+def mypy_path(*extra):
+    """MYPYPATH for a type check of user code: the folder holding the kiln
+    package when it is a checkout (an editable install hides it behind an
+    import hook that type checkers do not run); nothing for an installed wheel,
+    which mypy finds in site-packages itself (and refuses on MYPYPATH)."""
+    import kiln
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+    parts = [parent] if os.path.isfile(os.path.join(parent, "pyproject.toml")) else []
+    return os.pathsep.join(parts + [str(e) for e in extra])
 CASES_PATH = os.path.join(ROOT, "spec", "kiln-v2-cases.json")
 sys.path.insert(0, os.path.join(ROOT, "spec", "reference"))
 import kiln_ref  # noqa: E402  (the executable spec; standard library only)

@@ -188,7 +188,7 @@ def test_a_plain_cluster_takes_kiln_values_without_a_preload(cluster, tmp_path):
     assert len(out["fresh"]) == 2
     for p in out["fresh"].values():       # the workers had met nothing of ours
         assert p == {"kiln": False, "kiln.dask": False, "preload": [], "tests": []}
-    ours = os.path.realpath(os.path.join(ROOT, "kiln", "__init__.py"))
+    ours = os.path.realpath(kiln.__file__)
     assert [k[0] for k in out["kiln"].values()] == [ours, ours]
     assert out["on a"] == out["want"] and out["on b"] == out["want"]
     assert out["want"][0] == DIRECTORY and out["want"][1] == ["b", "h", "w"]

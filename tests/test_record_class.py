@@ -20,6 +20,8 @@ import typing
 import pytest
 
 import kiln
+
+from _util import mypy_path
 from kiln import _record
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -228,7 +230,7 @@ def test_mixed_bases(impl):
 
 def test_mypy_accepts_records_and_reports_mistakes(tmp_path):
     parent = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
-    env = dict(os.environ, MYPYPATH=parent)
+    env = dict(os.environ, MYPYPATH=mypy_path())
 
     def mypy(name):
         return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",

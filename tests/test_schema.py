@@ -11,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kiln
+
+from _util import mypy_path
 from kiln.schema import generate
 
 jsonschema = pytest.importorskip("jsonschema")   # a test dependency (the [test] extra)
@@ -141,7 +143,7 @@ def test_kiln_gen_writes_dataclasses_with_the_same_types(api, tmp_path):
     rec = mod.Reading(1, "a", b"\x00", [1, 2], mod.Point(0.5, 1.0), [], {"k": True}, big=7)
     assert rec.note is None
     assert kiln.decode(kiln.encode(rec, mod.Reading), mod.Reading) == rec
-    env = dict(os.environ, MYPYPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    env = dict(os.environ, MYPYPATH=mypy_path())
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
                         "--cache-dir", str(tmp_path / "mypy"), str(out)],
                        capture_output=True, text=True, env=env, timeout=300)

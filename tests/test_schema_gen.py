@@ -23,7 +23,7 @@ import pytest
 import kiln
 from kiln import _compat
 from kiln.schema import generate
-from _util import kiln_ref
+from _util import kiln_ref, mypy_path
 
 
 @pytest.fixture
@@ -197,8 +197,7 @@ def test_generated_modules_and_their_use_pass_mypy_strict(generated, tmp_path):
     bad = d / "misuse_generated.py"
     bad.write_text("import gen_optional\n\n"
                    "a = gen_optional.Rec(7, None, 0.5)\n")   # score is keyword-only
-    env = dict(os.environ, MYPYPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(kiln.__file__)), str(d)]))
+    env = dict(os.environ, MYPYPATH=mypy_path(d))
     cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
            "--cache-dir", str(tmp_path / "mypy")]
     r = subprocess.run(cmd + _source_files(d) + [str(use)], capture_output=True, text=True,

@@ -14,7 +14,7 @@ import pytest
 
 import kiln
 from kiln.schema import generate
-from _util import kiln_ref
+from _util import kiln_ref, mypy_path
 
 
 def _obj(**props):
@@ -171,7 +171,7 @@ def test_kiln_gen_on_hostile_names_imports_and_type_checks(tmp_path):
     t = kiln.schema_from_json(doc)
     assert kiln.struct(mod.ROOT).schema_hash == kiln_ref.schema_hash(t.text)
     pytest.importorskip("mypy")   # the [test] extra; the wheel jobs count it as skipped
-    env = dict(os.environ, MYPYPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    env = dict(os.environ, MYPYPATH=mypy_path())
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
                         "--cache-dir", str(tmp_path / "mypy"), str(out)],
                        capture_output=True, text=True, env=env, timeout=300)

@@ -12,6 +12,8 @@ import pytest
 
 import kiln
 
+from _util import mypy_path
+
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "typing")
 # the folder that holds the kiln package: an editable install hides it behind
 # an import hook that type checkers do not run
@@ -45,7 +47,7 @@ def _need(module, dist):
 
 def _mypy(path, tmp_path):
     _need("mypy", "mypy")
-    env = dict(os.environ, MYPYPATH=KILN_PARENT)
+    env = dict(os.environ, MYPYPATH=mypy_path())
     return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
                            "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary", path],
                           capture_output=True, text=True, env=env, timeout=300)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from test_typing import HERE, KILN_PARENT, _mypy, _need, _pyright, _pyright_errors
 
@@ -41,6 +42,9 @@ def test_the_readme_mypy_config_for_a_checkout_works(tmp_path):
     """README, "Type checking": mypy pointed at the checkout with the config shown
     checks the user's code only (without follow_imports it reported kiln's own
     internals: about a thousand errors)."""
+    if not os.path.isfile(os.path.join(KILN_PARENT, "README.md")):
+        pytest.skip("kiln is an installed wheel here, not a checkout: the README's advice "
+                    "for a checkout does not apply")
     _need("mypy", "mypy")
     conf = _readme_mypy_config().replace("/path/to/kiln-checkout", KILN_PARENT)
     (tmp_path / "pyproject.toml").write_text(conf)
