@@ -260,3 +260,33 @@ def test_what_the_writer_commits_the_reader_accepts(api, tmp_path):
     d = kiln.load_tensors(p)
     assert d["q"].layout == "ggml.Q4_0" and bytes(d["q"].data) == bytes(range(18))
     assert d["b"].numpy().tolist() == [True, False, True] and kiln.load_metadata(p) == {"k": 1}
+
+
+# -- temporary names (issue 38 items 9 and 15) -----------------------------------
+
+def test_a_stale_name_with_a_huge_pid_is_left_alone_and_the_save_works(tmp_path):
+    """A leftover '.<name>.<pid>.<hex>.kiln-tmp' whose pid is past any process id
+    (once: OverflowError from os.kill) is not a kiln writer's: never parsed as one,
+    never removed, and the save goes on."""
+    target = tmp_path / "w.kiln"
+    for pid in ("99999999999999999999", "4294967296", "0"):
+        stray = tmp_path / (".w.kiln.%s.0123456789abcdef.kiln-tmp" % pid)
+        stray.write_bytes(b"not ours")
+        kiln.save_tensors(str(target), {"w": np.arange(3, dtype=np.int32)})
+        assert stray.read_bytes() == b"not ours"
+        assert kiln.load_tensors(str(target))["w"].numpy().tolist() == [0, 1, 2]
+
+
+def test_a_target_name_at_the_folder_limit_saves_atomically(tmp_path):
+    """A legal name of up to the folder's limit (255 bytes here) saves: the
+    temporary name is kept within the limit (once: errno 36 past ~220 bytes)."""
+    limit = os.pathconf(str(tmp_path), "PC_NAME_MAX")
+    for name in ("a" * (limit - 5) + ".kiln", "é" * ((limit - 5) // 2) + ".kiln"):
+        assert len(os.fsencode(name)) <= limit
+        target = tmp_path / name
+        open(target, "wb").close()            # a plain open of the name works
+        kiln.save_tensors(str(target), {"w": np.ones(2, np.float32)})
+        assert kiln.load_tensors(str(target))["w"].numpy().tolist() == [1.0, 1.0]
+        kiln.save_tensors(str(target), {"w": np.zeros(2, np.float32)})   # and replaces
+        assert kiln.load_tensors(str(target))["w"].numpy().tolist() == [0.0, 0.0]
+        assert not [n for n in os.listdir(tmp_path) if n.endswith(".kiln-tmp")]

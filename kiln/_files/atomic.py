@@ -2,7 +2,9 @@
 
 The temporary file is made in the folder of the file that is finally
 replaced, under a name no other thread or process can have chosen
-(``.<name>.<pid>.<random>.kiln-tmp``, created with ``O_EXCL``).  It never
+(``.<name>.<pid>.<random>.kiln-tmp``, created with ``O_EXCL``; a name too
+long for that within the folder's name limit is cut to its first characters
+and a hash of the whole).  It never
 grants more than the file it replaces:
 
 * when the target exists, the temporary file is created ``0600`` and then
@@ -24,7 +26,9 @@ fsyncs the folder; ``discard`` removes it and leaves the target as it was.
 Used as a context manager (``with AtomicFile(path) as out:``), the file is
 committed when the block ends and discarded when it raises (or when the
 commit itself fails).  A writer killed half way leaves its temporary file; the
-next writer into that folder removes those of processes that are gone.
+next writer into that folder removes those of processes that are gone (a
+name is read as a writer's only when its process id is one a system can give;
+other names are left alone).
 """
 
 import errno
@@ -39,7 +43,12 @@ from .paths import local_path
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.(?P<n>[0-9a-f]+)\.kiln-tmp$")
+_TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>[1-9][0-9]{0,9})\.(?P<n>[0-9a-f]{16})\.kiln-tmp$")
+# the largest process id any supported system gives (a C int); a name that
+# claims a larger one is not a kiln writer's and is left alone
+_PID_MAX = 2 ** 31 - 1
+# ".<base>.<pid>.<16 hex>.kiln-tmp" adds this much to the target's name, at most
+_TMP_EXTRA = len(".." + str(_PID_MAX) + "." + "0" * 16 + ".kiln-tmp")
 _TRIES = 100
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | \
     getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -57,10 +66,37 @@ def resolve_target(path: PathLike) -> str:
     return target
 
 
+def _name_max(folder: str) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (AttributeError, OSError, ValueError):
+        return 255
+
+
+def tmp_base(folder: str, base: str) -> str:
+    """The part of the temporary names that stands for ``base``: ``base`` itself,
+    or, where ``base`` is so long that the temporary name would pass the folder's
+    name limit, its first bytes and a hash of the whole (still one per target)."""
+    room = _name_max(folder) - _TMP_EXTRA
+    raw = os.fsencode(base)
+    if len(raw) <= room:
+        return base
+    import hashlib
+    tag = "~" + hashlib.sha256(raw).hexdigest()[:16]
+    keep, size = [], 0
+    for ch in base:   # whole characters, never part of a multi-byte one
+        size += len(os.fsencode(ch))
+        if size > room - len(tag):
+            break
+        keep.append(ch)
+    return "".join(keep) + tag
+
+
 def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
     """A new file in ``folder`` under a name unique across threads and processes."""
+    short = tmp_base(folder, base)
     for _ in range(_TRIES):
-        tmp = os.path.join(folder, ".%s.%d.%s.kiln-tmp" % (base, os.getpid(),
+        tmp = os.path.join(folder, ".%s.%d.%s.kiln-tmp" % (short, os.getpid(),
                                                          os.urandom(8).hex()))
         try:
             return os.open(tmp, _OPEN_FLAGS, mode), tmp
@@ -215,12 +251,13 @@ def _remove_stale(folder: str, base: str) -> None:
         names = os.listdir(folder)
     except OSError:
         return
+    short = tmp_base(folder, base)
     for name in names:
         m = _TMP.match(name)
-        if m is None or m.group("base") != base:
+        if m is None or m.group("base") != short:
             continue
         pid = int(m.group("pid"))
-        if pid == os.getpid() or _alive(pid):
+        if pid > _PID_MAX or pid == os.getpid() or _alive(pid):
             continue
         try:
             os.unlink(os.path.join(folder, name))
@@ -233,8 +270,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
-        return True   # exists, not ours
+    except (OSError, OverflowError):
+        return True   # exists, not ours (or not a process id this system has)
     return True
 
 
