@@ -84,3 +84,55 @@ def test_the_command_line_knows_the_record_magic():
     from kiln.records import _format
     assert _format.MAGIC is _wire.RECORDS_MAGIC   # one place, which the command line reads
     assert "KLNR" not in open(common.__file__).read()
+
+
+def test_a_failed_conversion_leaves_the_destination_as_it_was(impl, tmp_path):
+    """jsonl -> kilnr and kilnr -> jsonl write through the atomic replace: a
+    failure keeps an existing destination byte for byte and leaves no partial
+    output or temporary file (once: the .kilnr was deleted, the .jsonl half
+    written)."""
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    (tmp_path / "bad.jsonl").write_text(json.dumps(ROWS[0]) + "\n{\"id\": \"x\"}\n")
+    (tmp_path / "d.kilnr").write_bytes(b"the old file")
+    r = kiln_cli(impl, "convert", "bad.jsonl", "d.kilnr", "--schema", "s.json", cwd=tmp_path)
+    assert r.returncode == 1 and "line 2" in r.stderr
+    assert (tmp_path / "d.kilnr").read_bytes() == b"the old file"
+    # a record file whose second record is damaged: the first converts, then a failure
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ROWS))
+    r = kiln_cli(impl, "convert", "d.jsonl", "good.kilnr", "--schema", "s.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = bytearray((tmp_path / "good.kilnr").read_bytes())
+    with kiln.RecordFile(tmp_path / "good.kilnr", TEXT, kernels=impl.kernels) as rf:
+        second = rf.offsets[1] if hasattr(rf, "offsets") else None
+    at = data.index(b"\x02\x00\x00\x00\x00\x00\x00\x00") if second is None else second + 20
+    data[at] ^= 0x40                                       # inside record 2: its CRC fails
+    (tmp_path / "torn.kilnr").write_bytes(bytes(data))
+    (tmp_path / "back.jsonl").write_text("old line\n")
+    r = kiln_cli(impl, "convert", "torn.kilnr", "back.jsonl", "--type", TEXT, cwd=tmp_path)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert (tmp_path / "back.jsonl").read_text() == "old line\n"
+    assert not [n for n in __import__("os").listdir(tmp_path) if n.endswith(".kiln-tmp")]
+
+
+def test_an_exception_inside_the_writer_block_leaves_a_file_that_is_not_complete(impl, tmp_path):
+    """with RecordWriter(path): an exception in the block writes no index and no
+    trailer (once: the file opened as complete); the records written before it
+    are there for recover=True."""
+    p = tmp_path / "x.kilnr"
+    try:
+        with kiln.RecordWriter(p, TEXT, kernels=impl.kernels) as w:
+            w.write({"id": 1, "name": "a", "w": [], "raw": b""})
+            w.write({"id": 2, "name": "b", "w": [0.5], "raw": b"\1"})
+            raise RuntimeError("the producer failed")
+    except RuntimeError:
+        pass
+    import pytest
+    with pytest.raises(kiln.KilnError):
+        kiln.RecordFile(p, TEXT, kernels=impl.kernels)
+    with kiln.RecordFile(p, TEXT, recover=True, kernels=impl.kernels) as rf:
+        assert [v["id"] for v in rf] == [1, 2]
+    # no exception: complete, as before
+    with kiln.RecordWriter(p, TEXT, kernels=impl.kernels) as w:
+        w.write({"id": 3, "name": "c", "w": [], "raw": b""})
+    with kiln.RecordFile(p, TEXT, kernels=impl.kernels) as rf:
+        assert [v["id"] for v in rf] == [3]

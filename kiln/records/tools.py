@@ -8,12 +8,12 @@ and that each value starts with a Kiln frame of the header's schema hash.
 
 import base64
 import json
-import os
 from typing import Any, Dict, Iterator, Optional, TextIO
 
 import numpy as np
 
 from .._errors import KilnError
+from .._files.atomic import AtomicFile
 from .._plan import Some
 from .._tensors import TensorDirectory
 from .._types import as_type
@@ -141,29 +141,26 @@ def _lines(f: TextIO) -> Iterator[Any]:
 def jsonl_to_records(src: str, dst: str, type: Any) -> int:
     """Write each line of a JSON Lines file as one record of ``type``."""
     t = as_type(type)
-    with open(src, encoding="utf-8") as f:
-        w = RecordWriter(dst, t)
+    # through the atomic replace: a failure leaves dst as it was (an existing
+    # file is kept, no half-converted output is left)
+    with open(src, encoding="utf-8") as f, AtomicFile(dst) as out:
+        w = RecordWriter(out.f, t)
         count = 0
-        try:
-            for n, doc in _lines(f):
-                try:
-                    w.write(from_json(doc, t))
-                except (KilnError, ValueError) as e:
-                    raise ValueError("%s line %d: %s" % (src, n, e))
-                count += 1
-        except BaseException:
-            w.close()
-            os.remove(dst)                       # no half-converted output is left
-            raise
+        for n, doc in _lines(f):
+            try:
+                w.write(from_json(doc, t))
+            except (KilnError, ValueError) as e:
+                raise ValueError("%s line %d: %s" % (src, n, e))
+            count += 1
         w.close()
     return count
 
 
 def records_to_jsonl(src: str, dst: str, type: Any) -> int:
     """Write each record of a record file as one line of JSON."""
-    with RecordFile(src, type) as rf, open(dst, "w", encoding="utf-8") as out:
+    with RecordFile(src, type) as rf, AtomicFile(dst) as out:
         n = 0
         for v in rf:
-            out.write(json.dumps(to_json(v), ensure_ascii=False) + "\n")
+            out.f.write((json.dumps(to_json(v), ensure_ascii=False) + "\n").encode("utf-8"))
             n += 1
     return n

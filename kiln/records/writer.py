@@ -253,7 +253,13 @@ class RecordWriter(Generic[T]):
     def __enter__(self) -> "RecordWriter[T]":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is not None:
+            # an exception inside the block: no index and no trailer, so the
+            # file never passes for complete; the records written so far are
+            # there for recover=True
+            with self._lock:
+                self._broken = True
         self.close()
 
     def __repr__(self) -> str:
