@@ -27,14 +27,16 @@ def version_line(impl):
                                                               "on" if layer else "off")
 
 
-def _child(args, impl, cwd):
+def _child(args, impl, cwd, tmpdir=None):
     env = dict(os.environ)
+    if tmpdir is not None:   # where the child's tempfile writes
+        env["TMPDIR"] = str(tmpdir)
     env["KILN_PUREPYTHON"] = "1" if impl == "python" else "0"   # always explicit
     return subprocess.run([sys.executable, "-m", "kiln", *map(str, args)], capture_output=True,
                           text=True, timeout=300, env=env, cwd=cwd)
 
 
-def run(*args, env_impl=None, cwd=None):
+def run(*args, env_impl=None, cwd=None, tmpdir=None):
     """``kiln ARGS`` in a subprocess on the kernels ``env_impl`` (default DEFAULT_IMPL);
     the first time each kernel is used, ``kiln --version`` in the same environment
     must report it, so every command of this module ran the kernel it was given."""
@@ -43,7 +45,7 @@ def run(*args, env_impl=None, cwd=None):
         r = _child(["--version"], impl, cwd)
         assert (r.returncode, r.stdout.strip()) == (0, version_line(impl)), r.stderr
         _VERIFIED.add(impl)
-    r = _child(args, impl, cwd)
+    r = _child(args, impl, cwd, tmpdir)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -63,9 +65,15 @@ def test_help_has_examples():
     assert code == 0 and "examples:" in out and "kiln convert" in out
 
 
-def test_demo(impl):
-    code, out, err = run("demo", env_impl=impl.name)
+def test_demo(impl, tmp_path):
+    # the demo keeps its file for the user to look at, in a new folder of the
+    # temporary directory: here tmp_path (once: /tmp/kiln-demo-* left behind)
+    code, out, err = run("demo", env_impl=impl.name, tmpdir=tmp_path, cwd=tmp_path)
     assert code == 0, err
+    (kept,) = os.listdir(tmp_path)
+    assert kept.startswith("kiln-demo-") and \
+        os.listdir(tmp_path / kept) == ["sample.kiln"], os.listdir(tmp_path / kept)
+    assert "saved %s" % (tmp_path / kept / "sample.kiln") in out
     assert "round trip bit for bit: ok" in out and "dense.q4" in out and "pickle" in out
     assert "%s kernels" % impl.name in out
 
