@@ -74,11 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file")
     c.add_argument("--type", help="decode as this type (a record)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--recover", action="store_true",
+                   help="a torn record file (a writer killed or failed): report its "
+                        "complete records and where they end")
     c.set_defaults(fn=cmd_inspect)
     c = sub.add_parser("check", help="exit 0 when the file is valid")
     c.add_argument("file")
     c.add_argument("--type", help="check as a record of this type")
     c.add_argument("--framed", action="store_true", help="the record has a 16-byte frame")
+    c.add_argument("--recover", action="store_true",
+                   help="a torn record file: check its complete records, say where they "
+                        "end (the exit status is still 1: the file is torn)")
     c.set_defaults(fn=cmd_check)
     c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz")
     c.add_argument("src")

@@ -136,3 +136,32 @@ def test_an_exception_inside_the_writer_block_leaves_a_file_that_is_not_complete
         w.write({"id": 3, "name": "c", "w": [], "raw": b""})
     with kiln.RecordFile(p, TEXT, kernels=impl.kernels) as rf:
         assert [v["id"] for v in rf] == [3]
+
+
+def test_inspect_and_check_of_a_torn_file_and_a_wrong_type(impl, tmp_path):
+    """A torn record file: inspect and check fail naming the path once, with
+    the code and offset, and point at --recover, which the commands have;
+    --recover reports the complete records. inspect --type of another type
+    fails (once: exit 0)."""
+    p = tmp_path / "k.kilnr"
+    with kiln.RecordWriter(p, TEXT, kernels=impl.kernels) as w:
+        w.write({"id": 1, "name": "a", "w": [], "raw": b""})
+        w.write({"id": 2, "name": "b", "w": [0.5], "raw": b"\1"})
+    r = kiln_cli(impl, "inspect", "k.kilnr", "--type", "struct{b:str,}", cwd=tmp_path)
+    assert r.returncode == 1 and "does not match the file" in r.stdout
+    assert kiln_cli(impl, "inspect", "k.kilnr", "--type", TEXT, cwd=tmp_path).returncode == 0
+    data = p.read_bytes()
+    (tmp_path / "t.kilnr").write_bytes(data[:-10])           # the trailer cut
+    for cmd in ("inspect", "check"):
+        r = kiln_cli(impl, cmd, "t.kilnr", cwd=tmp_path)
+        out = r.stdout + r.stderr
+        assert r.returncode == 1
+        assert out.count("t.kilnr") == 1 and "FRAME at byte " in out, out
+        assert "--recover" in out and "recover=True" not in out, out
+    r = kiln_cli(impl, "inspect", "t.kilnr", "--recover", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["records"] == 2 and rep["torn"]["why"].startswith("FRAME at byte ")
+    r = kiln_cli(impl, "check", "t.kilnr", "--recover", "--type", TEXT, cwd=tmp_path)
+    assert r.returncode == 1 and "torn: 2 complete records valid" in r.stdout, r.stdout
+    assert r.stdout.count("t.kilnr") == 1

@@ -2,6 +2,7 @@
 first bytes (a path or a URL), telling its kind by its magic, and printing
 tensors and values."""
 
+import os
 from typing import Any, Dict, List
 
 from .. import _wire as W
@@ -22,6 +23,21 @@ def about(path: str, e: Any) -> str:
     message that names it already is kept as it is)."""
     text = str(e)
     return text if str(path) in text else "%s: %s" % (path, text)
+
+
+def located(path: str, e: Any) -> str:
+    """A KilnError about the file ``path`` in the one format of the command line:
+    ``<path>: <CODE> at byte N: <what>``, the path named once, and the library's
+    ``recover=True`` advice given as the command's ``--recover``."""
+    return "%s: %s at byte %d: %s" % (path, e.code, e.offset, what(path, e))
+
+
+def what(path: str, e: Any) -> str:
+    """The reason of a KilnError about ``path`` without the path in it."""
+    reason = str(getattr(e, "reason", e))
+    for name in (str(path), os.path.basename(str(path))):
+        reason = reason.replace(name + ": ", "")
+    return reason.replace("recover=True reads", "--recover reads")
 
 
 def head(path: str, n: int) -> bytes:

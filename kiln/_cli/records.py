@@ -4,7 +4,7 @@
 import os
 from typing import Any, Dict, Optional
 
-from .common import EXIT_INVALID, Fail, about, short, size
+from .common import EXIT_INVALID, Fail, located, short, size, what
 
 
 def _record_type(args: Any) -> Optional[Any]:
@@ -28,34 +28,46 @@ def inspect_records(args: Any) -> int:
     import kiln
     from ..records.tools import describe
     report: Dict[str, Any] = {"file": args.file, "size": size(args.file)}
+
+    recover = bool(getattr(args, "recover", False))
     try:
-        report.update(describe(args.file, args.type))
+        report.update(describe(args.file, args.type, recover))
         if args.type and report["type_matches"]:
-            with kiln.RecordFile(args.file, args.type) as rf:
+            with kiln.RecordFile(args.file, args.type, recover=recover) as rf:
                 report["first"] = [short(v) for v in rf[:3]]
     except kiln.KilnError as e:
-        raise Fail(about(args.file, e), EXIT_INVALID)
+        raise Fail(located(args.file, e), EXIT_INVALID)
+    # a type that is not the file's is a failed inspection, not a report
+    code = EXIT_INVALID if args.type and not report["type_matches"] else 0
     if args.json:
         print(json.dumps(report, indent=1, default=str))
-        return 0
-    print("%s: record file, %d bytes, %d records, type hash %s, index at byte %d"
+        return code
+    torn = report.get("torn")
+    print("%s: record file, %d bytes, %d records, type hash %s, %s"
           % (args.file, report["size"], report["records"], report["schema_hash"],
-             report["index_at"]))
+             "index at byte %d" % report["index_at"] if torn is None else
+             "torn: complete records up to byte %d, then %s" % (torn["complete_until"],
+                                                                 torn["why"])))
     if args.type:
         print("type %s: %s" % (report["type"], "matches" if report["type_matches"]
                                else "does not match the file"))
     for v in report.get("first", []):
         print(json.dumps(v, default=str))
-    return 0
+    return code
 
 
 def check_records(args: Any) -> int:
     import kiln
     from ..records.tools import check_all
     try:
-        n = check_all(args.file, args.type)
+        n, torn = check_all(args.file, args.type, bool(getattr(args, "recover", False)))
     except kiln.KilnError as e:
-        print("%s: %s at byte %d: %s" % (args.file, e.code, e.offset, e.reason))
+        print(located(args.file, e))
+        return 1
+    if torn is not None:   # --recover: the complete records check, the file is still torn
+        print("%s: torn: %d complete record%s valid, up to byte %d; then %s at byte %d: %s"
+              % (args.file, n, "" if n == 1 else "s", torn.offset, torn.error.code,
+                 torn.error.offset, what(args.file, torn.error)))
         return 1
     print("%s: valid, %d records%s" % (args.file, n, "" if args.type else
                                          " (framing and checksums; --type also decodes)"))

@@ -32,8 +32,8 @@ class RawRecords(RecordFile[int]):
     """A record file opened without its type: ``rf[i]`` is the length of
     record i's framed value, after every check that needs no type."""
 
-    def __init__(self, source: Any) -> None:
-        RecordFile.__init__(self, source, "list<u8>")    # the type is not used
+    def __init__(self, source: Any, recover: bool = False) -> None:
+        RecordFile.__init__(self, source, "list<u8>", recover=recover)   # the type is not used
 
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         self.type = as_type(type)
@@ -65,13 +65,19 @@ class RawRecords(RecordFile[int]):
         return len(buf)
 
 
-def describe(path: str, type: Optional[str] = None) -> Dict[str, Any]:
-    """The header and trailer facts of a record file (the index is checked)."""
-    rf = RawRecords(path)
+def describe(path: str, type: Optional[str] = None, recover: bool = False) -> Dict[str, Any]:
+    """The header and trailer facts of a record file (the index is checked);
+    with ``recover``, a torn file's complete records and where the scan stopped."""
+    rf = RawRecords(path, recover)
     with rf:
         info: Dict[str, Any] = {"kind": "record file", "records": len(rf),
                                 "schema_hash": "0x%016x" % rf.schema_hash,
                                 "index_at": rf._ip}
+        if rf.recovery is not None:
+            err = rf.recovery.error
+            why = err.reason.replace(str(path) + ": ", "")
+            info["torn"] = {"complete_until": rf.recovery.offset,
+                            "why": "%s at byte %d: %s" % (err.code, err.offset, why)}
     if type is not None:
         t = as_type(type)
         info["type"] = t.text
@@ -79,14 +85,17 @@ def describe(path: str, type: Optional[str] = None) -> Dict[str, Any]:
     return info
 
 
-def check_all(path: str, type: Optional[str] = None) -> int:
-    """Read every record (decoded when ``type`` is given); the count."""
-    rf: RecordFile[Any] = RawRecords(path) if type is None else RecordFile(path, type)
+def check_all(path: str, type: Optional[str] = None,
+              recover: bool = False) -> "tuple[int, Optional[Any]]":
+    """Read every record (decoded when ``type`` is given): the count, and with
+    ``recover`` where a torn file's scan stopped (``None`` for a whole file)."""
+    rf: RecordFile[Any] = RawRecords(path, recover) if type is None else \
+        RecordFile(path, type, recover=recover)
     with rf:
         n = 0
         for _ in rf:
             n += 1
-    return n
+        return n, rf.recovery
 
 
 # --- JSON Lines ----------------------------------------------------------------
