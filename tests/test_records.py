@@ -670,3 +670,27 @@ def test_a_pickle_reopens_the_file_from_another_directory(impl, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     with pickle.loads(blob) as again:
         assert list(again) == values(5)
+
+
+def test_a_container_starts_where_the_file_object_stands(impl, tmp_path):
+    """A container at byte 32 of a file: RecordFile(open file), RecordFile(BytesIO)
+    and iter_records(open file) all read it from the object's position (once:
+    RecordFile(open file) said FRAME at 0)."""
+    import io
+    out = io.BytesIO()
+    with kiln.RecordWriter(out, "str", kernels=impl.kernels) as w:
+        for s in ("a", "bc", "def"):
+            w.write(s)
+    p = tmp_path / "inner.bin"
+    p.write_bytes(b"\xaa" * 32 + out.getvalue())
+    with open(p, "rb") as f:
+        f.seek(32)
+        with kiln.RecordFile(f, "str", kernels=impl.kernels) as rf:
+            assert list(rf) == ["a", "bc", "def"] and rf[2] == "def"
+    b = io.BytesIO(p.read_bytes())
+    b.seek(32)
+    with kiln.RecordFile(b, "str", kernels=impl.kernels) as rf:
+        assert list(rf) == ["a", "bc", "def"]
+    with open(p, "rb") as f:
+        f.seek(32)
+        assert list(kiln.iter_records(f, "str", kernels=impl.kernels)) == ["a", "bc", "def"]

@@ -15,14 +15,21 @@ READ_AHEAD = 64 << 10
 
 
 class LocalSource:
-    """A read-only mapping of a file (or the bytes of a file object that has none)."""
+    """A read-only mapping of a file (or the bytes of a file object that has none).
+
+    A file object's container starts at its current position, whatever the
+    object: an open file is mapped and read from ``tell()`` on, as the bytes
+    ``read()`` gives from one without a descriptor (a ``BytesIO``), and as
+    ``kiln.iter_records`` reads a stream; offsets count from there."""
 
     def __init__(self, source: Any) -> None:
         self.mm: Any = None
+        start = 0
         if hasattr(source, "read"):
             self.name = str(getattr(source, "name", "<file object>"))
             try:
                 fd = source.fileno()
+                start = int(source.tell())
             except (AttributeError, OSError, ValueError):
                 data = source.read()
                 self.view = memoryview(data).cast("B")
@@ -34,6 +41,10 @@ class LocalSource:
             with builtins.open(self.name, "rb") as f:
                 self._map(f.fileno())
         self.view = memoryview(self.mm) if self.mm is not None else memoryview(b"")
+        if start:
+            start = min(start, self.size)
+            self.view = self.view[start:]
+            self.size -= start
 
     def _map(self, fd: int) -> None:
         self.size = os.fstat(fd).st_size
