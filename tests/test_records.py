@@ -63,7 +63,7 @@ def expect(code, offset, fn, *args, **kw):
     return ei.value
 
 
-def stream(impl, data, t=T, chunks=None, **kw):
+def stream(impl, data, t=T, chunks=None, recover=False, **kw):
     d = kiln.StreamDecoder(t, kernels=impl.kernels, **kw)
     out = []
     if chunks is None:
@@ -71,7 +71,7 @@ def stream(impl, data, t=T, chunks=None, **kw):
     else:
         for a, b in zip([0] + chunks, chunks + [len(data)]):
             out += d.feed(data[a:b])
-    d.eof()
+    d.eof(recover)
     return out
 
 
@@ -367,14 +367,20 @@ def test_any_chunking_gives_the_same_records(impl, data):
     raw, _ = U.container(H, [framed(v) for v in vals])
     cuts = sorted(set(data.draw(st.lists(st.integers(0, len(raw)), max_size=30))))
     assert stream(impl, raw, chunks=cuts) == vals
-    # a stream may end after any complete record, and only there
+    # with recover=True a stream may end after any complete record, and only
+    # there; without it, only after its trailer (a killed writer's file must not
+    # pass for a whole one)
     _, offs = U.container(H, [framed(v) for v in vals])
     index_at = offs[-1] + 20 + len(framed(vals[-1]))
     end = data.draw(st.one_of(st.integers(16, len(raw)), st.sampled_from(offs + [index_at])))
     ends = set(offs) | {index_at, len(raw)}
     if end in ends:
-        assert stream(impl, raw[:end], chunks=[c for c in cuts if c < end]) == \
+        assert stream(impl, raw[:end], chunks=[c for c in cuts if c < end], recover=True) == \
             vals[:sum(o < end for o in offs)]
+        if end != len(raw):
+            with pytest.raises(kiln.KilnError) as ei:
+                stream(impl, raw[:end], chunks=[c for c in cuts if c < end])
+            assert (ei.value.code, ei.value.offset) == ("EOF", end)
     else:
         with pytest.raises(kiln.KilnError) as ei:
             stream(impl, raw[:end], chunks=[c for c in cuts if c < end])
@@ -429,7 +435,8 @@ def test_iter_records_memory_stays_flat(impl):
     tracemalloc.start()
     try:
         n = 0
-        for v in kiln.iter_records(_Source(3000, 4000), "list<u8>", kernels=impl.kernels):
+        for v in kiln.iter_records(_Source(3000, 4000), "list<u8>", kernels=impl.kernels,
+                                   recover=True):   # the source writes no index
             assert len(v) == 4000
             n += 1
         peak = tracemalloc.get_traced_memory()[1]
@@ -694,3 +701,29 @@ def test_a_container_starts_where_the_file_object_stands(impl, tmp_path):
     with open(p, "rb") as f:
         f.seek(32)
         assert list(kiln.iter_records(f, "str", kernels=impl.kernels)) == ["a", "bc", "def"]
+
+
+def test_iter_records_of_a_killed_writers_file_raises_unless_recovering(impl, tmp_path):
+    """A file cut after complete records (a writer killed before close): its
+    records come out, then EOF at the cut, so a crash never looks like a clean
+    end (once: the iteration just ended); recover=True ends quietly."""
+    p = tmp_path / "k.kilnr"
+    w = kiln.RecordWriter(p, "str", kernels=impl.kernels)
+    for s in ("a", "bc", "def"):
+        w.write(s)
+    w.flush()
+    data = p.read_bytes()                 # what a killed writer leaves: no index, no trailer
+    w.close()
+    got = []
+    with open(p, "wb") as f:
+        f.write(data)
+    with open(p, "rb") as f:
+        with pytest.raises(kiln.KilnError) as ei:
+            for v in kiln.iter_records(f, "str", kernels=impl.kernels):
+                got.append(v)
+    assert got == ["a", "bc", "def"]
+    assert (ei.value.code, ei.value.offset) == ("EOF", len(data))
+    assert "3 complete records" in str(ei.value)
+    with open(p, "rb") as f:
+        assert list(kiln.iter_records(f, "str", kernels=impl.kernels, recover=True)) == \
+            ["a", "bc", "def"]

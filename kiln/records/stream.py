@@ -231,15 +231,23 @@ class StreamDecoder(Generic[R]):
         self._state = _TRAILER
         return F.CRC_SIZE
 
-    def eof(self) -> None:
+    def eof(self, recover: bool = False) -> None:
         """The stream ended: ``EOF`` if it ended inside the header, a record,
-        the index or the trailer."""
+        the index or the trailer, or before the index (the writer was killed
+        or never closed: a crash must not pass for a clean end).  With
+        ``recover``, an end after a complete record is accepted: the records
+        handed out are the stream's complete records."""
         if self._error is not None:
             raise self._error
         have = len(self._buf)
         st = self._state
-        if st == _DONE or (st == _HEAD and not have):
+        if st == _DONE or (st == _HEAD and not have and recover):
             return
+        if st == _HEAD and not have:
+            raise KilnError("EOF", self._pos, "%s: the stream ended after %d complete "
+                            "record%s with no index and no trailer (its writer was killed or "
+                            "never closed; recover=True accepts the complete records)"
+                            % (self.name, self.count, "" if self.count == 1 else "s"))
         if st == _HEADER:
             raise KilnError("EOF", self._pos + have, "%s: ended after %d bytes, inside the "
                             "16-byte record container header" % (self.name, have))
@@ -255,7 +263,7 @@ class StreamDecoder(Generic[R]):
 
 def iter_records(fileobj: Any, type: Any, *, verify: bool = True,
                  max_record_bytes: int = F.DEFAULT_MAX_RECORD, chunk_size: int = _CHUNK,
-                 **decode_options: Any) -> Iterator[Any]:
+                 recover: bool = False, **decode_options: Any) -> Iterator[Any]:
     """Yield the records of a container read from a binary stream, in order.
 
     ``fileobj`` needs only ``read`` (``read1`` is used when it has one, so a
@@ -268,11 +276,17 @@ def iter_records(fileobj: Any, type: Any, *, verify: bool = True,
         type: the record type (as for :class:`kiln.RecordFile`).
         verify, max_record_bytes: as for :class:`kiln.StreamDecoder`.
         chunk_size: the most bytes asked of ``fileobj`` at once.
+        recover: accept a stream that ends after a complete record with no
+            index and trailer (a killed writer's file): its complete records
+            come out and the iteration ends; without it that end raises
+            ``EOF`` after the complete records, so a crash never looks like
+            a clean end.
         decode_options: as for :class:`kiln.Decoder`.
 
     Raises:
         KilnError: as :class:`kiln.StreamDecoder`; ``EOF`` for a stream that
-            ends inside a record, naming the record's number and the byte.
+            ends inside a record, naming the record's number and the byte, or
+            (unless ``recover``) before its index and trailer.
 
     Example:
         >>> import io
@@ -291,7 +305,7 @@ def iter_records(fileobj: Any, type: Any, *, verify: bool = True,
         if not data:
             break
         yield from dec.feed(data)
-    dec.eof()
+    dec.eof(recover)
 
 
 __all__ = ["StreamDecoder", "iter_records"]
