@@ -176,8 +176,10 @@ def test_with_the_fallback_nothing_compiled_is_imported():
 
 
 def test_by_default_the_compiled_kernels_run(pytestconfig):
-    if expected_implementation(pytestconfig) == "python" and \
-            not os.environ.get("KILN_PUREPYTHON"):
+    import importlib.util
+    nothing_compiled = importlib.util.find_spec("kiln._kernels_c") is None
+    if nothing_compiled or (expected_implementation(pytestconfig) == "python" and
+                            not os.environ.get("KILN_PUREPYTHON")):
         assert _child(CHILD, purepython=False) == ["python", "False", "False"]
         return
     layer = str(not _compat.FREE_THREADED_BUILD)

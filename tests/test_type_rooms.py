@@ -26,8 +26,9 @@ def _modules():
                 name = rel[:-3].replace(os.sep, ".")
                 mods[name[:-9] if name.endswith(".__init__") else name] = os.path.join(
                     dirpath, f)
-            elif f.endswith((".so", ".pyd")):
-                mods[rel.split(".")[0].replace(os.sep, ".")] = None
+            elif f.endswith((".so", ".pyd", ".pyi")):
+                # a compiled module, or its stub where the pure distribution has none
+                mods.setdefault(rel.split(".")[0].replace(os.sep, "."), None)
     return mods
 
 
