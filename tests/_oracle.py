@@ -290,7 +290,7 @@ def _kiln_tensors(d, path):
             out.append(_tensor_fields(t, payload))
             continue
         packed = t.code >= 4096
-        if not packed and _nonzero_product(t.shape) * _tensor_dtype(t.code).itemsize > sys.maxsize:
+        if not packed and _numpy_cannot_shape(t.shape, _tensor_dtype(t.code)):
             # legal on the wire (a zero dimension elsewhere), beyond what numpy can shape
             try:
                 t.numpy()
@@ -361,6 +361,21 @@ def _four_bit(t, payload, p):
           p + ".numpy()", "%s of shape %s" % (want, tuple(t.shape)), arr)
     _need(arr.reshape(-1).view(np.uint8).tolist() == _nibbles(payload, n), p + ".numpy()",
           "the payload's nibbles, low first", arr)
+
+
+def _numpy_cannot_shape(shape, dt):
+    """Has this shape no numpy array? Past numpy's size limit by the product of
+    its nonzero dimensions, or, for a shape with a zero (an empty array, so no
+    memory is asked for), refused by numpy itself: numpy is the judge of its
+    own limit (it also refuses some empty shapes the product rule admits)."""
+    if _nonzero_product(shape) * dt.itemsize > sys.maxsize:
+        return True
+    if 0 in tuple(shape):
+        try:
+            np.empty(tuple(shape), dt)
+        except (ValueError, OverflowError):
+            return True
+    return False
 
 
 def _nonzero_product(shape):
