@@ -28,7 +28,6 @@ def inspect_records(args: Any) -> int:
     import kiln
     from ..records.tools import describe
     report: Dict[str, Any] = {"file": args.file, "size": size(args.file)}
-
     recover = bool(getattr(args, "recover", False))
     try:
         report.update(describe(args.file, args.type, recover))
