@@ -18,7 +18,7 @@ from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, T
 from typing import Type as _ClassOf
 
 from .. import _compat
-from .._api import Decoder
+from .._api import Annotation, Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
 from . import _format as F
@@ -104,7 +104,7 @@ class RecordFile(Sequence[R]):
                  **decode_options: Any) -> None: ...
 
     @overload
-    def __init__(self: "RecordFile[Any]", source: Any, type: Union[Type, str], *,
+    def __init__(self: "RecordFile[Any]", source: Any, type: Union[Type, str, Annotation], *,
                  recover: bool = ..., verify: bool = ...,
                  storage_options: Optional[Dict[str, Any]] = ...,
                  **decode_options: Any) -> None: ...
