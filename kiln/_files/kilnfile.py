@@ -175,7 +175,7 @@ class KilnFile(TensorFile):
 
     def __repr__(self) -> str:
         d = self._dir
-        state = "closed" if d is None else "%d tensors" % len(d)
+        state = "closed" if d is None else "%d tensor%s" % (len(d), "" if len(d) == 1 else "s")
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
