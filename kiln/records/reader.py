@@ -4,9 +4,10 @@ Opening reads the header, the trailer and the index and checks every
 entry, the same checks on the same bytes for a local file and a remote one
 (whose open fetches a first block of 64 KiB, the trailer and the index
 record).  ``rf[i]`` reads the bytes between entries ``i`` and ``i + 1``,
-which must be exactly one record: its head, padding, value and checksum.  Values are decoded by the same :class:`kiln.Decoder` as
-:func:`kiln.decode` with ``frame=True``; for a local file they view the
-mapping (tensors keep it alive after ``close``).
+which must be exactly one record: its head, padding, value and checksum.
+Values are decoded by the same :class:`kiln.Decoder` as :func:`kiln.decode`
+with ``frame=True``; for a local file they view the mapping (tensors keep it
+alive after ``close``).
 """
 
 import importlib
