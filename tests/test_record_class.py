@@ -414,6 +414,25 @@ def test_namedtuples_decode_into_their_class_untracked_when_atomic(impl):
     assert (e.value.code, e.value.offset) == ("EOF", 8)
 
 
+class NTFlatSub(NTFlat):   # no __slots__: its instances have a __dict__
+    pass
+
+
+def test_a_namedtuple_subclass_with_a_dict_stays_tracked(impl):
+    """A decoded instance of a NamedTuple subclass with an instance dict is
+    left tracked: a cycle made later through its dict is collected."""
+    import weakref
+    (s,) = impl.decoder(list[NTFlatSub]).decode(kiln.encode([NTFlatSub(1, "a")],
+                                                            list[NTFlatSub]))
+    assert type(s) is NTFlatSub and s == (1, "a") and gc.is_tracked(s)
+    ring = _Ring([s])
+    s.extra = ring
+    probe = weakref.ref(ring)
+    del s, ring
+    gc.collect()
+    assert probe() is None
+
+
 class NTI(typing.NamedTuple):
     a: kiln.I32
     b: str
