@@ -221,7 +221,7 @@ static int kiln_atomic(PyObject *o) {
 
 /* kiln.Record (src/kernels/record.pxi): make the object slot `d` of a new
    Record class `cls`, one of its own, read-only to the slot descriptor's own
-   __set__ and __delete__ (so to object.__setattr__ too): every store then goes
+   __set__ and __delete__: every store then goes
    through RecordBase, which tracks the instance again before it stores a value
    that is not atomic.  Reads (and the interpreter's specialised slot loads)
    are unchanged.  1 when sealed, 0 when `d` is not such a slot. */

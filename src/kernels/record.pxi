@@ -7,9 +7,9 @@
 # while every store of another value tracks the instance again, so:
 #
 # - a Record class's slots are sealed when it is made (RecordMeta calls
-#   RecordBase._kiln_seal):
-#   the slot descriptors' own __set__/__delete__, and so object.__setattr__,
-#   refuse ("readonly attribute"); RecordBase's __init__, __setattr__ and
+#   RecordBase._kiln_seal): the slot descriptors' own __set__/__delete__
+#   refuse ("readonly attribute"; object.__setattr__ already refuses a class
+#   with a __setattr__ of C's); RecordBase's __init__, __setattr__ and
 #   __delattr__ store into the slots themselves, tracking the instance again
 #   before a value that is not atomic goes in (issue 38 item 16);
 # - an instance is untracked only by the decoder (a new instance no code has
@@ -60,8 +60,8 @@ cdef int record_store(object self, object name, object value) except -1:
 
 
 cdef int record_seal(object cls) except -1:
-    """Seal the slots of cls and of its Record bases (see above); mark cls
-    sealed when every one of them is."""
+    """Seal the slots of cls and of its Record bases (see above) and mark cls
+    sealed: record_untrack asks for the mark of the instance's own class."""
     for k in cls.__mro__:
         if k is not RecordBase and issubclass(k, RecordBase):
             for d in list(vars(k).values()):
