@@ -25,6 +25,9 @@ class RecordBase:
     a dataclass's ``__init__``, ``__eq__``, ``__repr__`` and pickling.  Users
     subclass ``kiln.Record``; kiln/_record.py picks this base or its pure twin."""
 
+    @staticmethod
+    def _kiln_seal(cls: type) -> None: ...   # kiln._record.RecordMeta, once per class
+
 
 class HeldBuffer:
     """One buffer export of a decoded directory's memoryview: its arrays' base."""

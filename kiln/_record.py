@@ -16,8 +16,9 @@ type text, bytes and schema hash.
 With the compiled kernels the base is ``kiln._kernels_c.RecordBase`` (C):
 the decoder builds instances without calling ``__init__``, and an instance
 whose fields are all atomic (int, float, str, bytes, bool, None) is not
-tracked by the garbage collector (storing any other value tracks it again),
-which is where it beats a slots dataclass.  With the pure kernels the base
+tracked by the garbage collector (storing any other value tracks it again;
+the slot descriptors' own ``__set__`` refuses, so every store goes through
+the base), which is where it beats a slots dataclass.  With the pure kernels the base
 is :class:`_PyRecordBase`, the same behaviour in Python (always tracked).
 """
 
@@ -79,7 +80,11 @@ class RecordMeta(type):
         ns["__match_args__"] = tuple(fields)
         if "__eq__" not in ns and "__hash__" not in ns:
             ns["__hash__"] = None   # as a dataclass with eq=True, frozen=False
-        return super().__new__(mcls, name, bases, ns, **kwargs)
+        cls = super().__new__(mcls, name, bases, ns, **kwargs)
+        seal = getattr(cls, "_kiln_seal", None)   # the compiled base (src/kernels/record.pxi)
+        if seal is not None:
+            seal(cls)
+        return cls
 
 
 def _is_classvar(ann: Any) -> bool:

@@ -197,6 +197,10 @@ cdef extern from "kiln_fields.h":
     bint kiln_is_gc(object o)
     bint kiln_gc_tracked(object o)
     bint kiln_record_ok(object cls, unsigned int tag)
+    bint kiln_record_seal_slot(object cls, PyObject *d)
+    Py_ssize_t kiln_record_slot(object cls, PyObject *d)
+    int kiln_slot_clear(object v, Py_ssize_t off)
+    Py_ssize_t kiln_refcnt(PyObject *o)
     int kiln_delattr "PyObject_GenericSetAttr"(object o, object name, PyObject *v) except -1
     int kiln_call_init(object init, PyObject **args, size_t n) except -1
     int kiln_setattr "PyObject_GenericSetAttr"(object o, object name, object v) except -1

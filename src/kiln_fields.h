@@ -219,6 +219,40 @@ static int kiln_atomic(PyObject *o) {
         || t == &PyBytes_Type || o == Py_None || t == &PyBool_Type;
 }
 
+/* kiln.Record (src/kernels/record.pxi): make the object slot `d` of a new
+   Record class `cls`, one of its own, read-only to the slot descriptor's own
+   __set__ and __delete__: every store then goes
+   through RecordBase, which tracks the instance again before it stores a value
+   that is not atomic.  Reads (and the interpreter's specialised slot loads)
+   are unchanged.  1 when sealed, 0 when `d` is not such a slot. */
+static int kiln_record_seal_slot(PyObject *cls, PyObject *d) {
+    PyMemberDef *m;
+    if (Py_TYPE(d) != &PyMemberDescr_Type || PyDescr_TYPE(d) != (PyTypeObject *)cls) return 0;
+    m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != Py_T_OBJECT_EX) return 0;
+    m->flags |= Py_READONLY;
+    return 1;
+}
+
+/* the offset of a Record field's slot (sealed or not), else -1 */
+static Py_ssize_t kiln_record_slot(PyObject *cls, PyObject *d) {
+    return kiln_member_offset(cls, d, Py_READONLY);
+}
+
+/* empty the slot at off (the old value dropped); 0, or -1 when it was empty */
+static int kiln_slot_clear(PyObject *v, Py_ssize_t off) {
+    PyObject **p = (PyObject **)((char *)v + off);
+    PyObject *old = *p;
+    if (old == NULL) return -1;
+    *p = NULL;
+    Py_DECREF(old);
+    return 0;
+}
+
+static Py_ssize_t kiln_refcnt(PyObject *o) {
+    return Py_REFCNT(o);
+}
+
 static int kiln_is_gc(PyObject *o) {
     return PyObject_IS_GC(o);
 }

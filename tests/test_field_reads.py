@@ -128,3 +128,87 @@ def test_instance_dicts_in_another_order_or_with_more_keys(impl):
     r.__dict__.clear()
     r.__dict__.update(zz=1, name="b", id=2)
     assert check(impl, r, WithDefault) == bytes.fromhex("02000000000000000100000062")
+
+
+class _KeyEq(str):
+    """A dict key equal to its text whose __eq__ runs ``hook`` (a dict lookup
+    of the exact str calls it)."""
+    __hash__ = str.__hash__
+    hook = None
+
+    def __eq__(self, other):
+        if self.hook is not None:
+            self.hook()
+        return str.__eq__(self, other)
+
+
+def test_code_a_read_runs_changes_the_fields_read_after_it(impl):
+    """Issue 38 item 7, one rule in both kernels (docs/records.md): each field
+    is read once, in field order, as getattr gives it at that moment, all
+    before anything is written.  A read that runs code (a property, an
+    instance dict key's __eq__) which changes the class, the instance's class
+    or its dict is seen by the fields read after it; the compiled kernel had
+    kept reading the rest by what it had decided from the class before.
+    Expected bytes by hand: struct{a:i64,b:i64,} is two little-endian i64."""
+    import struct
+    t = "struct{a:i64,b:i64,}"
+
+    def want(a, b):
+        return struct.pack("<qq", a, b)
+
+    def klass(getter):
+        ns = {"__annotations__": {"a": int, "b": int}, "a": property(getter)}
+        return dataclasses.dataclass(init=False)(type("C", (), ns))
+
+    def to_property(obj):   # the class now answers b with a property
+        type(obj).b = property(lambda s: 999)
+        return 1
+
+    C = klass(to_property)
+    o = C.__new__(C)
+    o.__dict__["b"] = 2
+    assert impl.encoder(C).encode(o) == want(1, 999)
+
+    def new_dict(obj):      # the instance's dict replaced
+        obj.__dict__ = {"b": 42}
+        return 1
+    C = klass(new_dict)
+    o = C.__new__(C)
+    o.__dict__["b"] = 3
+    assert impl.encoder(C).encode(o) == want(1, 42)
+
+    C = klass(lambda obj: 1)
+    Other = type("Other", (C,), {"b": property(lambda s: 7)})
+
+    def new_class(obj):     # the instance moved to a subclass with a property b
+        obj.__class__ = Other
+        return 5
+    C.a = property(new_class)
+    enc = impl.encoder(C)
+    o = C.__new__(C)
+    o.__dict__["b"] = 4
+    assert enc.encode(o) == want(5, 7)
+
+    @dataclasses.dataclass
+    class D:
+        a: int
+        b: int
+    d = D(1, 2)
+    key = _KeyEq("a")
+    d.__dict__.clear()
+    d.__dict__[key] = 1
+    d.__dict__["b"] = 2
+    key.hook = lambda: setattr(D, "b", property(lambda s: 999))
+    enc = impl.encoder(D)
+    assert enc.encode(d) == want(1, 999)
+    # the same object again: the property stays, every kernel reads it
+    assert enc.encode(d) == want(1, 999)
+    # code that writing runs (an __index__) changes nothing read before
+    s = Slotted(0, "x")
+
+    class Ix:
+        def __index__(self):
+            s.name = "changed"
+            return 3
+    s.id = Ix()
+    assert impl.encoder(Slotted).encode(s) == struct.pack("<qI", 3, 1) + b"x"

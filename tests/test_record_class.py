@@ -170,6 +170,143 @@ def test_gc_tracking(impl):
     assert probe() is None
 
 
+_DEL_SCRIPT = r"""
+import gc, sys
+import kiln
+
+class R(kiln.Record):
+    a: int
+    b: str = ""
+
+    def __del__(self):
+        self.__init__(1, "again")      # issue 38 item 1: SIGSEGV on the compiled base
+
+kept = []
+
+class Back(kiln.Record):
+    a: int
+
+    def __del__(self):
+        self.__init__(2)
+        kept.append(self)              # resurrected, then freed at exit
+
+class Drop(kiln.Record):
+    a: int
+
+    def __del__(self):
+        del type(self).__del__         # no finalizer left when __init__ runs
+        self.__init__(3)
+
+class Cyc(kiln.Record):
+    a: int
+    other: list[int]
+
+    def __del__(self):
+        self.__init__(4, [])           # inside a collection of its cycle
+
+for i in range(200):
+    r = R(i, "x")
+    del r
+    (d,) = kiln.decode(kiln.encode([R(i)], list[R]), list[R])
+    del d
+    Back(i)
+    Drop(i)
+    c = Cyc(i, [])
+    c.other.append(c)
+    del c
+    gc.collect()
+print("ok", len(kept))
+"""
+
+
+def test_a_del_that_calls_init_does_not_crash(impl, tmp_path):
+    """Issue 38 item 1: __init__ called from __del__ (on a constructed or a
+    decoded record, resurrecting it, after the class lost its __del__, or
+    inside a collection) must not untrack the instance subtype_dealloc has
+    tracked around the finalizer.  In a child process: a crash is its exit
+    status, not this run's."""
+    env = dict(os.environ)
+    if impl.name == "python":
+        env["KILN_PUREPYTHON"] = "1"
+    else:
+        env.pop("KILN_PUREPYTHON", None)
+    script = tmp_path / "del_init.py"
+    script.write_text(_DEL_SCRIPT)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, timeout=120, cwd=str(tmp_path))
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.split() == ["ok", "200"]
+
+
+class _Ring(list):   # a list that can be weakly referenced
+    pass
+
+
+def test_every_store_of_a_container_lets_the_cycle_be_collected(impl):
+    """Issue 38 item 16: a record left untracked while its fields were atomic
+    that is then given a container holding itself, by any path that stores,
+    is collected with its cycle.  The compiled base's slot descriptors
+    refuse to store themselves (their own __set__ would not track the
+    instance again): a refused store leaves the field as it was."""
+    import weakref
+    base = base_for(impl)
+
+    class P(base):
+        x: int
+        y: str = ""   # (holds whatever is stored: annotations are not checked)
+
+    def fresh():
+        return P(1, "atomic")
+
+    def decoded():
+        return impl.decoder(P, frame=True).decode(impl.encoder(P, frame=True).encode(
+            P(1, "atomic")))
+
+    def via_setattr(r, v):
+        r.y = v
+
+    def via_setattr_fn(r, v):
+        setattr(r, "y", v)
+
+    def via_descriptor(r, v):
+        P.y.__set__(r, v)
+
+    def via_reinit(r, v):
+        r.__init__(1, v)
+
+    def via_reinit_kw(r, v):
+        P.__init__(r, x=2, y=v)
+
+    stored = set()
+    for make in (fresh, decoded):
+        for store in (via_setattr, via_setattr_fn, via_descriptor, via_reinit, via_reinit_kw):
+            r = make()
+            ring = _Ring([r])
+            try:
+                store(r, ring)
+            except AttributeError as e:
+                assert base is kiln.Record and store is via_descriptor, (make, store)
+                assert str(e) == "readonly attribute" and r.y == "atomic"
+                continue
+            assert r.y is ring
+            stored.add(store.__name__)
+            probe = weakref.ref(ring)
+            del r, ring
+            gc.collect()
+            assert probe() is None, (make.__name__, store.__name__)
+    assert len(stored) == (4 if base is kiln.Record else 5)
+    # deleting a field: the slot's own message, and an empty slot stays refused
+    r = fresh()
+    del r.y
+    with pytest.raises(AttributeError):
+        r.y
+    with pytest.raises(AttributeError) as e:
+        del r.y
+    assert e.value.args == ("y",)
+    with pytest.raises(AttributeError, match="has no attribute 'w'"):
+        r.w = [r]
+
+
 def test_same_bytes_and_hash_as_the_dataclass(impl):
     Point, Row, Point3 = classes(base_for(impl))
     assert kiln.as_type(Row).text == kiln.as_type(RowDC).text == \
@@ -275,6 +412,25 @@ def test_namedtuples_decode_into_their_class_untracked_when_atomic(impl):
     with pytest.raises(kiln.KilnError) as e:   # a bad field after a good one: nothing leaks
         impl.decoder(NTFlat).decode(b"\x01" + b"\x00" * 7 + b"\x05\x00\x00\x00ab")
     assert (e.value.code, e.value.offset) == ("EOF", 8)
+
+
+class NTFlatSub(NTFlat):   # no __slots__: its instances have a __dict__
+    pass
+
+
+def test_a_namedtuple_subclass_with_a_dict_stays_tracked(impl):
+    """A decoded instance of a NamedTuple subclass with an instance dict is
+    left tracked: a cycle made later through its dict is collected."""
+    import weakref
+    (s,) = impl.decoder(list[NTFlatSub]).decode(kiln.encode([NTFlatSub(1, "a")],
+                                                            list[NTFlatSub]))
+    assert type(s) is NTFlatSub and s == (1, "a") and gc.is_tracked(s)
+    ring = _Ring([s])
+    s.extra = ring
+    probe = weakref.ref(ring)
+    del s, ring
+    gc.collect()
+    assert probe() is None
 
 
 class NTI(typing.NamedTuple):

@@ -236,43 +236,42 @@ def _struct_enc(plan, rf):
     encs = tuple(build(f, rf) for f in plan.fields)
     fast = _fused_runs(plan)
     values_of = _values_getter(plan)
+    exact = _EXACT
 
-    def slow(vals, out, start):
-        # a fused packer failed: redo field by field for the precise error
-        del out[start:]
-        for i in range(nf):
-            try:
-                encs[i](vals[i], out)
-            except EncodeError as e:
-                e.add_path("." + names[i])
-                raise
+    def one(i, vals, out):
+        try:
+            encs[i](vals[i], out)
+        except EncodeError as e:
+            e.add_path("." + names[i])
+            raise
 
     def enc_struct(v, out):
         vals = values_of(v, out)
-        start = len(out)
-        f = -1
-        try:
-            for pack, idx in fast:
-                if pack is None:
-                    f = idx[0]
-                    encs[f](vals[f], out)
-                    f = -1
-                elif len(idx) == 1:
-                    out += pack(vals[idx[0]])
-                else:
-                    out += pack(*[vals[i] for i in idx])
-        except EncodeError as e:
-            if f < 0:
-                slow(vals, out, start)
-                raise
-            # a field's own encoder failed: its path here (a second try could
-            # succeed, for a value that changes as it is read)
-            e.add_path("." + names[f])
-            raise
-        except Exception:
-            slow(vals, out, start)
-            raise
+        for pack, idx in fast:
+            if pack is None:
+                one(idx[0], vals, out)
+                continue
+            # a run of fixed scalars in one struct.pack when every value is an
+            # exact int, float or bool (converting them runs no code, so trying
+            # twice changes nothing); else, or when it fails, field by field:
+            # each value converted once, as the compiled kernel does (numpy
+            # scalars, values with __index__ or __float__), the precise error
+            run = [vals[i] for i in idx]
+            for x in run:
+                if type(x) not in exact:
+                    break
+            else:
+                try:
+                    out += pack(*run)
+                    continue
+                except (_struct.error, OverflowError, TypeError, ValueError):
+                    pass
+            for i in idx:
+                one(i, vals, out)
     return enc_struct
+
+
+_EXACT = frozenset((int, float, bool))
 
 
 def _fused_runs(plan):

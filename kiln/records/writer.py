@@ -62,7 +62,8 @@ def _fsync_dir(folder: str) -> None:
 
 def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
     """The offset in the encoded buffer (whose address is ``base``) of the first
-    non-empty tensor payload in ``value``, found in field order."""
+    non-empty tensor payload in ``value`` (decoded by the type text: structs
+    are dicts), found in field order."""
     import kiln
     if depth > 80:
         return None
@@ -79,8 +80,6 @@ def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
         items = value
     elif isinstance(value, kiln.Some):
         items = (value.value,)
-    elif hasattr(value, "__dataclass_fields__"):
-        items = [getattr(value, k) for k in value.__dataclass_fields__]
     else:
         return None
     for x in items:
@@ -138,7 +137,10 @@ class RecordWriter(Generic[T]):
         self._align_dec = None
         if align and "tensors" in self.type.text:
             from .._api import Decoder
-            self._align_dec = Decoder(self.type, True, trusted=True, kernels=kernels)
+            # decoded by the type text, not the bound class: structs come back
+            # as dicts whatever the class is (a dataclass, kiln.Record, a
+            # slots class), and no class's own __init__ runs
+            self._align_dec = Decoder(self.type.text, True, trusted=True, kernels=kernels)
         self._lock = threading.Lock()
         self._dir_synced = False
         self._offsets = array("Q")

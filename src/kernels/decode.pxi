@@ -359,7 +359,9 @@ cdef object build_tuple(Node nd, DCtx *c):
         for i in range(nf):
             PyTuple_SET_ITEM(out, i, args[i])   # (takes the reference over)
         got = 0
-        if atomic and not KILN_FREE_THREADED:
+        # (a subclass of the NamedTuple without __slots__ has an instance
+        # dict: anything stored there later would not track it again)
+        if atomic and not KILN_FREE_THREADED and not kiln_has_dict(nd.cls):
             PyObject_GC_UnTrack(out)
         return out
     finally:

@@ -63,14 +63,15 @@ cdef int field_kinds(Node nd) except -1:
 cdef int read_fields(Node nd, object v, PyObject **vals, Py_ssize_t *got) except -1:
     """Read every field of the nd.cls instance ``v`` into ``vals`` (owned refs,
     counted in ``got``), in field order, before anything is encoded: what
-    getattr gives, without a call per field where the class allows it."""
+    getattr gives at that moment, without a call per field where the class
+    allows it (a read that runs code ends that where it changed the class)."""
     cdef Py_ssize_t i, ix
     cdef FieldInfo *fi = nd.finfo
     cdef PyObject *o
     cdef PyObject *k
     cdef PyObject *dp = NULL
     cdef int kind
-    cdef bint fast = False
+    cdef bint fast = False, ran
     cdef unsigned int tag
     if kiln_exact_type(v, nd.cls):
         tag = kiln_type_tag(nd.cls)
@@ -111,11 +112,22 @@ cdef int read_fields(Node nd, object v, PyObject **vals, Py_ssize_t *got) except
                 if ix < PyTuple_GET_SIZE(v):
                     o = PyTuple_GET_ITEM(v, ix)
                     Py_INCREF(<object>o)
+            ran = kind == KILN_FK_DICT   # (a key's __eq__ may run)
             if o == NULL:
                 o = kiln_getattr(v, <object>fi[i].name)
+                ran = True
             vals[i] = o
             got[0] = i + 1
             i += 1
+            if fast and ran:
+                # that read may have run code that changed the class (or the
+                # instance's) or replaced the instance dict: the rest is read
+                # as getattr reads it now (the pure kernel's rule), the dict
+                # fetched again
+                Py_XDECREF(dp)
+                dp = NULL
+                if kiln_type_tag(nd.cls) != nd.ftag or not kiln_exact_type(v, nd.cls):
+                    fast = False
     finally:
         Py_XDECREF(dp)
     return 0

@@ -134,7 +134,9 @@ cdef bint same_decision(Node nd) except -1:
             return False
     for i in range(nd.nf):
         d = kiln_type_lookup(cls, <object>fi[i].name)
-        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
+        # a Record's slots are sealed (read-only to their descriptors: record.pxi)
+        off = -1 if d == NULL else kiln_record_slot(cls, d) if nd.brecord else \
+            kiln_slot_offset_w(cls, d)
         if off != fi[i].woff and (nd.bkind == KILN_BUILD_SLOTS or off >= 0):
             return False
     if kiln_type_tag(cls) != tag:
@@ -151,7 +153,7 @@ cdef int record_kind(Node nd) except -1:
     cls = nd.cls
     for i in range(nd.nf):
         d = kiln_type_lookup(cls, <object>fi[i].name)
-        off = kiln_slot_offset_w(cls, d) if d != NULL else -1
+        off = kiln_record_slot(cls, d) if d != NULL else -1   # (sealed: record.pxi)
         if off < 0:
             return 0   # not a slot of its own (a property put in its place): call it
         fi[i].woff = off
