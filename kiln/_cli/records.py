@@ -31,8 +31,10 @@ def inspect_records(args: Any) -> int:
     recover = bool(getattr(args, "recover", False))
     try:
         report.update(describe(args.file, args.type, recover))
-        if args.type and report["type_matches"]:
-            with kiln.RecordFile(args.file, args.type, recover=recover) as rf:
+        # the first records, decoded with the type given or the one the file stores
+        if (args.type and report["type_matches"]) or (not args.type and
+                                                      report["stored_type"]):
+            with kiln.RecordFile(args.file, args.type or None, recover=recover) as rf:
                 report["first"] = [short(v) for v in rf[:3]]
     except kiln.KilnError as e:
         raise Fail(located(args.file, e), EXIT_INVALID)
@@ -47,6 +49,8 @@ def inspect_records(args: Any) -> int:
              "index at byte %d" % report["index_at"] if torn is None else
              "torn: complete records up to byte %d, then %s" % (torn["complete_until"],
                                                                  torn["why"])))
+    if report["stored_type"]:
+        print("stored type %s" % report["stored_type"])
     if args.type:
         print("type %s: %s" % (report["type"], "matches" if report["type_matches"]
                                else "does not match the file"))
@@ -68,9 +72,16 @@ def check_records(args: Any) -> int:
               % (args.file, n, "" if n == 1 else "s", torn.offset, torn.error.code,
                  torn.error.offset, what(args.file, torn.error)))
         return 1
-    print("%s: valid, %d records%s" % (args.file, n, "" if args.type else
+    decoded = args.type or _stores_type(args.file)
+    print("%s: valid, %d records%s" % (args.file, n, "" if decoded else
                                          " (framing and checksums; --type also decodes)"))
     return 0
+
+
+def _stores_type(path: str) -> bool:
+    from ..records.tools import RawRecords
+    with RawRecords(path, True) as rf:
+        return rf.type_text is not None
 
 
 def convert_wanted(args: Any) -> bool:
@@ -83,13 +94,16 @@ def convert_records(args: Any) -> int:
     import kiln
     from ..records.tools import jsonl_to_records, records_to_jsonl
     t = _record_type(args)
-    if t is None:
+    to_records = args.src.lower().endswith(".jsonl")
+    if t is None and to_records:
         raise Fail("%s -> %s needs the record type: --schema FILE or --type TEXT"
                    % (args.src, args.dst))
     start = time.perf_counter()
-    go = jsonl_to_records if args.src.lower().endswith(".jsonl") else records_to_jsonl
+    go = jsonl_to_records if to_records else records_to_jsonl
     try:
         n = go(args.src, args.dst, t)
+    except TypeError as e:      # a record file that stores no type text, and none given
+        raise Fail("%s; --schema FILE or --type TEXT gives it" % e)
     except (ValueError, kiln.KilnError) as e:
         raise Fail(str(e), 1)
     except OSError as e:

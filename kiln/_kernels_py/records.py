@@ -26,6 +26,22 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     records taken, ``ocrc`` being the CRC-32 continued over each record's
     offset as 8 little-endian bytes.
 
+``encode_record(program, value)``
+    One whole record of kind 0 without padding (head, framed value, record
+    CRC) as bytes; ``program`` is an encode program that frames its values.
+    An ``EncodeError`` is that of ``program.encode`` (its offset counts from
+    the value's frame).
+
+``encode_records(program, values, room, limit, offsets)``
+    The records of values taken from the iterator ``values``, at most
+    ``room`` of them, in one bytes object; stops after the record that
+    brings it to ``limit`` bytes or more.  The offset of each record's head
+    in that object is appended to ``offsets``.  Returns ``(data, more,
+    error)``: ``more`` when it stopped for ``room`` or ``limit`` (the
+    iterator may hold more), ``error`` the ``EncodeError`` of the value that
+    stopped it (``data`` then holds the records before it, ``offsets`` only
+    theirs) or None.  Other exceptions propagate, and nothing is returned.
+
 ``crc32(data, value=0)``
     ``zlib.crc32``.
 """
@@ -34,7 +50,7 @@ import struct
 import zlib
 
 from .._convert import as_bytes_view
-from .._errors import KilnError
+from .._errors import EncodeError, KilnError
 
 _HEAD = struct.Struct("<QBBHI")
 _CRC = struct.Struct("<I")
@@ -45,6 +61,48 @@ _LEAST = 20 + 16                       # a head, an empty frame and a record CRC
 
 def crc32(data, value=0):
     return zlib.crc32(data, value)
+
+
+_FIRST = struct.Struct("<QI")          # length, kind/pad/reserved (all 0)
+
+
+def _framed(value_bytes):
+    n = len(value_bytes)
+    if n < 16:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    first = _FIRST.pack(n, 0)
+    hc = _CRC.pack(zlib.crc32(first))
+    return first, hc, _CRC.pack(zlib.crc32(value_bytes, zlib.crc32(hc, zlib.crc32(first))))
+
+
+def encode_record(program, value):
+    b = program.encode(value)
+    first, hc, tail = _framed(b)
+    return b"".join((first, hc, b, tail))
+
+
+def encode_records(program, values, room, limit, offsets):
+    if getattr(program, "frame_hash", 0) is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    out = bytearray()
+    if room <= 0:
+        return b"", True, None
+    encode, append = program.encode, offsets.append
+    for value in values:
+        try:
+            b = encode(value)
+        except EncodeError as e:
+            return bytes(out), False, e
+        first, hc, tail = _framed(b)
+        append(len(out))
+        out += first
+        out += hc
+        out += b
+        out += tail
+        room -= 1
+        if len(out) >= limit or room == 0:
+            return bytes(out), True, None
+    return bytes(out), False, None
 
 
 def _head(mv, at, pos, number):
@@ -167,4 +225,4 @@ def _stream(decode, mv, at, origin, number, verify, cap, ocrc, out):
     return at, number, ocrc
 
 
-__all__ = ["crc32", "decode_records", "decode_stream"]
+__all__ = ["crc32", "decode_records", "decode_stream", "encode_record", "encode_records"]
