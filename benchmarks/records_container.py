@@ -68,6 +68,11 @@ SHAPES = {
                           "img": {"x": np.full((28, 28), i % 256, np.uint8)}}),
 }
 _LEN = struct.Struct("<I")
+# msgspec's typed decoder: the fields of each shape
+_SPEC_FIELDS = {"small": [("id", int), ("label", int), ("name", str)],
+                "user": [("id", int), ("name", str), ("x", float), ("y", float),
+                         ("tags", list)],
+                "sample": [("id", int), ("label", int), ("img", bytes)]}
 
 
 def _plain(v):
@@ -206,10 +211,7 @@ def build(shape, n, folder):
     offs = _lp_file(mp_path, values, msgpack.packb)
     with open(mp_path, "rb") as f:
         mp = f.read()
-    spec_t = msgspec.defstruct("S", [("id", int), ("label", int),
-                                     ("img" if shape == "sample" else "name",
-                                      bytes if shape == "sample" else str)],
-                               array_like=False)
+    spec_t = msgspec.defstruct("S", _SPEC_FIELDS[shape], array_like=False)
     dec = msgspec.msgpack.Decoder(spec_t)
     it.append(Contender("msgpack length-prefixed", PEER, lambda: _lp_iter(mp, msgpack.unpackb)))
     it.append(Contender("msgspec length-prefixed", PEER, lambda: _lp_iter(mp, dec.decode)))

@@ -159,3 +159,23 @@ def test_write_many_after_close_and_a_write_from_inside_the_iterator(impl):
     with pytest.raises(ValueError):
         w.write_many(vs)
     assert out.getvalue() == U.container(H, [framed(v) for v in (vs[1], vs[0], vs[2])])[0]
+
+
+def test_an_iterable_that_fails_keeps_the_records_before_it(impl):
+    vs = values(5)
+
+    def gen():
+        yield from vs[:3]
+        raise RuntimeError("the source broke")
+    p = enc_program(impl)
+    offs = array("Q")
+    data, more, err = impl.kernels.encode_records(p, gen(), 100, 1 << 20, offs)
+    assert data == b"".join(U.record(framed(v)) for v in vs[:3]) and not more
+    assert isinstance(err, RuntimeError) and len(offs) == 3
+    out = io.BytesIO()
+    with kiln.RecordWriter(out, T, kernels=impl.kernels, store_type=False) as w:
+        with pytest.raises(RuntimeError, match="the source broke"):
+            w.write_many(gen())
+        assert len(w) == 3
+        w.write_many(vs[3:])
+    assert out.getvalue() == U.container(H, [framed(v) for v in vs])[0]

@@ -39,8 +39,10 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     in that object is appended to ``offsets``.  Returns ``(data, more,
     error)``: ``more`` when it stopped for ``room`` or ``limit`` (the
     iterator may hold more), ``error`` the ``EncodeError`` of the value that
-    stopped it (``data`` then holds the records before it, ``offsets`` only
-    theirs) or None.  Other exceptions propagate, and nothing is returned.
+    stopped it, or the iterator's own exception (``data`` then holds the
+    records before it, ``offsets`` only theirs), or None.  Only exceptions
+    that are not ``Exception`` (``KeyboardInterrupt``) propagate, with
+    nothing returned.
 
 ``crc32(data, value=0)``
     ``zlib.crc32``.
@@ -50,7 +52,7 @@ import struct
 import zlib
 
 from .._convert import as_bytes_view
-from .._errors import EncodeError, KilnError
+from .._errors import KilnError
 
 _HEAD = struct.Struct("<QBBHI")
 _CRC = struct.Struct("<I")
@@ -88,10 +90,17 @@ def encode_records(program, values, room, limit, offsets):
     if room <= 0:
         return b"", True, None
     encode, append = program.encode, offsets.append
-    for value in values:
+    it = iter(values)
+    while True:
+        try:
+            value = next(it)
+        except StopIteration:
+            break
+        except Exception as e:           # the iterator's own error
+            return bytes(out), False, e
         try:
             b = encode(value)
-        except EncodeError as e:
+        except Exception as e:           # a value that does not encode
             return bytes(out), False, e
         first, hc, tail = _framed(b)
         append(len(out))

@@ -131,10 +131,10 @@ class RecordFile(Sequence[R]):
         self._options = decode_options
         self._start = F.HEADER_SIZE              # where the records start (after the head)
         self.type_text: Optional[str] = None
-        if type is None:
-            self.type = None         # from the file's head, in _open
-            self._hash: Optional[int] = None
-        else:
+        self._typed = type is not None
+        self.type: Type = None  # type: ignore[assignment]  # a Type once open
+        self._hash = 0
+        if self._typed:
             self._setup(type, decode_options)
         self._src = open_source(source, storage_options)
         self.path = self._src.name
@@ -159,8 +159,9 @@ class RecordFile(Sequence[R]):
 
     def _open(self, recover: bool) -> None:
         src, size = self._src, self._src.size
-        self._start, self.type_text = F.open_head(src.read, size, self._hash, self.path)
-        if self.type is None:
+        self._start, self.type_text = F.open_head(src.read, size,
+                                                  self._hash if self._typed else None, self.path)
+        if not self._typed:
             if self.type_text is None:
                 raise TypeError("%s: the file stores its records' type hash only (written "
                                 "with store_type=False, or by an earlier kiln): pass the "

@@ -81,8 +81,9 @@ class StreamDecoder(Generic[R]):
         self.type_text: Optional[str] = None
         self._start = F.HEADER_SIZE
         self.type: Any = None
-        self._hash: Optional[int] = None
-        if type is not None:
+        self._hash = 0
+        self._typed = type is not None
+        if self._typed:
             self._setup(type)
         self._k: Any = decode_options.get("kernels") or _compat.kernels
         self._verify = bool(verify)
@@ -179,12 +180,13 @@ class StreamDecoder(Generic[R]):
         if st == _HEADER:
             if have < F.HEADER_SIZE:
                 return -1
-            size = F.check_header(buf[at:at + min(have, F.TYPE_TEXT_AT)], self._hash, self.name)
+            size = F.check_header(buf[at:at + min(have, F.TYPE_TEXT_AT)],
+                                  self._hash if self._typed else None, self.name)
             if size > have or size == F.TYPE_TEXT_AT:
                 return -1           # the type text's length, or the text, is still to come
             if size > F.HEADER_SIZE:
                 self.type_text = F.read_type_text(buf[at:at + size], size, self.name)
-            if self.type is None:
+            if not self._typed:
                 if self.type_text is None:
                     raise TypeError("%s: the stream stores its records' type hash only "
                                     "(written with store_type=False, or by an earlier kiln): "

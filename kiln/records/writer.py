@@ -143,7 +143,7 @@ class RecordWriter(Generic[T]):
         self._kernels = kernels
         self._enc = Encoder(self.type, True, round_floats=round_floats, kernels=kernels)
         self._encode = self._enc.encode
-        k = kernels or _compat.kernels
+        k: Any = kernels or _compat.kernels
         self._prog = self._enc._prog
         self._record = k.encode_record
         self._records = k.encode_records
@@ -241,7 +241,8 @@ class RecordWriter(Generic[T]):
             EncodeError: for a value that does not encode; the records of the
                 values before it are written (``len(writer)`` counts them),
                 that value and the ones after it are not, and the writer stays
-                usable.
+                usable.  An exception of the iterable itself likewise comes
+                after the records of the values it gave.
         """
         it = iter(values)
         n = 0

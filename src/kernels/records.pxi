@@ -329,19 +329,23 @@ def encode_records(program, values, Py_ssize_t room, Py_ssize_t limit, offsets):
     rec_writer(p, &w, limit + 256 if limit < (1 << 26) else (1 << 26))
     try:
         if room <= 0:
+            Py_XDECREF(w.obj)
+            w.obj = NULL
             return b"", True, None
         for value in values:
             start = w.pos
-            try:
-                rec_put(p, &w, value)
-            except EncodeError as e:
-                error = e
-                break
+            rec_put(p, &w, value)
             offsets.append(start)
             room -= 1
             if w.pos >= limit or room == 0:
                 more = True
                 break
+    except Exception as e:
+        # a value that does not encode, or the iterator's own error: the
+        # records before it are handed back with it (unless memory ran out)
+        if w.obj == NULL:
+            raise
+        error = e
     except BaseException:
         Py_XDECREF(w.obj)
         w.obj = NULL
@@ -355,10 +359,17 @@ cdef object rec_records_other(program, values, Py_ssize_t room, Py_ssize_t limit
     cdef Py_ssize_t size = 0
     if room <= 0:
         return b"", True, None
-    for value in values:
+    it = iter(values)
+    while True:
+        try:
+            value = next(it)
+        except StopIteration:
+            break
+        except Exception as e:
+            return b"".join(parts), False, e
         try:
             rec = rec_frame_bytes(program.encode(value))
-        except EncodeError as e:
+        except Exception as e:
             return b"".join(parts), False, e
         offsets.append(size)
         parts.append(rec)
