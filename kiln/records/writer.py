@@ -60,14 +60,29 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
+_KINDS: Any = None
+
+
+def _kinds() -> Any:
+    """(TensorDirectory, Some, numpy), imported once, when first needed."""
+    global _KINDS
+    if _KINDS is None:
+        import numpy as np
+        import kiln
+        _KINDS = (kiln.TensorDirectory, kiln.Some, np)
+    return _KINDS
+
+
+_SCALARS = (int, float, str, bytes, bool, type(None))
+
+
 def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
     """The offset in the encoded buffer (whose address is ``base``) of the first
     non-empty tensor payload in ``value``, found in field order."""
-    import kiln
-    if depth > 80:
+    if depth > 80 or type(value) in _SCALARS:     # the common fields, at once
         return None
-    if isinstance(value, kiln.TensorDirectory):
-        import numpy as np
+    directory, some, np = _KINDS or _kinds()
+    if isinstance(value, directory):
         for t in value.values():
             if t.nbytes:     # the payload's raw bytes: no dtype support needed
                 return np.frombuffer(t.data, np.uint8).__array_interface__["data"][0] - base
@@ -77,7 +92,7 @@ def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
         items = value.values()
     elif isinstance(value, (list, tuple)):
         items = value
-    elif isinstance(value, kiln.Some):
+    elif isinstance(value, some):
         items = (value.value,)
     elif hasattr(value, "__dataclass_fields__"):
         items = [getattr(value, k) for k in value.__dataclass_fields__]
