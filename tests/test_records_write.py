@@ -85,9 +85,13 @@ def test_encode_records_blocks_offsets_room_and_errors(impl):
 
 
 def test_encode_records_needs_a_framing_program(impl):
-    p = enc_program(impl, frame=False)
-    with pytest.raises(ValueError):
-        impl.kernels.encode_records(p, iter(values(2)), 10, 1 << 20, array("Q"))
+    import kiln._kernels_py as py
+    for k in (py, impl.kernels):
+        p = kiln.Encoder(T, False, kernels=k)._prog
+        with pytest.raises(ValueError):
+            impl.kernels.encode_records(p, iter(values(2)), 10, 1 << 20, array("Q"))
+        with pytest.raises(ValueError):
+            impl.kernels.encode_record(p, {"id": 1, "name": "long enough to pass for a frame"})
 
 
 def test_a_program_of_the_other_kernel(impl):

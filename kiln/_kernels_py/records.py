@@ -78,6 +78,8 @@ def _framed(value_bytes):
 
 
 def encode_record(program, value):
+    if getattr(program, "frame_hash", 0) is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
     b = program.encode(value)
     first, hc, tail = _framed(b)
     return b"".join((first, hc, b, tail))

@@ -292,6 +292,8 @@ def encode_record(program, value):
     cdef EncodeProgram p = program if isinstance(program, EncodeProgram) else None
     cdef Writer w
     if p is None:
+        if getattr(program, "frame_hash", 0) is None:
+            raise ValueError("encode_records: the program must frame its values (frame=True)")
         raw = program.encode(value)
         return rec_frame_bytes(raw)
     rec_writer(p, &w, p.hint + REC_OVERHEAD + 16)
@@ -357,6 +359,8 @@ cdef object rec_records_other(program, values, Py_ssize_t room, Py_ssize_t limit
     """encode_records for a program of another kernel (its ``encode`` method)."""
     parts = []
     cdef Py_ssize_t size = 0
+    if getattr(program, "frame_hash", 0) is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
     if room <= 0:
         return b"", True, None
     it = iter(values)
@@ -368,9 +372,10 @@ cdef object rec_records_other(program, values, Py_ssize_t room, Py_ssize_t limit
         except Exception as e:
             return b"".join(parts), False, e
         try:
-            rec = rec_frame_bytes(program.encode(value))
+            raw = program.encode(value)
         except Exception as e:
             return b"".join(parts), False, e
+        rec = rec_frame_bytes(raw)
         offsets.append(size)
         parts.append(rec)
         size += len(rec)
