@@ -16,13 +16,27 @@ one process with the harness's interleaved rounds (``benchmarks/harness.py``):
   typed decoder) and, when pyarrow is installed, an Arrow IPC file.
 * **random**: N reads at random positions; kiln ``rf[i]``; the peers seek
   through an in-memory offset table of the same length-prefixed file.
+* **write**: the N records written to a ``BytesIO`` (open, every record,
+  close).  The floor is kiln encoding each value alone (framed, into a list);
+  kiln ``RecordWriter.write`` in a loop, ``write_many``, and ``write`` with
+  ``store_type=False``; the peers write the length-prefixed msgpack stream
+  (``packb`` and a 4-byte length) and, with pyarrow, an Arrow IPC file from
+  ``Table.from_pylist``.
+
+Also printed: the bytes a record takes in each file (the whole file over N)
+and its overhead, the file's bytes beyond kiln's own encoding of the values
+(unframed, which for these shapes is as tight as a positional encoding gets).
 
 Each contender decodes to its format's own objects: kiln's tensors are lazy
 views of the file (no array is built), msgpack's and msgspec's images are
 ``bytes`` copies.
 
 Every number is per record.  Targets (issue 33): iterate <= 1.5x the list
-decode; a random read <= 3x a record of iteration.
+decode; a random read <= 3x a record of iteration.  Issue 40: a ``write``
+<= 1.2x a record of the length-prefixed msgpack stream.
+
+The ``user`` shape is the one of issue 40 (an id, a string, two floats and a
+short list of ints).
 """
 
 import argparse
@@ -46,11 +60,19 @@ from benchmarks.harness import (FLOOR, PEER, VARIANT, Config, Contender, kiln_im
 SHAPES = {
     "small": ("struct{id:i64,label:i32,name:str,}",
               lambda i: {"id": i, "label": i % 10, "name": "sample-%06d" % i}),
+    "user": ("struct{id:i64,name:str,x:f64,y:f64,tags:list<i64>,}",
+             lambda i: {"id": i, "name": "sample-%06d" % i, "x": i * 0.5, "y": -1.25,
+                        "tags": [i, i + 1, i + 2]}),
     "sample": ("struct{id:i64,label:i32,img:tensors,}",
                lambda i: {"id": i, "label": i % 10,
                           "img": {"x": np.full((28, 28), i % 256, np.uint8)}}),
 }
 _LEN = struct.Struct("<I")
+# msgspec's typed decoder: the fields of each shape
+_SPEC_FIELDS = {"small": [("id", int), ("label", int), ("name", str)],
+                "user": [("id", int), ("name", str), ("x", float), ("y", float),
+                         ("tags", list)],
+                "sample": [("id", int), ("label", int), ("img", bytes)]}
 
 
 def _plain(v):
@@ -78,6 +100,77 @@ def _lp_iter(data, unpack):
         out.append(unpack(mv[pos + 4:pos + 4 + k]))
         pos += 4 + k
     return out
+
+
+def _kiln_write(text, values, kernels, many=False, **kw):
+    def run():
+        out = io.BytesIO()
+        with kiln.RecordWriter(out, text, kernels=kernels, **kw) as w:
+            if many:
+                w.write_many(values)
+            else:
+                for v in values:
+                    w.write(v)
+        return out
+    return run
+
+
+def _lp_write(values, packb):
+    def run():
+        out = io.BytesIO()
+        for v in values:
+            b = packb(v)
+            out.write(_LEN.pack(len(b)) + b)
+        return out
+    return run
+
+
+def build_write(shape, n):
+    """The write op's contenders, and each format's bytes for the N records."""
+    import msgpack
+    text, make = SHAPES[shape]
+    values = [make(i) for i in range(n)]
+    plain = [_plain(v) for v in values]
+    enc = kiln.Encoder(text, True).encode
+    rows = [Contender("encode each value (floor)", FLOOR, lambda: [enc(v) for v in values])]
+    impls = kiln_impls()
+    # a kiln from before issue 40 has no write_many nor store_type: those rows say so
+    new = hasattr(kiln.RecordWriter, "write_many")
+    for im in impls:
+        if im.kernels is None:
+            rows.append(Contender("%s write" % im.name, "kiln", None, missing=im.missing))
+            continue
+        rows.append(Contender("%s write" % im.name, "kiln", _kiln_write(text, values, im.kernels)))
+        rows.append(Contender("%s write_many" % im.name, VARIANT,
+                              _kiln_write(text, values, im.kernels, True) if new else None,
+                              missing=None if new else "not in this kiln"))
+    best = next(im for im in impls if im.kernels is not None)
+    if new:
+        rows.append(Contender("%s write store_type=False" % best.name, VARIANT,
+                              _kiln_write(text, values, best.kernels, store_type=False)))
+    rows.append(Contender("msgpack length-prefixed", PEER, _lp_write(plain, msgpack.packb)))
+    payload = sum(len(enc(v)) - 16 for v in values)
+    sizes = {"kiln values alone (unframed)": payload,
+             "kiln record file": len(_kiln_write(text, values, best.kernels)().getvalue()),
+             "msgpack length-prefixed": len(_lp_write(plain, msgpack.packb)().getvalue())}
+    if new:
+        sizes["kiln record file, store_type=False"] = len(
+            _kiln_write(text, values, best.kernels, store_type=False)().getvalue())
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+    except ImportError:
+        rows.append(Contender("pyarrow IPC file", PEER, None, missing="not installed"))
+    else:
+        def arrow():
+            out = io.BytesIO()
+            table = pa.Table.from_pylist(plain)
+            with pa.ipc.new_file(out, table.schema) as wr:
+                wr.write_table(table)
+            return out
+        rows.append(Contender("pyarrow IPC file", PEER, arrow))
+        sizes["pyarrow IPC file"] = len(arrow().getvalue())
+    return rows, sizes, payload
 
 
 def build(shape, n, folder):
@@ -118,10 +211,7 @@ def build(shape, n, folder):
     offs = _lp_file(mp_path, values, msgpack.packb)
     with open(mp_path, "rb") as f:
         mp = f.read()
-    spec_t = msgspec.defstruct("S", [("id", int), ("label", int),
-                                     ("img" if shape == "sample" else "name",
-                                      bytes if shape == "sample" else str)],
-                               array_like=False)
+    spec_t = msgspec.defstruct("S", _SPEC_FIELDS[shape], array_like=False)
     dec = msgspec.msgpack.Decoder(spec_t)
     it.append(Contender("msgpack length-prefixed", PEER, lambda: _lp_iter(mp, msgpack.unpackb)))
     it.append(Contender("msgspec length-prefixed", PEER, lambda: _lp_iter(mp, dec.decode)))
@@ -161,30 +251,45 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cfg = Config(repeats=3 if args.quick else 7, warmup=0 if args.quick else 1,
                  min_sample=0.05 if args.quick else 0.2)
-    sizes = {"small": 5000 if args.quick else 50000, "sample": 2000 if args.quick else 20000}
+    sizes = {"small": 5000 if args.quick else 50000, "user": 5000 if args.quick else 50000,
+             "sample": 2000 if args.quick else 20000}
     report = {}
     with tempfile.TemporaryDirectory() as folder:
         for shape, n in sizes.items():
             it, rnd = build(shape, n, folder)
             measure(it, cfg, "%s iterate" % shape)
             measure(rnd, cfg, "%s random" % shape)
+            wr, nbytes, payload = build_write(shape, n)
+            measure(wr, cfg, "%s write" % shape)
             base = _per(it[0], n)
             kc = next((c for c in it if c.name == "kiln-cython" and c.median), None)
             rc = next((c for c in rnd if c.name == "kiln-cython" and c.median), None)
             rows = {"iterate": {c.name: _per(c, n) for c in it},
-                    "random": {c.name: _per(c, n) for c in rnd}}
+                    "random": {c.name: _per(c, n) for c in rnd},
+                    "write": {c.name: _per(c, n) for c in wr}}
             targets = {}
             if kc is not None and rc is not None:
                 targets = {"iterate / list decode": _per(kc, n) / base,
                            "random / iterate": _per(rc, n) / _per(kc, n)}
-            report[shape] = {"records": n, "us_per_record": rows, "ratios": targets}
+            kw = next((c for c in wr if c.name == "kiln-cython write" and c.median), None)
+            mw = next((c for c in wr if c.name == "msgpack length-prefixed" and c.median), None)
+            if kw is not None and mw is not None:
+                targets["write / msgpack write"] = kw.median / mw.median
+            per = {name: b / n for name, b in nbytes.items()}
+            over = {name: (b - payload) / n for name, b in nbytes.items()}
+            report[shape] = {"records": n, "us_per_record": rows, "ratios": targets,
+                             "bytes_per_record": per, "overhead_bytes_per_record": over}
             print("\n%s: %d records (%s), microseconds per record (median of %d)"
                   % (shape, n, SHAPES[shape][0], cfg.repeats))
             for op, table in rows.items():
                 for name, us in table.items():
                     print("  %-8s %-34s %s" % (op, name, "n/a" if us is None else "%.2f" % us))
+            for name in per:
+                print("  bytes    %-34s %.1f a record (%.1f over the values)"
+                      % (name, per[name], over[name]))
             for name, r in targets.items():
-                limit = 1.5 if name.startswith("iterate") else 3.0
+                limit = 1.5 if name.startswith("iterate") else 1.2 if name.startswith("write") \
+                    else 3.0
                 print("  target %-22s %.2fx (<= %.1fx: %s)" % (name, r, limit,
                                                              "met" if r <= limit else "not met"))
     if args.json:

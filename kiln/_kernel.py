@@ -14,7 +14,7 @@ objects run, the DLPack destructor, and the table check of a hand-made
 directory.  ``kiln/_tensors/bind.py`` binds it, in one place.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from ._plan import Plan
 
@@ -92,11 +92,17 @@ class Kernels(Protocol):
                       number: int, verify: bool, cap: int, ocrc: int, out: List[Any]
                       ) -> Tuple[int, int, int]: ...
 
+    def encode_record(self, program: EncodeProgram, value: Any) -> bytes: ...
+
+    def encode_records(self, program: EncodeProgram, values: Iterator[Any], room: int,
+                       limit: int, offsets: Any) -> Tuple[bytes, bool, Optional[Exception]]: ...
+
 
 INTERFACE_CODEC = ("compile_decoder", "compile_encoder", "validate_directory",
                    "validate_directory_copy", "check_header", "check_payload",
                    "write_directory")
-INTERFACE_RECORDS = ("crc32", "decode_records", "decode_stream")
+INTERFACE_RECORDS = ("crc32", "decode_records", "decode_stream", "encode_record",
+                     "encode_records")
 INTERFACE_TENSORS = ("tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
                      "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links")
 INTERFACE = INTERFACE_CODEC + INTERFACE_RECORDS + INTERFACE_TENSORS

@@ -6,7 +6,7 @@ tests/test_house.py checks this stub against the compiled module: the same
 public names, and the same parameters where Cython exposes them.
 """
 
-from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Final, Iterator, List, Optional, Sequence, Tuple
 
 from ._kernel import Record, Row
 from ._plan import Plan
@@ -83,6 +83,9 @@ def decode_records(program: DecodeProgram, buf: Any, origin: int, offsets: Any, 
                    last: int, verify: bool, out: List[Any]) -> None: ...
 def decode_stream(program: DecodeProgram, buf: Any, at: int, origin: int, number: int,
                   verify: bool, cap: int, ocrc: int, out: List[Any]) -> Tuple[int, int, int]: ...
+def encode_record(program: EncodeProgram, value: Any) -> bytes: ...
+def encode_records(program: EncodeProgram, values: Iterator[Any], room: int, limit: int,
+                   offsets: Any) -> Tuple[bytes, bool, Optional[Exception]]: ...
 def set_force_byteswap(flag: bool) -> None: ...
 
 

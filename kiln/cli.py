@@ -73,7 +73,8 @@ CONVERT = """Convert SRC to DST, each format named by its file's extension:
   .gguf        -> .kiln       (quantized blocks kept as they are, layout ggml.<TYPE>)
   .npz         -> .kiln       .kiln -> .npz
   .jsonl       -> .kilnr      one record per line, with --type or --schema
-  .kilnr       -> .jsonl      one line per record, with --type or --schema
+  .kilnr       -> .jsonl      one line per record, as the type text the file stores
+                              (--type or --schema for a file that stores none)
 
 Tensors are streamed; DST is written to a temporary file beside it and
 replaces it only when the conversion succeeds. Exit 1 for a source that
@@ -136,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--schema", metavar="FILE",
                    help="a JSON Schema file giving the record type (.jsonl <-> .kilnr)")
     c.add_argument("--type", metavar="TEXT",
-                   help="the record type as type text (.jsonl <-> .kilnr)")
+                   help="the record type as type text (.jsonl -> .kilnr; .kilnr -> .jsonl "
+                        "when the file stores no type text)")
     c.add_argument("--checksum", action="store_true",
                    help="record a CRC-32 of every tensor in a .kiln destination")
     c.set_defaults(fn=cmd_convert)

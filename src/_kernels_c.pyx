@@ -57,7 +57,7 @@ from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
            "check_header", "check_payload", "write_directory",
            # the record container's loop (kernels/records.pxi)
-           "crc32", "decode_records", "decode_stream",
+           "crc32", "decode_records", "decode_stream", "encode_record", "encode_records",
            # the tensor part (kernels/tensors.pxi)
            "tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
            "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links"]

@@ -27,8 +27,14 @@ def record(framed, kind=0, pad=0):
     return first + struct.pack("<I", zlib.crc32(first))
 
 
-def header(schema_hash, magic=b"KLNR", version=1):
-    return struct.pack("<4sBBHQ", magic, version, 0, 0, schema_hash)
+def header(schema_hash, magic=b"KLNR", version=1, text=None):
+    """The container's head; with ``text`` (bytes or str) the type text block:
+    flag 0x01, u32 length, the text, and the CRC of all that comes before."""
+    if text is None:
+        return struct.pack("<4sBBHQ", magic, version, 0, 0, schema_hash)
+    raw = text.encode("ascii") if isinstance(text, str) else text
+    first = struct.pack("<4sBBHQI", magic, version, 1, 0, schema_hash, len(raw)) + raw
+    return first + struct.pack("<I", zlib.crc32(first))
 
 
 def index_value(offsets):
@@ -42,10 +48,11 @@ def trailer(index_pos, count, schema_hash, magic=b"KLNR_END"):
 
 
 def container(schema_hash, framed_values, offsets=None, count=None, index_pos=None,
-              closed=True):
+              closed=True, text=None):
     """A whole container; ``offsets``/``count``/``index_pos`` override what
-    the trailer and index say (the index and trailer CRCs stay right)."""
-    out = bytearray(header(schema_hash))
+    the trailer and index say (the index and trailer CRCs stay right);
+    ``text``: the head carries that type text."""
+    out = bytearray(header(schema_hash, text=text))
     real = []
     for v in framed_values:
         real.append(len(out))

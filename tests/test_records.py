@@ -80,15 +80,22 @@ def stream(impl, data, t=T, chunks=None, recover=False, **kw):
 
 def test_writer_bytes_are_the_spec_layout(impl, tmp_path):
     vals = values(5)
-    write(impl, tmp_path / "a.kilnr", vals)
+    write(impl, tmp_path / "a.kilnr", vals, store_type=False)
     want, _ = U.container(H, [framed(v) for v in vals])
     assert (tmp_path / "a.kilnr").read_bytes() == want
     out = io.BytesIO()
-    write(impl, out, vals)
+    write(impl, out, vals, store_type=False)
     assert out.getvalue() == want
     empty = io.BytesIO()
-    write(impl, empty, [])
+    write(impl, empty, [], store_type=False)
     assert empty.getvalue() == U.container(H, [])[0]
+    # the default head carries the type text (spec/records.md, "Type text")
+    out = io.BytesIO()
+    write(impl, out, vals)
+    assert out.getvalue() == U.container(H, [framed(v) for v in vals], text=T)[0]
+    assert out.getvalue()[:48] == (b"KLNR\x01\x01\x00\x00" + struct.pack("<Q", H) +
+                                   b"\x18\x00\x00\x00struct{id:i64,name:str,}" +
+                                   struct.pack("<I", zlib.crc32(out.getvalue()[:44])))
 
 
 def test_random_access_slices_iteration(impl, tmp_path):
@@ -661,7 +668,7 @@ class _Full:
 
 def test_a_failed_write_leaves_a_recoverable_file_and_no_index(impl):
     vals = values(10)
-    full, offs = U.container(H, [framed(v) for v in vals], closed=False)
+    full, offs = U.container(H, [framed(v) for v in vals], closed=False, text=T)
     target = _Full(offs[6] + 10)
     w = kiln.RecordWriter(target, T, kernels=impl.kernels)
     with pytest.raises(OSError):

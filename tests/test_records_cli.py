@@ -31,7 +31,7 @@ def test_convert_jsonl_both_ways_inspect_check(impl, tmp_path):
             {"id": 2, "name": "", "w": [], "raw": b""}]
     data = (tmp_path / "d.kilnr").read_bytes()
     assert data == U.container(kiln.parse_type(TEXT).schema_hash,
-                               [kiln.encode(v, TEXT, frame=True) for v in want])[0]
+                               [kiln.encode(v, TEXT, frame=True) for v in want], text=TEXT)[0]
     with kiln.RecordFile(tmp_path / "d.kilnr", TEXT, kernels=impl.kernels) as rf:
         assert rf[1]["name"] == "" and rf[0]["raw"] == b"\0\1"
     r = kiln_cli(impl, "inspect", "d.kilnr", "--json", cwd=tmp_path)
@@ -165,3 +165,30 @@ def test_inspect_and_check_of_a_torn_file_and_a_wrong_type(impl, tmp_path):
     r = kiln_cli(impl, "check", "t.kilnr", "--recover", "--type", TEXT, cwd=tmp_path)
     assert r.returncode == 1 and "torn: 2 complete records valid" in r.stdout, r.stdout
     assert r.stdout.count("t.kilnr") == 1
+
+
+def test_a_file_that_stores_its_type_needs_no_type(impl, tmp_path):
+    """Issue 40 item 4: inspect, check and convert .kilnr -> .jsonl with no
+    --type read the type text of the file's head; a file that stores only the
+    hash (store_type=False, the layout before it) is a usage error for convert."""
+    h = kiln.parse_type(TEXT).schema_hash
+    want = [{"id": 1, "name": "a\u00e9", "w": [1.5, 2.0], "raw": b"\0\1"},
+            {"id": 2, "name": "", "w": [], "raw": b""}]
+    framed = [kiln.encode(v, TEXT, frame=True) for v in want]
+    (tmp_path / "d.kilnr").write_bytes(U.container(h, framed, text=TEXT)[0])
+    r = kiln_cli(impl, "convert", "d.kilnr", "back.jsonl", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x) for x in (tmp_path / "back.jsonl").read_text().splitlines()] == ROWS
+    r = kiln_cli(impl, "inspect", "d.kilnr", cwd=tmp_path)
+    assert r.returncode == 0 and "stored type %s" % TEXT in r.stdout, r.stdout
+    assert '"name": "a\u00e9"' in r.stdout or '"name": "a\\u00e9"' in r.stdout, r.stdout
+    rep = json.loads(kiln_cli(impl, "inspect", "d.kilnr", "--json", cwd=tmp_path).stdout)
+    assert rep["stored_type"] == TEXT and len(rep["first"]) == 2
+    r = kiln_cli(impl, "check", "d.kilnr", cwd=tmp_path)
+    assert r.returncode == 0 and "--type also decodes" not in r.stdout, r.stdout
+    (tmp_path / "old.kilnr").write_bytes(U.container(h, framed)[0])
+    r = kiln_cli(impl, "convert", "old.kilnr", "x.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and "--type" in r.stderr and "type hash only" in r.stderr, r.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+    r = kiln_cli(impl, "inspect", "old.kilnr", cwd=tmp_path)
+    assert r.returncode == 0 and "stored type" not in r.stdout

@@ -7,7 +7,12 @@ same with ``sample-`` (the two shapes of ``benchmarks/records_container.py``:
 5,000 small records, 2,000 samples with a 28x28 u8 tensor).  ``list``
 decodes the records as one ``list<...>`` value (the baseline), ``iter`` is
 ``list(RecordFile)``, ``get`` is ``rf[i]`` for every i, ``stream`` is
-``list(iter_records(...))`` over an in-memory stream.  Each OP runs under
+``list(iter_records(...))`` over an in-memory stream; the writes (issue 40)
+go to a ``BytesIO``: ``write`` is ``RecordWriter.write`` of every record,
+``many`` is ``write_many``, ``encode`` the framed encode of each value alone,
+``msgpack`` a length-prefixed msgpack stream (``packb`` and a 4-byte
+length); the ``user`` shape is issue 40's (5,000 records of an id, a string,
+two floats and three ints).  Each OP runs under
 ``valgrind --tool=callgrind`` twice, with no repetition and with N, and the
 difference divided by N and by the records is printed: the same on a busy
 machine as on a quiet one (GC off, hash seed pinned, one BLAS thread).  The kernels are those
@@ -24,7 +29,11 @@ import tempfile
 # the checkout whose kiln is counted (another one: KILN_CG_ROOT=path)
 ROOT = os.environ.get("KILN_CG_ROOT") or \
     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIZES = {"small": 5000, "sample": 2000}
+SIZES = {"small": 5000, "sample": 2000, "user": 5000}
+# issue 40's shape, for a checkout whose benchmarks do not have it
+USER = ("struct{id:i64,name:str,x:f64,y:f64,tags:list<i64>,}",
+        lambda i: {"id": i, "name": "sample-%06d" % i, "x": i * 0.5, "y": -1.25,
+                   "tags": [i, i + 1, i + 2]})
 
 
 def child(op, reps, folder):
@@ -34,7 +43,7 @@ def child(op, reps, folder):
     import kiln
     from benchmarks.records_container import SHAPES
     shape, what = op.split("-", 1)
-    text, make = SHAPES[shape]
+    text, make = SHAPES[shape] if shape in SHAPES else USER
     n = SIZES[shape]
     values = [make(i) for i in range(n)]
     path = os.path.join(folder, shape + ".kilnr")
@@ -47,9 +56,30 @@ def child(op, reps, folder):
     dec = kiln.Decoder("list<%s>" % text)
     with open(path, "rb") as f:
         raw = f.read()
+    def write():
+        with kiln.RecordWriter(io.BytesIO(), text) as w:
+            for v in values:
+                w.write(v)
+
+    def many():
+        with kiln.RecordWriter(io.BytesIO(), text) as w:
+            w.write_many(values)
+
+    def lp_msgpack():
+        import struct
+        import msgpack
+        out, packb, pack = io.BytesIO(), msgpack.packb, struct.Struct("<I").pack
+        for v in plain:
+            b = packb(v)
+            out.write(pack(len(b)) + b)
+    plain = [{k: (x["x"].tobytes() if k == "img" else x) for k, x in v.items()}
+             for v in values]
+    enc = kiln.Encoder(text, True).encode
     f = {"list": lambda: dec.decode(listbuf), "iter": lambda: list(rf),
          "get": lambda: [rf[i] for i in range(n)],
-         "stream": lambda: list(kiln.iter_records(io.BytesIO(raw), text))}[what]
+         "stream": lambda: list(kiln.iter_records(io.BytesIO(raw), text)),
+         "write": write, "many": many, "encode": lambda: [enc(v) for v in values],
+         "msgpack": lp_msgpack}[what]
     f()
     gc.disable()
     for _ in range(reps):

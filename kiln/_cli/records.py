@@ -31,8 +31,10 @@ def inspect_records(args: Any) -> int:
     recover = bool(getattr(args, "recover", False))
     try:
         report.update(describe(args.file, args.type, recover))
-        if args.type and report["type_matches"]:
-            with kiln.RecordFile(args.file, args.type, recover=recover) as rf:
+        # the first records, decoded with the type given or the one the file stores
+        if (args.type and report["type_matches"]) or (not args.type and
+                                                      report["stored_type"]):
+            with kiln.RecordFile(args.file, args.type or None, recover=recover) as rf:
                 report["first"] = [short(v) for v in rf[:3]]
     except kiln.KilnError as e:
         raise Fail(located(args.file, e), EXIT_INVALID)
@@ -48,6 +50,8 @@ def inspect_records(args: Any) -> int:
              "index at byte %d" % report["index_at"] if torn is None else
              "torn: complete records up to byte %d, then %s" % (torn["complete_until"],
                                                                  torn["why"])))
+    if report["stored_type"]:
+        print("stored type %s" % report["stored_type"])
     if args.type:
         print("type %s: %s" % (report["type"], "matches" if report["type_matches"]
                                else "does not match the file"))
@@ -69,10 +73,17 @@ def check_records(args: Any) -> int:
               % (args.file, n, "" if n == 1 else "s", torn.offset, torn.error.code,
                  torn.error.offset, what(args.file, torn.error)))
         return 1
+    decoded = args.type or _stores_type(args.file)
     print("%s: valid, %d record%s%s" % (args.file, n, "" if n == 1 else "s",
-                                        "" if args.type else
+                                        "" if decoded else
                                         " (framing and checksums; --type also decodes)"))
     return 0
+
+
+def _stores_type(path: str) -> bool:
+    from ..records.tools import RawRecords
+    with RawRecords(path, True) as rf:
+        return rf.type_text is not None
 
 
 def convert_wanted(args: Any) -> bool:
@@ -85,7 +96,8 @@ def convert_records(args: Any) -> int:
     import kiln
     from ..records.tools import jsonl_to_records, records_to_jsonl
     t = _record_type(args)
-    if t is None:
+    to_records = args.src.lower().endswith(".jsonl")
+    if t is None and to_records:
         raise Fail("%s -> %s needs the record type: --schema FILE or --type TEXT"
                    % (args.src, args.dst))
     if isinstance(t, str):
@@ -94,9 +106,11 @@ def convert_records(args: Any) -> int:
         except kiln.KilnError as e:   # the command's argument, not the file, is wrong
             raise Fail("--type %r: %s" % (t, e.reason), EXIT_USAGE)
     start = time.perf_counter()
-    go = jsonl_to_records if args.src.lower().endswith(".jsonl") else records_to_jsonl
+    go = jsonl_to_records if to_records else records_to_jsonl
     try:
         n = go(args.src, args.dst, t)
+    except TypeError as e:      # a record file that stores no type text, and none given
+        raise Fail("%s; --schema FILE or --type TEXT gives it" % e)
     except kiln.KilnError as e:   # the record file's fault, where it is
         raise Fail(located(args.src, e), 1)
     except ValueError as e:   # a JSON Lines line: the file, the line and the field

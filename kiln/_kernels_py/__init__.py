@@ -78,10 +78,14 @@ directory).
 ``decode_records(program, buf, origin, offsets, first, last, verify, out)``
 ``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
 ``crc32(data, value=0)``
+``encode_record(program, value)``
+``encode_records(program, values, room, limit, offsets)``
     The record container's loop (``kiln.records``): check and decode the
     records of a range of a file's index, or the complete records at the
-    front of a stream's buffer, with a compiled decode program; see
-    ``records.py``.  ``crc32`` is ``zlib.crc32``'s function.
+    front of a stream's buffer, with a compiled decode program; write one
+    record, or the records of an iterator's values into one buffer (head,
+    framed value, CRC, and each record's offset); see ``records.py``.
+    ``crc32`` is ``zlib.crc32``'s function.
 
 Everything else in the parts is private to the kernel.  The Python layer
 (``kiln._types``, ``kiln._api``, ``kiln._tensors``) builds plans and objects;
@@ -93,7 +97,7 @@ from .directory import check_header, check_payload, validate_directory, \
     validate_directory_copy
 from .dirwrite import write_directory
 from .encode import compile_encoder
-from .records import crc32, decode_records, decode_stream
+from .records import crc32, decode_records, decode_stream, encode_record, encode_records
 
 from .tensors import check_links, directory_setup, dlpack_destructor, hold_buffer, \
     tensor_numpy_method, tensor_setup, tensors_dict_method, tensors_fill
@@ -101,7 +105,7 @@ from .tensors import check_links, directory_setup, dlpack_destructor, hold_buffe
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
            "check_header", "check_payload", "write_directory",
            # the record container's loop (records.py)
-           "crc32", "decode_records", "decode_stream",
+           "crc32", "decode_records", "decode_stream", "encode_record", "encode_records",
            # the tensor part (tensors.py)
            "tensor_setup", "directory_setup", "tensor_numpy_method", "tensors_fill",
            "tensors_dict_method", "hold_buffer", "dlpack_destructor", "check_links"]

@@ -26,6 +26,24 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     records taken, ``ocrc`` being the CRC-32 continued over each record's
     offset as 8 little-endian bytes.
 
+``encode_record(program, value)``
+    One whole record of kind 0 without padding (head, framed value, record
+    CRC) as bytes; ``program`` is an encode program that frames its values.
+    An ``EncodeError`` is that of ``program.encode`` (its offset counts from
+    the value's frame).
+
+``encode_records(program, values, room, limit, offsets)``
+    The records of values taken from the iterator ``values``, at most
+    ``room`` of them, in one bytes object; stops after the record that
+    brings it to ``limit`` bytes or more.  The offset of each record's head
+    in that object is appended to ``offsets``.  Returns ``(data, more,
+    error)``: ``more`` when it stopped for ``room`` or ``limit`` (the
+    iterator may hold more), ``error`` the ``EncodeError`` of the value that
+    stopped it, or the iterator's own exception (``data`` then holds the
+    records before it, ``offsets`` only theirs), or None.  Only exceptions
+    that are not ``Exception`` (``KeyboardInterrupt``) propagate, with
+    nothing returned.
+
 ``crc32(data, value=0)``
     ``zlib.crc32``.
 """
@@ -45,6 +63,57 @@ _LEAST = 20 + 16                       # a head, an empty frame and a record CRC
 
 def crc32(data, value=0):
     return zlib.crc32(data, value)
+
+
+_FIRST = struct.Struct("<QI")          # length, kind/pad/reserved (all 0)
+
+
+def _framed(value_bytes):
+    n = len(value_bytes)
+    if n < 16:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    first = _FIRST.pack(n, 0)
+    hc = _CRC.pack(zlib.crc32(first))
+    return first, hc, _CRC.pack(zlib.crc32(value_bytes, zlib.crc32(hc, zlib.crc32(first))))
+
+
+def encode_record(program, value):
+    if getattr(program, "frame_hash", 0) is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    b = program.encode(value)
+    first, hc, tail = _framed(b)
+    return b"".join((first, hc, b, tail))
+
+
+def encode_records(program, values, room, limit, offsets):
+    if getattr(program, "frame_hash", 0) is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    out = bytearray()
+    if room <= 0:
+        return b"", True, None
+    encode, append = program.encode, offsets.append
+    it = iter(values)
+    while True:
+        try:
+            value = next(it)
+        except StopIteration:
+            break
+        except Exception as e:           # the iterator's own error
+            return bytes(out), False, e
+        try:
+            b = encode(value)
+        except Exception as e:           # a value that does not encode
+            return bytes(out), False, e
+        first, hc, tail = _framed(b)
+        append(len(out))
+        out += first
+        out += hc
+        out += b
+        out += tail
+        room -= 1
+        if len(out) >= limit or room == 0:
+            return bytes(out), True, None
+    return bytes(out), False, None
 
 
 def _head(mv, at, pos, number):
@@ -167,4 +236,4 @@ def _stream(decode, mv, at, origin, number, verify, cap, ocrc, out):
     return at, number, ocrc
 
 
-__all__ = ["crc32", "decode_records", "decode_stream"]
+__all__ = ["crc32", "decode_records", "decode_stream", "encode_record", "encode_records"]

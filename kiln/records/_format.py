@@ -9,7 +9,7 @@ is byte 0 of a file written by :class:`kiln.RecordWriter`.
 
 import struct
 import zlib
-from typing import Tuple
+from typing import Optional, Tuple
 
 from .._errors import KilnError
 from .._types import as_type
@@ -20,6 +20,13 @@ MAGIC = RECORDS_MAGIC
 VERSION = 1
 HEADER = struct.Struct("<4sBBHQ")      # magic, version, flags, reserved, schema hash
 HEADER_SIZE = 16
+# header flag 0x01: the header is followed by the record type's text, so that
+# the file can be read without the type from elsewhere: u32 T, T bytes of
+# canonical type text, u32 CRC of every byte of the head before it (the header
+# included).  The records then start at byte 24 + T.
+FLAG_TYPE_TEXT = 0x01
+TYPE_TEXT_AT = 20                      # the text, after the header and its length
+MAX_TYPE_TEXT = 1 << 20                # a reader refuses a longer text before reading it
 
 # --- one record ----------------------------------------------------------------
 # head (16 bytes): value length L, kind, pad P, reserved, head CRC of bytes 0..12;
@@ -59,8 +66,18 @@ def crc(data, start: int = 0) -> int:
     return zlib.crc32(data, start)
 
 
-def make_header(schema_hash: int) -> bytes:
-    return HEADER.pack(MAGIC, VERSION, 0, 0, schema_hash)
+def make_header(schema_hash: int, text: Optional[str] = None) -> bytes:
+    """The container's head: the 16-byte header, and with ``text`` the type
+    text block after it."""
+    if text is None:
+        return HEADER.pack(MAGIC, VERSION, 0, 0, schema_hash)
+    raw = text.encode("ascii")
+    if not 0 < len(raw) <= MAX_TYPE_TEXT:
+        raise ValueError("type text of %d bytes does not fit a record file's head (at most "
+                         "%d; store_type=False writes the hash alone)" % (len(raw), MAX_TYPE_TEXT))
+    first = HEADER.pack(MAGIC, VERSION, FLAG_TYPE_TEXT, 0, schema_hash) + \
+        struct.pack("<I", len(raw)) + raw
+    return first + CRC.pack(crc(first))
 
 
 def make_head(length: int, kind: int, pad: int) -> bytes:
@@ -79,8 +96,12 @@ def pad_for(value_at: int, base: int) -> int:
     return -(value_at + base) % ALIGN
 
 
-def check_header(buf, want_hash: int, name: str) -> None:
-    """The container header at the start of ``buf`` (16 bytes or fewer)."""
+def check_header(buf, want_hash: Optional[int], name: str) -> int:
+    """The container header at the start of ``buf`` (16 bytes or fewer, or 20
+    to learn the size of a type text block); returns the size of the whole
+    head: 16, or 24 + T when the header says a type text follows (then check
+    it with :func:`read_type_text`), or 20 when it does and ``buf`` is too
+    short to tell T.  ``want_hash`` None: any hash."""
     if len(buf) < HEADER_SIZE:
         raise KilnError("EOF", 0, "%s: %d bytes, shorter than the 16-byte record container "
                         "header" % (name, len(buf)))
@@ -91,13 +112,67 @@ def check_header(buf, want_hash: int, name: str) -> None:
     if version != VERSION:
         raise KilnError("FRAME", 4, "%s: record container version %d, this reader knows %d"
                         % (name, version, VERSION))
-    if flags:
-        raise KilnError("FRAME", 5, "%s: header flags 0x%02x, none are defined" % (name, flags))
+    if flags & ~FLAG_TYPE_TEXT:
+        raise KilnError("FRAME", 5, "%s: header flags 0x%02x, only 0x01 (type text) is "
+                        "defined" % (name, flags))
     if reserved:
         raise KilnError("FRAME", 6, "%s: header reserved bytes are not 0" % name)
-    if h != want_hash:
+    if want_hash is not None and h != want_hash:
         raise KilnError("SCHEMA", 8, "%s: the records are of type hash 0x%016x, not 0x%016x "
                         "(the type given)" % (name, h, want_hash))
+    if not flags:
+        return HEADER_SIZE
+    if len(buf) < TYPE_TEXT_AT:
+        return TYPE_TEXT_AT
+    (t,) = struct.unpack_from("<I", buf, HEADER_SIZE)
+    if t == 0 or t > MAX_TYPE_TEXT:
+        raise KilnError("LIMIT" if t else "FRAME", HEADER_SIZE, "%s: type text length %d, "
+                        "expected 1..%d" % (name, t, MAX_TYPE_TEXT))
+    return TYPE_TEXT_AT + t + CRC_SIZE
+
+
+def open_head(read, size: int, want_hash: Optional[int], name: str) -> Tuple[int, Optional[str]]:
+    """The head of a container of ``size`` bytes whose bytes ``read(lo, hi)``
+    returns: ``(where the records start, the type text or None)``."""
+    got = read(0, min(size, TYPE_TEXT_AT))
+    start = check_header(got, want_hash, name)
+    if start == HEADER_SIZE:
+        return start, None
+    if start == TYPE_TEXT_AT:
+        raise KilnError("EOF", size, "%s: the file ends inside the type text's length after "
+                        "the header" % name)
+    head = bytes(got) + bytes(read(TYPE_TEXT_AT, min(size, start)))
+    return start, read_type_text(head, start, name)
+
+
+def read_type_text(buf, size: int, name: str) -> str:
+    """The type text of a head of ``size`` bytes (``check_header``'s answer)
+    at the start of ``buf``: its CRC, its syntax and its hash against the
+    header's are checked."""
+    if len(buf) < size:
+        raise KilnError("EOF", len(buf), "%s: the file ends inside the %d-byte type text "
+                        "after the header" % (name, size - TYPE_TEXT_AT - CRC_SIZE))
+    end = size - CRC_SIZE
+    (want,) = CRC.unpack_from(buf, end)
+    if crc(buf[:end]) != want:
+        raise KilnError("FRAME", end, "%s: the head's checksum does not match its header and "
+                        "type text" % name)
+    raw = bytes(buf[TYPE_TEXT_AT:end])
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise KilnError("TYPE", TYPE_TEXT_AT + e.start, "%s: the head's type text is not "
+                        "ASCII" % name) from None
+    try:
+        t = as_type(text)
+    except KilnError as e:
+        raise KilnError(e.code, TYPE_TEXT_AT + e.offset, "%s: the head's type text: %s"
+                        % (name, e.reason)) from None
+    h = HEADER.unpack_from(buf, 0)[4]
+    if t.schema_hash != h:
+        raise KilnError("FRAME", TYPE_TEXT_AT, "%s: the head's type text hashes to 0x%016x, "
+                        "its header says 0x%016x" % (name, t.schema_hash, h))
+    return t.text
 
 
 def parse_head(buf, at: int, pos: int, number: int) -> Tuple[int, int, int]:
@@ -135,9 +210,10 @@ def check_body(buf, at: int, pos: int, pad: int, length: int, number: int,
                             "(a torn or corrupted record)" % number)
 
 
-def parse_trailer(buf, at: int, pos: int, want_hash: int, name: str) -> Tuple[int, int]:
+def parse_trailer(buf, at: int, pos: int, want_hash: int, name: str,
+                  start: int = HEADER_SIZE) -> Tuple[int, int]:
     """``(index position, count)`` from the trailer at ``buf[at:at+40]``,
-    container offset ``pos``."""
+    container offset ``pos``; the records start at ``start`` (the head's size)."""
     index_pos, count, h, version, flags, reserved, want, magic = TRAILER.unpack_from(buf, at)
     if magic != END_MAGIC:
         raise KilnError("FRAME", pos + 32, "%s: no record container trailer at the end "
@@ -151,13 +227,13 @@ def parse_trailer(buf, at: int, pos: int, want_hash: int, name: str) -> Tuple[in
     if h != want_hash:
         raise KilnError("SCHEMA", pos + 16, "%s: the records are of type hash 0x%016x, not "
                         "0x%016x (the type given)" % (name, h, want_hash))
-    if index_pos < HEADER_SIZE or index_pos > pos - OVERHEAD - MIN_VALUE:
+    if index_pos < start or index_pos > pos - OVERHEAD - MIN_VALUE:
         raise KilnError("FRAME", pos, "%s: trailer index position %d lies outside the "
-                        "records (%d..%d)" % (name, index_pos, HEADER_SIZE, pos))
+                        "records (%d..%d)" % (name, index_pos, start, pos))
     # each record takes at least OVERHEAD + MIN_VALUE bytes: a bound before any allocation
-    if count > (index_pos - HEADER_SIZE) // (OVERHEAD + MIN_VALUE):
+    if count > (index_pos - start) // (OVERHEAD + MIN_VALUE):
         raise KilnError("LIMIT", pos + 8, "%s: trailer count %d is more than %d bytes of "
-                        "records can hold" % (name, count, index_pos - HEADER_SIZE))
+                        "records can hold" % (name, count, index_pos - start))
     return index_pos, count
 
 

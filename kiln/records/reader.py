@@ -70,7 +70,12 @@ class RecordFile(Sequence[R]):
             ``https://``, ``memory://``...), read with range requests.
         type: the record type: a :class:`kiln.Type`, type text, or a bound
             dataclass / NamedTuple (then ``rf[i]`` is an instance of it, and
-            type checkers know it: ``RecordFile[Sample]``).
+            type checkers know it: ``RecordFile[Sample]``).  Omitted (None):
+            the type text the file's head stores (files written with the
+            default ``store_type=True``); records then decode as with that
+            type text, structs as dicts; ``rf.type`` is the type.  A file
+            with no type text then raises ``TypeError``.  Given, the file's
+            hash must match it (and a stored text is checked all the same).
         recover: for a file without a valid trailer or index (a writer that
             was killed), keep every complete record, found by a scan from
             the start; ``rf.recovery`` says where and why the scan stopped.
@@ -83,6 +88,7 @@ class RecordFile(Sequence[R]):
         decode_options: ``trusted``, ``max_count``, ``max_bytes``, ``copy``,
             ``max_copy_bytes``, ``kernels``: as for :class:`kiln.Decoder`.
 
+    ``rf.type_text`` is the type text the file's head stores, or None.
     ``len(rf)``, ``rf[i]`` (negative too, constant time), ``rf[a:b]`` (a
     list), iteration, ``close()`` and ``with``.  Several threads may read
     one ``RecordFile`` at once.  A ``RecordFile`` opened from
@@ -123,12 +129,13 @@ class RecordFile(Sequence[R]):
                  **decode_options: Any) -> None: ...
 
     @overload
-    def __init__(self: "RecordFile[Any]", source: Any, type: Union[Type, str, Annotation], *,
+    def __init__(self: "RecordFile[Any]", source: Any,
+                 type: Union[Type, str, Annotation, None] = ..., *,
                  recover: bool = ..., verify: bool = ...,
                  storage_options: Optional[Dict[str, Any]] = ...,
                  **decode_options: Any) -> None: ...
 
-    def __init__(self, source: Any, type: Any, *, recover: bool = False, verify: bool = True,
+    def __init__(self, source: Any, type: Any = None, *, recover: bool = False, verify: bool = True,
                  storage_options: Optional[Dict[str, Any]] = None,
                  **decode_options: Any) -> None:
         self._args = (source, type, bool(recover), bool(verify), storage_options,
@@ -141,7 +148,14 @@ class RecordFile(Sequence[R]):
         self._local: Optional[tuple] = None      # (mapping, offsets) while open and local
         self._pending: Dict[int, List[Any]] = {}  # each iteration's chunk being handed out
         self._closed = False
-        self._setup(type, decode_options)
+        self._options = decode_options
+        self._start = F.HEADER_SIZE              # where the records start (after the head)
+        self.type_text: Optional[str] = None
+        self._typed = type is not None
+        self.type: Type = None  # type: ignore[assignment]  # a Type once open
+        self._hash = 0
+        if self._typed:
+            self._setup(type, decode_options)
         self._src = open_source(source, storage_options, self._known)
         self.path = self._src.name
         if isinstance(source, (str, os.PathLike)) and isinstance(self._src, LocalSource):
@@ -165,15 +179,22 @@ class RecordFile(Sequence[R]):
 
     def _open(self, recover: bool) -> None:
         src, size = self._src, self._src.size
-        F.check_header(src.read(0, min(size, F.HEADER_SIZE)), self._hash, self.path)
+        self._start, self.type_text = F.open_head(src.read, size,
+                                                  self._hash if self._typed else None, self.path)
+        if not self._typed:
+            if self.type_text is None:
+                raise TypeError("%s: the file stores its records' type hash only (written "
+                                "with store_type=False, or by an earlier kiln): pass the "
+                                "type" % self.path)
+            self._setup(self.type_text, self._options)
         try:
-            if size < F.HEADER_SIZE + F.TRAILER_SIZE:
+            if size < self._start + F.TRAILER_SIZE:
                 raise KilnError("EOF", size, "%s: %d bytes, too short for the 40-byte "
                                 "trailer (a file not closed: recover=True reads its complete "
                                 "records)" % (self.path, size))
             tail = src.read(size - F.TRAILER_SIZE, size)
             ip, n = F.parse_trailer(tail, 0, size - F.TRAILER_SIZE, self._hash,
-                                    self.path)
+                                    self.path, self._start)
             self._count = n
             self._index(ip, n, size - F.TRAILER_SIZE)
         except KilnError as e:
@@ -203,13 +224,13 @@ class RecordFile(Sequence[R]):
             offs = _index_decoder(self._kernels).decode(rec[v:v + length])
         except KilnError as e:
             raise F.rewrap(e, ip + v, n)
-        self._offs = check_offsets(offs, ip, self._entries, self.path)
+        self._offs = check_offsets(offs, ip, self._entries, self.path, self._start)
 
     def _scan(self, why: KilnError) -> None:
         """``recover=True``: every complete record from the start, in order."""
         src, size = self._src, self._src.size
         offs = array("Q")
-        pos = F.HEADER_SIZE
+        pos = self._start
         while True:
             n = len(offs)
             if pos == size:
@@ -379,7 +400,8 @@ _CHUNK = 1024
 _REMOTE_READ = READ_AHEAD  # a remote file's records are fetched up to this many bytes at once
 
 
-def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]":
+def check_offsets(offs: Any, ip: int, entries_at: int, name: str,
+                  start: int = F.HEADER_SIZE) -> "array[int]":
     """The index entries as an array with ``ip`` appended, after checking
     that they start at the first record, rise by at least one record each and
     stay before the index (FRAME at the first bad entry)."""
@@ -388,7 +410,7 @@ def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]
     least = F.OVERHEAD + F.MIN_VALUE
     bad = None
     if len(o):
-        if int(o[0]) != F.HEADER_SIZE:
+        if int(o[0]) != start:
             bad = 0
         else:
             ext = np.append(o, np.uint64(ip))
@@ -397,13 +419,13 @@ def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]
             wrong = np.flatnonzero(step | big)
             if len(wrong):
                 bad = int(wrong[0]) + (1 if not big[wrong[0]] and wrong[0] + 1 < len(o) else 0)
-    elif ip != F.HEADER_SIZE:
+    elif ip != start:
         raise KilnError("FRAME", ip, "%s: an empty index but the records end at byte %d"
                         % (name, ip))
     if bad is not None:
         raise KilnError("FRAME", entries_at + 8 * bad, "%s: index entry %d (%d) is out of "
                         "order or outside the records (%d..%d)"
-                        % (name, bad, int(o[bad]), F.HEADER_SIZE, ip))
+                        % (name, bad, int(o[bad]), start, ip))
     out = array("Q")
     out.frombytes(np.ascontiguousarray(o, dtype=np.uint64).tobytes())
     out.append(ip)

@@ -29,7 +29,9 @@ class StreamDecoder(Generic[R]):
     """Decode a record container fed in pieces (a socket, an asyncio protocol).
 
     Args:
-        type: the record type (as for :class:`kiln.RecordFile`).
+        type: the record type (as for :class:`kiln.RecordFile`); None: the
+            type text the stream's head stores (``self.type`` is set when the
+            head arrives; ``TypeError`` from ``feed`` for a head without one).
         verify: check each record's value checksum.
         max_record_bytes: the cap on one record's value length (default
             256 MiB): a longer one is ``LIMIT`` when its head arrives.
@@ -53,7 +55,7 @@ class StreamDecoder(Generic[R]):
         ...     _ = [w.write(v) for v in (5, 6, 7)]
         >>> d = kiln.StreamDecoder("i32")
         >>> data = out.getvalue()
-        >>> d.feed(data[:60]), d.feed(data[60:])
+        >>> d.feed(data[:80]), d.feed(data[80:])
         ([5], [6, 7])
         >>> d.eof()
     """
@@ -64,21 +66,25 @@ class StreamDecoder(Generic[R]):
         ...
 
     @overload
-    def __init__(self: "StreamDecoder[Any]", type: Union[Type, str, Annotation], *,
+    def __init__(self: "StreamDecoder[Any]", type: Union[Type, str, Annotation, None] = ..., *,
                  verify: bool = ..., max_record_bytes: int = ..., name: str = ...,
                  **decode_options: Any) -> None:
         ...
 
-    def __init__(self, type: Any, *, verify: bool = True,
+    def __init__(self, type: Any = None, *, verify: bool = True,
                  max_record_bytes: int = F.DEFAULT_MAX_RECORD, name: str = "stream",
                  **decode_options: Any) -> None:
         if isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) or \
                 max_record_bytes < 0:
             raise ValueError("max_record_bytes must be a non-negative int")
-        self.type = as_type(type)
-        dec = Decoder(self.type, True, **decode_options)
-        self._decode = dec.decode
-        self._prog = dec._prog
+        self._options = decode_options
+        self.type_text: Optional[str] = None
+        self._start = F.HEADER_SIZE
+        self.type: Any = None
+        self._hash = 0
+        self._typed = type is not None
+        if self._typed:
+            self._setup(type)
         self._k: Any = decode_options.get("kernels") or _compat.kernels
         self._verify = bool(verify)
         self._cap = max_record_bytes
@@ -93,6 +99,13 @@ class StreamDecoder(Generic[R]):
         self._left = 0
         self._index_pos = 0
         self._error: Optional[KilnError] = None
+
+    def _setup(self, type: Any) -> None:
+        self.type = as_type(type)
+        self._hash = self.type.schema_hash
+        dec = Decoder(self.type, True, **self._options)
+        self._decode = dec.decode
+        self._prog = dec._prog
 
     @property
     def done(self) -> bool:
@@ -167,13 +180,25 @@ class StreamDecoder(Generic[R]):
         if st == _HEADER:
             if have < F.HEADER_SIZE:
                 return -1
-            F.check_header(buf[at:at + F.HEADER_SIZE], self.type.schema_hash, self.name)
+            size = F.check_header(buf[at:at + min(have, F.TYPE_TEXT_AT)],
+                                  self._hash if self._typed else None, self.name)
+            if size > have or size == F.TYPE_TEXT_AT:
+                return -1           # the type text's length, or the text, is still to come
+            if size > F.HEADER_SIZE:
+                self.type_text = F.read_type_text(buf[at:at + size], size, self.name)
+            if not self._typed:
+                if self.type_text is None:
+                    raise TypeError("%s: the stream stores its records' type hash only "
+                                    "(written with store_type=False, or by an earlier kiln): "
+                                    "pass the type" % self.name)
+                self._setup(self.type_text)
+            self._start = size
             self._state = _HEAD
-            return F.HEADER_SIZE
+            return size
         if st == _TRAILER:
             if have < F.TRAILER_SIZE:
                 return -1
-            ip, n = F.parse_trailer(buf, at, pos, self.type.schema_hash, self.name)
+            ip, n = F.parse_trailer(buf, at, pos, self._hash, self.name, self._start)
             if ip != self._index_pos or n != self.count:
                 raise KilnError("FRAME", pos, "%s: the trailer names the index at byte %d and "
                                 "%d records; the stream had them at byte %d and %d records"
@@ -251,7 +276,8 @@ class StreamDecoder(Generic[R]):
                             % (self.name, self.count, "" if self.count == 1 else "s"))
         if st == _HEADER:
             raise KilnError("EOF", self._pos + have, "%s: ended after %d bytes, inside the "
-                            "16-byte record container header" % (self.name, have))
+                            "record container's head (its 16-byte header and any type text)"
+                            % (self.name, have))
         if st in (_HEAD, _BODY):
             start = self._rec[0] if st == _BODY else self._pos
             raise KilnError("EOF", self._pos + have, "%s: record %d (from byte %d) is cut "
@@ -269,12 +295,12 @@ def iter_records(fileobj: Any, type: _ClassOf[R], *, verify: bool = ...,
 
 
 @overload
-def iter_records(fileobj: Any, type: Union[Type, str, Annotation], *, verify: bool = ...,
-                 max_record_bytes: int = ..., chunk_size: int = ...,
+def iter_records(fileobj: Any, type: Union[Type, str, Annotation, None] = ..., *,
+                 verify: bool = ..., max_record_bytes: int = ..., chunk_size: int = ...,
                  recover: bool = ..., **decode_options: Any) -> Iterator[Any]: ...
 
 
-def iter_records(fileobj: Any, type: Any, *, verify: bool = True,
+def iter_records(fileobj: Any, type: Any = None, *, verify: bool = True,
                  max_record_bytes: int = F.DEFAULT_MAX_RECORD, chunk_size: int = _CHUNK,
                  recover: bool = False, **decode_options: Any) -> Iterator[Any]:
     """Yield the records of a container read from a binary stream, in order.
@@ -286,7 +312,8 @@ def iter_records(fileobj: Any, type: Any, *, verify: bool = True,
     Args:
         fileobj: a readable binary stream (a pipe, ``socket.makefile("rb")``,
             ``sys.stdin.buffer``, an open file).
-        type: the record type (as for :class:`kiln.RecordFile`).
+        type: the record type (as for :class:`kiln.RecordFile`; None: the
+            stream's stored type text).
         verify, max_record_bytes: as for :class:`kiln.StreamDecoder`.
         chunk_size: the most bytes asked of ``fileobj`` at once.
         recover: accept a stream that ends after a complete record with no

@@ -72,6 +72,7 @@ def describe(path: str, type: Optional[str] = None, recover: bool = False) -> Di
     with rf:
         info: Dict[str, Any] = {"kind": "record file", "records": len(rf),
                                 "schema_hash": "0x%016x" % rf.schema_hash,
+                                "stored_type": rf.type_text,
                                 "index_at": rf._ip}
         if rf.recovery is not None:
             err = rf.recovery.error
@@ -87,10 +88,16 @@ def describe(path: str, type: Optional[str] = None, recover: bool = False) -> Di
 
 def check_all(path: str, type: Optional[str] = None,
               recover: bool = False) -> "tuple[int, Optional[Any]]":
-    """Read every record (decoded when ``type`` is given): the count, and with
-    ``recover`` where a torn file's scan stopped (``None`` for a whole file)."""
-    rf: RecordFile[Any] = RawRecords(path, recover) if type is None else \
-        RecordFile(path, type, recover=recover)
+    """Read every record (decoded when ``type`` is given or the file stores
+    its type text): the count, and with ``recover`` where a torn file's scan
+    stopped (``None`` for a whole file)."""
+    if type is None:
+        rf: RecordFile[Any] = RawRecords(path, recover)
+        if rf.type_text is not None:
+            rf.close()
+            rf = RecordFile(path, None, recover=recover)
+    else:
+        rf = RecordFile(path, type, recover=recover)
     with rf:
         n = 0
         for _ in rf:
@@ -180,8 +187,9 @@ def jsonl_to_records(src: str, dst: str, type: Any) -> int:
     return count
 
 
-def records_to_jsonl(src: str, dst: str, type: Any) -> int:
-    """Write each record of a record file as one line of JSON."""
+def records_to_jsonl(src: str, dst: str, type: Any = None) -> int:
+    """Write each record of a record file as one line of JSON (``type`` None:
+    the type text the file stores)."""
     with RecordFile(src, type) as rf, AtomicFile(dst) as out:
         n = 0
         for v in rf:

@@ -10,7 +10,7 @@ import builtins
 import os
 import threading
 from array import array
-from typing import Any, Dict, Generic, Optional, TypeVar, Union, overload
+from typing import Any, Dict, Generic, Iterable, Iterator, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
 
 from .. import _compat
@@ -60,15 +60,30 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
+_KINDS: Any = None
+
+
+def _kinds() -> Any:
+    """(TensorDirectory, Some, numpy), imported once, when first needed."""
+    global _KINDS
+    if _KINDS is None:
+        import numpy as np
+        import kiln
+        _KINDS = (kiln.TensorDirectory, kiln.Some, np)
+    return _KINDS
+
+
+_SCALARS = (int, float, str, bytes, bool, type(None))
+
+
 def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
     """The offset in the encoded buffer (whose address is ``base``) of the first
     non-empty tensor payload in ``value`` (decoded by the type text: structs
     are dicts), found in field order."""
-    import kiln
-    if depth > 80:
+    if depth > 80 or type(value) in _SCALARS:     # the common fields, at once
         return None
-    if isinstance(value, kiln.TensorDirectory):
-        import numpy as np
+    directory, some, np = _KINDS or _kinds()
+    if isinstance(value, directory):
         for t in value.values():
             if t.nbytes:     # the payload's raw bytes: no dtype support needed
                 return np.frombuffer(t.data, np.uint8).__array_interface__["data"][0] - base
@@ -78,7 +93,7 @@ def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
         items = value.values()
     elif isinstance(value, (list, tuple)):
         items = value
-    elif isinstance(value, kiln.Some):
+    elif isinstance(value, some):
         items = (value.value,)
     else:
         return None
@@ -101,9 +116,15 @@ class RecordWriter(Generic[T]):
         align: pad records so that the first tensor directory of each record
             has its payloads 64-byte aligned in the file (costs one lazy
             decode of each record whose type holds ``tensors``).
+        store_type: store the canonical type text in the file's head, so that
+            ``kiln.RecordFile(path)`` and the command line read it with no
+            type given (``spec/records.md``, "Type text").  ``False`` writes
+            the type's hash alone (a 16-byte header, the layout of files
+            written before the type text existed, which every reader reads).
         round_floats, kernels: as for :class:`kiln.Encoder`.
 
-    ``write(value)`` returns the record's index; ``flush()`` makes every
+    ``write(value)`` returns the record's index; ``write_many(values)``
+    writes many with one kernel call for each 64 KiB; ``flush()`` makes every
     record written so far recoverable (for a path: written and fsynced);
     ``close()`` writes the index and the trailer.  One writer may be used by
     several threads (writes are serialized).
@@ -122,18 +143,24 @@ class RecordWriter(Generic[T]):
 
     @overload
     def __init__(self: "RecordWriter[T]", target: Any, type: _ClassOf[T], *, align: bool = ...,
-                 round_floats: bool = ..., kernels: Any = ...) -> None: ...
+                 store_type: bool = ..., round_floats: bool = ..., kernels: Any = ...) -> None: ...
 
     @overload
     def __init__(self: "RecordWriter[Any]", target: Any, type: Union[Type, str, Annotation], *,
-                 align: bool = ..., round_floats: bool = ..., kernels: Any = ...) -> None: ...
+                 align: bool = ..., store_type: bool = ..., round_floats: bool = ...,
+                 kernels: Any = ...) -> None: ...
 
-    def __init__(self, target: Any, type: Any, *, align: bool = True, round_floats: bool = False,
-                 kernels: Any = None) -> None:
+    def __init__(self, target: Any, type: Any, *, align: bool = True, store_type: bool = True,
+                 round_floats: bool = False, kernels: Any = None) -> None:
         self.type = as_type(type)
+        head = F.make_header(self.type.schema_hash, self.type.text if store_type else None)
         self._kernels = kernels
         self._enc = Encoder(self.type, True, round_floats=round_floats, kernels=kernels)
         self._encode = self._enc.encode
+        k: Any = kernels or _compat.kernels
+        self._prog = self._enc._prog
+        self._record = k.encode_record
+        self._records = k.encode_records
         self._align_dec = None
         if align and "tensors" in self.type.text:
             from .._api import Decoder
@@ -141,7 +168,7 @@ class RecordWriter(Generic[T]):
             # as dicts whatever the class is (a dataclass, kiln.Record, a
             # slots class), and no class's own __init__ runs
             self._align_dec = Decoder(self.type.text, True, trusted=True, kernels=kernels)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._dir_synced = False
         self._offsets = array("Q")
         self._closed = False
@@ -159,7 +186,7 @@ class RecordWriter(Generic[T]):
         except (AttributeError, OSError, ValueError):
             self._base = 0          # a pipe or a socket: alignment counted from the header
         self._pos = 0
-        self._put(F.make_header(self.type.schema_hash))
+        self._put(head)
 
     def _put(self, data: Any) -> None:
         _write_all(self._f, data)
@@ -176,15 +203,107 @@ class RecordWriter(Generic[T]):
             return 0
         return F.pad_for(self._base + self._pos + F.HEAD_SIZE, at)
 
+    def _usable(self) -> None:
+        if self._closed:
+            raise ValueError("write to a closed RecordWriter")
+        if self._broken:
+            raise ValueError("an earlier write to this RecordWriter failed: the file ends "
+                             "in a torn record (read it with recover=True)")
+
+    def _limit(self) -> None:
+        raise EncodeError("LIMIT", self._pos, "a record file holds at most %d records "
+                          "(the index is one Kiln list)" % U32_MAX)
+
+    def _emit(self, data: Any) -> None:
+        try:
+            self._put(data)
+        except BaseException:
+            # the record may be torn: no index is written for this file (recover=True
+            # reads the records before it), and no more records
+            self._broken = True
+            raise
+
     def write(self, value: T) -> int:
         """Append one record; returns its index (0, 1, ...)."""
+        if self._align_dec is not None:
+            return self._write_aligned(value)
+        rec = self._record(self._prog, value)    # head, framed value and CRC: one kernel call
+        with self._lock:
+            if self._closed or self._broken:
+                self._usable()
+            offsets = self._offsets
+            if len(offsets) >= U32_MAX:
+                self._limit()
+            start = self._pos
+            try:
+                n = self._f.write(rec)
+                if n is not None and n < len(rec):
+                    _write_all(self._f, memoryview(rec)[n:])
+            except BaseException:
+                self._broken = True     # as _emit
+                raise
+            self._pos = start + len(rec)
+            offsets.append(start)
+            return len(offsets) - 1
+
+    def write_many(self, values: Iterable[T]) -> int:
+        """Append a record for each value of ``values`` (any iterable, consumed
+        once); returns the number written.
+
+        The records are framed by the kernel and written in blocks of about
+        64 KiB (one ``write`` call each), so a writer killed meanwhile leaves
+        complete records and at most one torn one, as with ``write``.
+
+        Raises:
+            EncodeError: for a value that does not encode; the records of the
+                values before it are written (``len(writer)`` counts them),
+                that value and the ones after it are not, and the writer stays
+                usable.  An exception of the iterable itself likewise comes
+                after the records of the values it gave.
+        """
+        it = iter(values)
+        n = 0
+        if self._align_dec is not None:
+            for v in it:
+                self._write_aligned(v)
+                n += 1
+            return n
+        with self._lock:
+            # the values' own code (the iterator, an __index__) runs under the lock, which
+            # is reentrant: a write from inside it lands before the block being built,
+            # whose offsets are placed when it is written
+            self._usable()
+            return self._many(it)
+
+    def _many(self, it: Iterator[Any]) -> int:
+        import numpy as np
+        offsets = self._offsets
+        n = 0
+        more = True
+        while more:
+            self._usable()
+            room = U32_MAX - len(offsets)
+            rel: "array[int]" = array("Q")
+            data, more, error = self._records(self._prog, it, room, _ONE_WRITE, rel)
+            if data:
+                start = self._pos
+                self._emit(data)
+                offsets.frombytes((np.frombuffer(rel, np.uint64) + np.uint64(start)).tobytes())
+                n += len(rel)
+            if error is not None:
+                raise error
+            if more and len(offsets) >= U32_MAX:
+                for _ in it:
+                    self._limit()
+                more = False
+        return n
+
+    def _write_aligned(self, value: Any) -> int:
+        """``write`` for a type with tensors and ``align``: the pad depends on
+        the encoding, so the record is framed here."""
         buf = self._encode(value)
         with self._lock:
-            if self._closed:
-                raise ValueError("write to a closed RecordWriter")
-            if self._broken:
-                raise ValueError("an earlier write to this RecordWriter failed: the file ends "
-                                 "in a torn record (read it with recover=True)")
+            self._usable()
             pad = self._pad(buf)
             head = F.make_head(len(buf), F.KIND_RECORD, pad)
             if len(self._offsets) >= U32_MAX:
@@ -193,17 +312,11 @@ class RecordWriter(Generic[T]):
             start = self._pos
             first = head + bytes(pad)
             tail = F.CRC.pack(F.crc(buf, F.crc(first)))
-            try:
-                if len(buf) < _ONE_WRITE:
-                    self._put(b"".join((first, buf, tail)))
-                else:
-                    for part in (first, buf, tail):
-                        self._put(part)
-            except BaseException:
-                # the record may be torn: no index is written for this file (recover=True
-                # reads the records before it), and no more records
-                self._broken = True
-                raise
+            if len(buf) < _ONE_WRITE:
+                self._emit(b"".join((first, buf, tail)))
+            else:
+                for part in (first, buf, tail):
+                    self._emit(part)
             self._offsets.append(start)
             return len(self._offsets) - 1
 

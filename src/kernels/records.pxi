@@ -229,3 +229,157 @@ def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify
         return at, number, ocrc
     finally:
         PyBuffer_Release(&bv)
+
+
+# --- the writer's record loop: head, framed value and record CRC in one buffer ----
+
+cdef int rec_seal(char *q, Py_ssize_t n) noexcept:
+    """Fill the head before the ``n``-byte framed value at ``q + 16`` (kind
+    0, no pad) and put the record CRC after it (the 4 bytes are reserved)."""
+    cdef uint8_t *b = <uint8_t *>q
+    kiln_st_u64(b, <uint64_t>n)
+    kiln_st_u32(b + 8, 0)
+    kiln_st_u32(b + REC_HEAD_CHECKED, kiln_crc32(0, b, REC_HEAD_CHECKED))
+    kiln_st_u32(b + REC_HEAD + n, kiln_crc32(0, b, REC_HEAD + <size_t>n))
+    return 0
+
+
+cdef int rec_put(EncodeProgram p, Writer *w, object value) except -1:
+    """Append one whole record of ``value`` at ``w.pos``; on an error ``w.pos``
+    is back where it was and the EncodeError's offset counts from the value's
+    frame (as kiln.encode(value, frame=True) reports it)."""
+    cdef Py_ssize_t start = w.pos
+    cdef Py_ssize_t n
+    try:
+        w_reserve(w, REC_HEAD)
+        w.pos += REC_HEAD
+        w_bytes(w, PyBytes_AS_STRING(<PyObject *>p.prefix), 16)
+        enc(p.root, w, value)
+        w_reserve(w, 4)
+    except BaseException as e:
+        fix_path(w, e)
+        w.pos = start
+        if isinstance(e, EncodeError):
+            e.offset -= start + REC_HEAD
+        raise
+    n = w.pos - start - REC_HEAD
+    rec_seal(w.data + start, n)
+    w.pos += 4
+    return 0
+
+
+cdef int rec_writer(EncodeProgram p, Writer *w, Py_ssize_t cap0) except -1:
+    if p.prefix is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    w.obj = PyBytes_FromStringAndSize_raw(NULL, cap0)
+    if w.obj == NULL:
+        raise MemoryError()
+    w.data = PyBytes_AS_STRING(w.obj)
+    w.cap = cap0
+    w.pos = 0
+    w.depth = 0
+    w.round_floats = p.round_floats
+    return 0
+
+
+cdef object rec_take(Writer *w):
+    _PyBytes_Resize(&w.obj, w.pos)  # on failure w.obj is NULL (released)
+    return _take(w.obj)
+
+
+def encode_record(program, value):
+    """One whole record of kind 0 without padding (see kiln/_kernels_py/records.py)."""
+    cdef EncodeProgram p = program if isinstance(program, EncodeProgram) else None
+    cdef Writer w
+    if p is None:
+        if getattr(program, "frame_hash", 0) is None:
+            raise ValueError("encode_records: the program must frame its values (frame=True)")
+        raw = program.encode(value)
+        return rec_frame_bytes(raw)
+    rec_writer(p, &w, p.hint + REC_OVERHEAD + 16)
+    try:
+        rec_put(p, &w, value)
+    except BaseException:
+        Py_XDECREF(w.obj)
+        w.obj = NULL
+        raise
+    return rec_take(&w)
+
+
+cdef object rec_frame_bytes(object raw):
+    """A record around the framed value ``raw`` (a bytes object), for a program
+    of another kernel."""
+    cdef Py_ssize_t n = len(raw)
+    if n < REC_MIN_VALUE:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    out = PyBytes_FromStringAndSize(NULL, n + REC_OVERHEAD)
+    memcpy(PyBytes_AS_STRING(<PyObject *>out) + REC_HEAD, PyBytes_AS_STRING(<PyObject *>raw), n)
+    rec_seal(PyBytes_AS_STRING(<PyObject *>out), n)
+    return out
+
+
+def encode_records(program, values, Py_ssize_t room, Py_ssize_t limit, offsets):
+    """Records of the values taken from the iterator ``values``, in one bytes
+    object; returns ``(data, more, error)`` (see kiln/_kernels_py/records.py)."""
+    cdef EncodeProgram p = program if isinstance(program, EncodeProgram) else None
+    cdef Writer w
+    cdef Py_ssize_t start
+    cdef object error = None
+    cdef bint more = False
+    if p is None:
+        return rec_records_other(program, values, room, limit, offsets)
+    rec_writer(p, &w, limit + 256 if limit < (1 << 26) else (1 << 26))
+    try:
+        if room <= 0:
+            Py_XDECREF(w.obj)
+            w.obj = NULL
+            return b"", True, None
+        for value in values:
+            start = w.pos
+            rec_put(p, &w, value)
+            offsets.append(start)
+            room -= 1
+            if w.pos >= limit or room == 0:
+                more = True
+                break
+    except Exception as e:
+        # a value that does not encode, or the iterator's own error: the
+        # records before it are handed back with it (unless memory ran out)
+        if w.obj == NULL:
+            raise
+        error = e
+    except BaseException:
+        Py_XDECREF(w.obj)
+        w.obj = NULL
+        raise
+    return rec_take(&w), more, error
+
+
+cdef object rec_records_other(program, values, Py_ssize_t room, Py_ssize_t limit, offsets):
+    """encode_records for a program of another kernel (its ``encode`` method)."""
+    parts = []
+    cdef Py_ssize_t size = 0
+    if getattr(program, "frame_hash", 0) is None:
+        raise ValueError("encode_records: the program must frame its values (frame=True)")
+    if room <= 0:
+        return b"", True, None
+    it = iter(values)
+    while True:
+        try:
+            value = next(it)
+        except StopIteration:
+            break
+        except Exception as e:
+            return b"".join(parts), False, e
+        try:
+            raw = program.encode(value)
+        except Exception as e:
+            return b"".join(parts), False, e
+        rec = rec_frame_bytes(raw)
+        offsets.append(size)
+        parts.append(rec)
+        size += len(rec)
+        room -= 1
+        if size >= limit or room == 0:
+            return b"".join(parts), True, None
+    return b"".join(parts), False, None

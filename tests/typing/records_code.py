@@ -20,17 +20,20 @@ def main(folder: str) -> None:
     with kiln.RecordWriter(path, Sample) as w:
         first: int = w.write(Sample(1, "a"))
         w.write(Sample(2, "b"))
-    assert first == 0
+        many: int = w.write_many([Sample(3, "c"), Sample(4, "d")])
+    assert first == 0 and many == 2
     with kiln.RecordFile(path, Sample) as rf:
         one: Sample = rf[0]
         last: Sample = rf[-1]
         some: List[Sample] = rf[0:2]
         it: Iterator[Sample] = iter(rf)
         names = [s.name for s in rf]
-        assert one.id == 1 and last.id == 2 and len(some) == 2 and next(it) == one
-        assert names == ["a", "b"] and len(rf) == 2
+        assert one.id == 1 and last.id == 4 and len(some) == 2 and next(it) == one
+        assert names[:2] == ["a", "b"] and len(rf) == 4
     loose: kiln.RecordFile[Any] = kiln.RecordFile(path, "struct{id:i64,name:str,}")
     loose.close()
+    with kiln.RecordFile(path) as stored:            # the type text the file stores
+        assert stored.type_text == "struct{id:i64,name:str,}" and stored[3]["name"] == "d"
     data = open(path, "rb").read()
     d = kiln.StreamDecoder(Sample)
     got: List[Sample] = d.feed(data)
@@ -39,7 +42,8 @@ def main(folder: str) -> None:
     if TYPE_CHECKING:   # the record type, not Any
         from typing_extensions import assert_type
         assert_type(kiln.iter_records(io.BytesIO(data), Sample), Iterator[Sample])
-    assert [s.id for s in got] == streamed == [1, 2]
+    assert [s.id for s in got] == streamed == [1, 2, 3, 4]
+    assert [r["id"] for r in kiln.iter_records(io.BytesIO(data))] == [1, 2, 3, 4]
     print("ok")
 
 
