@@ -173,7 +173,7 @@ def test_a_server_that_floods_a_small_record_file_costs_no_memory(impl, tmp_path
     peak far below what was sent."""
     vals = [{"id": i, "name": "f" * i} for i in range(3)]
     size = write(impl, tmp_path / "f.kilnr", vals)
-    assert size == 268
+    assert size < 400   # a few hundred bytes (268 without the stored type text)
     with RangeServer(tmp_path, behave="flood", flood=64 << 20) as server:
         tracemalloc.start()
         try:
