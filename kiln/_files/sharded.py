@@ -199,7 +199,7 @@ def is_sharded(path: Any) -> bool:
 
 # --- reading ---------------------------------------------------------------
 
-def _read_local(path: str) -> bytes:
+def read_index(path: str) -> bytes:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size > MAX_INDEX:
@@ -255,7 +255,7 @@ class ShardedFile(Mapping[str, Tensor]):
                 "model.safetensors.index.json model.kiln.index.json" if p.endswith(ST_INDEX)
                 else ""))
         self.path = p
-        raw = _read_remote(p, storage) if self._remote else _read_local(p)
+        raw = _read_remote(p, storage) if self._remote else read_index(p)
         self._map, meta = parse_index(raw, p, ".kiln",
                                       options.get("max_count", W.DEFAULT_MAX_COUNT))
         self.total_size = meta.get("total_size")

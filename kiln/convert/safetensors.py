@@ -203,13 +203,12 @@ def _typed(src: str, mm: Any, meta: Dict[str, str]) -> Dict[str, Any]:
     """The metadata with the typed values :data:`TYPED_KEY` records (module doc)."""
     import base64
     import binascii
-    from .. import _api, _meta
     n = int.from_bytes(mm[:8], "little")
     k = bytes(mm[8:8 + n]).find(json.dumps(TYPED_KEY).encode())
     at = 8 + max(k, 0)
     try:
         blob = base64.b64decode(meta[TYPED_KEY].encode("ascii"), validate=True)
-        typed = _meta.from_nodes(_api.decode(blob, _meta.META_TYPE, frame=True), 0)
+        typed = _access.metadata_of_blob(blob)
     except (UnicodeEncodeError, binascii.Error) as e:
         raise ConvertError(src, at, "__metadata__[%r] is not base64 (%s)" % (TYPED_KEY, e),
                            "TYPE") from None
@@ -237,8 +236,7 @@ def _metadata(src: str, meta: Dict[str, Any]) -> Dict[str, str]:
     out = {k: _text(v) for k, v in meta.items()}
     if not all(isinstance(v, str) for v in meta.values()):
         import base64
-        from .. import _api, _meta
-        blob = _api.encode(_meta.to_nodes(meta), _meta.META_TYPE, frame=True)
+        blob = _access.metadata_blob(meta)
         out[TYPED_KEY] = base64.b64encode(blob).decode("ascii")
     return out
 

@@ -17,9 +17,9 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _wire as W
+from .._access import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
+                       shard_order, table, tensor_offset, tensor_row, write_index)
 from .._errors import KilnError
-from .._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, shard_order,
-                              write_index)
 from ._common import ConvertError
 
 
@@ -34,9 +34,8 @@ def index_kind(path: str) -> Optional[str]:
 
 def _index(path: str, suffix: str) -> Tuple[Dict[str, str], Dict[str, Any], List[str]]:
     """(weight_map, index metadata, shard files) of the index at ``path``."""
-    from .._files.sharded import _read_local
     try:
-        wm, meta = parse_index(_read_local(path), path, suffix)
+        wm, meta = parse_index(read_index(path), path, suffix)
     except KilnError as e:
         if isinstance(e, ConvertError):
             raise
@@ -67,7 +66,7 @@ def _st_names(where: str) -> Tuple[List[str], int]:
 def _kiln_names(where: str) -> Tuple[List[str], int]:
     from ..files import KilnFile
     with KilnFile(where) as f:
-        raw = f._tensors_view()
+        raw = table(f)
         return f.keys(), sum(t.nbytes for t in raw.values())
 
 
@@ -155,12 +154,11 @@ def _entries(where: str, a: str) -> Tuple[Optional[Dict[str, Any]], List[Any], b
         return meta, entries, False
     from ..files import KilnFile
     from ._copy import Entry
-    from .._files.tables import tensor_offset, tensor_row
     with KilnFile(where) as f:
         if f.checksums is not None:
             f.verify()
-        out = []
-        for name, t in f._tensors_view().items():
+        out: List[Any] = []
+        for name, t in table(f).items():
             row = tensor_row(t)
             if row[W.R_SCALE_INDEX] != W.NO_INDEX or row[W.R_OUTER_INDEX] != W.NO_INDEX:
                 raise ConvertError(where, W.HEADER_SIZE + W.DESC_SIZE * len(out),
