@@ -133,10 +133,13 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
     if len(wm) > max_count:
         raise KilnError("LIMIT", _at(raw, "weight_map"), "%s: the index lists %d tensors, above "
                         "max_count=%d" % (path, len(wm), max_count))
+    good = set()   # shard names already checked (a set has a few, named many times)
     for name, shard in wm.items():
         if not name or name == _meta.META_NAME:
             raise KilnError("TYPE", _at(raw, name), "%s: the index lists the tensor name %r "
                             "(empty or reserved)" % (path, name))
+        if type(shard) is str and shard in good:
+            continue
         if not plain_file_name(shard):
             raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not a "
                             "file name in the index's folder (no path, nothing outside it)"
@@ -144,6 +147,7 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
         if not shard.endswith(suffix) or shard == suffix:
             raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not a "
                             "%s shard" % (path, name, shard, suffix))
+        good.add(shard)
     return wm, meta
 
 
@@ -205,7 +209,7 @@ def read_index(path: str) -> bytes:
         if size > MAX_INDEX:
             raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
                             % (path, size, MAX_INDEX))
-        return f.read(MAX_INDEX + 1)
+        return f.read(size + 1)   # (what it holds now: one more byte than fstat saw is cut)
 
 
 def _read_remote(url: str, storage_options: Optional[Dict[str, Any]]) -> bytes:
@@ -259,7 +263,10 @@ class ShardedFile(Mapping[str, Tensor]):
         self._map, meta = parse_index(raw, p, ".kiln",
                                       options.get("max_count", W.DEFAULT_MAX_COUNT))
         self.total_size = meta.get("total_size")
-        self.shards = shard_order(self._map)
+        self._groups: Dict[str, List[str]] = {}   # shard -> its names, the index's order
+        for name, shard in self._map.items():
+            self._groups.setdefault(shard, []).append(name)
+        self.shards = list(self._groups)
         self._names = list(self._map)
         self._options = options
         self._storage = storage
@@ -286,7 +293,7 @@ class ShardedFile(Mapping[str, Tensor]):
             f = self._open.get(shard)
             if f is not None:
                 return f
-            if shard not in self._map.values():
+            if shard not in self._groups:
                 raise KeyError(shard)
             where = self._where(shard)
             if self._remote:
@@ -296,8 +303,7 @@ class ShardedFile(Mapping[str, Tensor]):
                 from .kilnfile import KilnFile
                 f = KilnFile(where, **self._options)
             try:
-                check_shard(f.keys(), [n for n, s in self._map.items() if s == shard],
-                            where, self.path)
+                check_shard(f.keys(), self._groups[shard], where, self.path)
             except BaseException:
                 f.close()
                 raise
