@@ -194,7 +194,7 @@ def test_every_public_callable_has_an_example():
               "parse_type", "as_type", "struct", "list_", "opt", "dict_", "Type", "Some",
               "Tensor", "TensorDirectory", "unpack_nibbles", "pack_nibbles", "numpy_dtype",
               "save_tensors", "load_tensors", "load_metadata", "save", "load", "open",
-              "KilnFile", "TensorWriter", "SchemaError", "schema_from_json", "to_json_schema",
+              "KilnFile", "TensorWriter", "save_sharded", "ShardedFile", "SchemaError", "schema_from_json", "to_json_schema",
               "KilnError", "EncodeError"}
     missing = sorted(p for p in public if not any(n.endswith("." + p) for n in names))
     assert missing == []

@@ -239,6 +239,14 @@ class ShardedFile(Mapping[str, Tensor]):
     first time one of its tensors is read, with the options given to
     :func:`kiln.open` (``verify`` included).  Opening reads the index only.
 
+    Example:
+        >>> kiln.save_sharded({"a": np.arange(4.0), "b": np.ones(2)}, "set",
+        ...                   max_shard_size=32)
+        'set/model.kiln.index.json'
+        >>> with kiln.open("set/model.kiln.index.json") as f:
+        ...     f.shards, f.rows("a", 1, 3).tolist()
+        (['model-00001-of-00002.kiln', 'model-00002-of-00002.kiln'], [1.0, 2.0])
+
     Attributes:
         path: the index.
         shards: the shard files, in the order the index first names them.
@@ -460,6 +468,16 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
             linked (quantized) tensor, whose links a split would break.
         ValueError: a bad ``max_shard_size`` or ``prefix``.
         OSError: a file cannot be written.
+
+    Example:
+        >>> index = kiln.save_sharded({"a": np.zeros(1000, np.float32),
+        ...                            "b": np.ones(1000, np.float32)}, "ckpt",
+        ...                           max_shard_size="4kB")
+        >>> index
+        'ckpt/model.kiln.index.json'
+        >>> with kiln.open("ckpt") as f:
+        ...     f.keys(), f["b"].numpy()[:2].tolist()
+        (['a', 'b'], [1.0, 1.0])
     """
     from .save import save_records
     from .tables import normalize_tensors
