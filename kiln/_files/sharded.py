@@ -20,7 +20,6 @@ not list there (a name of another shard included: a name is in one shard
 only) or a listed tensor the shard lacks is ``KilnError`` ``TYPE``.
 """
 
-import json
 import os
 import re
 import threading
@@ -81,6 +80,7 @@ def _no_constant(name: str) -> Any:
 
 def _at(raw: bytes, text: str) -> int:
     """The byte offset of the JSON string ``text`` in the index (0 when not found)."""
+    import json
     k = raw.find(json.dumps(text).encode("utf-8"))
     if k < 0:
         k = raw.find(json.dumps(text, ensure_ascii=False).encode("utf-8"))
@@ -98,6 +98,7 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
     """(weight_map in the index's order, the index's metadata object) of the
     index bytes ``raw``, checked (see the module doc); ``suffix``: the shards'
     extension (``.kiln`` or ``.safetensors``)."""
+    import json   # here: kiln.open of a plain file loads no JSON parser
     if len(raw) > MAX_INDEX:
         raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
                         % (path, len(raw), MAX_INDEX))
@@ -415,6 +416,7 @@ def shard_names(prefix: str, n: int, ext: str) -> List[str]:
 
 def write_index(path: str, wm: Mapping[str, str], meta: Dict[str, Any]) -> None:
     """The index JSON, written atomically."""
+    import json
     from .atomic import AtomicFile
     blob = json.dumps({"metadata": meta, "weight_map": dict(wm)}, indent=2).encode() + b"\n"
     with AtomicFile(path) as out:
