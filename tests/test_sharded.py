@@ -295,3 +295,16 @@ def test_converting_a_hostile_set_writes_nothing(tmp_path):
         r = _cli("convert", src / "model.safetensors.index.json", dst)
         assert r.returncode == 1 and "'m'" in r.stderr, r.stderr
         assert not os.path.exists(dst)
+
+
+def test_kiln_check_of_a_set_checks_every_shard(tmp_path):
+    kiln.save_sharded(_tensors(), tmp_path, max_shard_size=8000, checksum=True)
+    r = _cli("check", tmp_path)
+    assert r.returncode == 0 and "a set of 4 shards" in r.stdout and \
+        "match the CRC-32 recorded for each of the 6 tensors" in r.stdout, r.stdout + r.stderr
+    p = tmp_path / "model-00004-of-00004.kiln"
+    buf = bytearray(p.read_bytes())
+    buf[buf.find(_tensors()["z.big"].tobytes()) + 100] ^= 1
+    p.write_bytes(bytes(buf))
+    r = _cli("check", tmp_path / "model.kiln.index.json")
+    assert r.returncode == 1 and "CHECKSUM at byte" in r.stdout and "'z.big'" in r.stdout
