@@ -78,8 +78,8 @@ class RemoteFile(TensorFile):
             passed to the fsspec filesystem (credentials, endpoint, ...).
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
         verify: as for :class:`kiln.KilnFile`, on by default (the metadata
-            is fetched with the first tensor read whole); ``rows()`` of part
-            of a tensor fetches only those rows and is not compared.
+            is fetched with the first tensor read whole); ``rows()`` fetches
+            only those rows and is not compared.
 
     Raises:
         KilnError: an invalid table (any code :func:`kiln.decode_tensors`
