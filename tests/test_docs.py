@@ -44,6 +44,7 @@ DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kil
                      "kiln._tensors.dtypes", "kiln._tensors.nibbles", "kiln._plan",
                      "kiln._errors", "kiln.files", "kiln._files.save", "kiln._files.writer",
                      "kiln._files.kilnfile", "kiln._files.load", "kiln._files.remote",
+                     "kiln._files.sharded",
                      "kiln._record", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
                      "kiln.convert", "kiln.cli"]
