@@ -18,8 +18,12 @@ import pytest
 import kiln
 from _util import kiln_ref
 
-stnp = pytest.importorskip("safetensors.numpy")
-safetensors = pytest.importorskip("safetensors")
+
+
+@pytest.fixture(autouse=True)
+def _needs_safetensors():
+    pytest.importorskip("safetensors.numpy")   # each test: skipped naming the package
+
 
 META_TYPE = ("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,text:str,"
              "raw:list<u8>,}>")
@@ -28,6 +32,7 @@ TYPED = {"step": 3, "cfg": {"lr": 0.1, "sizes": [1, 2]}, "name": "run-7", "raw":
 
 
 def _st_meta(path):
+    import safetensors
     with safetensors.safe_open(str(path), "np") as f:
         return f.metadata()
 
@@ -57,6 +62,7 @@ def test_string_metadata_stays_plain(api, tmp_path):
     kiln.save_tensors(src, {"w": np.ones(1)}, metadata={"format": "pt", "x": "1"})
     _convert(src, st)
     assert _st_meta(st) == {"format": "pt", "x": "1"}   # no reserved key when all are strings
+    import safetensors.numpy as stnp
     stnp.save_file({"w": np.ones(2)}, str(st), metadata={"format": "pt", "step": "3"})
     _convert(st, tmp_path / "b.kiln")
     assert kiln.load_metadata(tmp_path / "b.kiln") == {"format": "pt", "step": "3"}
@@ -73,6 +79,7 @@ def test_a_kiln_key_named_like_the_reserved_one_is_refused(api, tmp_path):
 
 
 def _with_meta(path, meta):
+    import safetensors.numpy as stnp
     stnp.save_file({"w": np.ones(2, np.float32)}, str(path), metadata=meta)
     n = struct.unpack_from("<Q", path.read_bytes())[0]
     return 8 + path.read_bytes()[8:8 + n].find(b'"kiln.metadata"')

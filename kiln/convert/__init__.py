@@ -46,7 +46,7 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
     index (``*.safetensors.index.json``, ``*.kiln.index.json``) converts to
     a set of the other format (shards written beside ``dst``, renamed
     ``.safetensors`` <-> ``.kiln``) or to one ``.kiln`` file (see
-    :mod:`kiln.convert.sharded`).  ``progress``: True for a tqdm bar, or a
+    ``kiln/convert/sharded.py``).  ``progress``: True for a tqdm bar, or a
     callable ``fn(done_bytes, total_bytes)``, counting the payload bytes
     written (as for :func:`kiln.save_tensors`)."""
     from .._access import check_progress, local_path
