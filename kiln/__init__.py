@@ -37,7 +37,7 @@ from . import _dask_hook
 if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
     from .schema import SchemaError, schema_from_json, to_json_schema
     from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
-                        TensorWriter)
+                        TensorWriter, save_sharded, ShardedFile)
     from . import cli, convert, dask, files, remote, schema
     from .records import RecordWriter, RecordFile, iter_records, StreamDecoder
 
@@ -52,7 +52,8 @@ __all__ = [
     "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "F32", "F64", "Bool", "I8Array",
     "I16Array", "I32Array", "I64Array", "U8Array", "U16Array", "U32Array", "U64Array",
     "F32Array", "F64Array", "BoolArray", "save_tensors", "load_tensors", "load_metadata",
-    "save", "load", "open", "KilnFile", "TensorWriter", "SchemaError", "schema_from_json",
+    "save", "load", "open", "KilnFile", "TensorWriter", "save_sharded", "ShardedFile",
+    "SchemaError", "schema_from_json",
     "to_json_schema",
     "RecordWriter", "RecordFile", "iter_records", "StreamDecoder",
 ]
@@ -61,6 +62,7 @@ __all__ = [
 _LAZY = {
     "save_tensors": "files", "load_tensors": "files", "load_metadata": "files", "save": "files",
     "load": "files", "open": "files", "KilnFile": "files", "TensorWriter": "files",
+    "save_sharded": "files", "ShardedFile": "files",
     "SchemaError": "schema", "schema_from_json": "schema", "to_json_schema": "schema",
     "RecordWriter": "records", "RecordFile": "records", "iter_records": "records",
     "StreamDecoder": "records",

@@ -23,12 +23,16 @@ from ._files.local import file_size, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, local_path
 from ._files.progress import make as check_progress, session as progress_session
 from ._files.save import write_payload
-from ._files.tables import tensor_offset
+from ._files.tables import tensor_offset, tensor_row
+from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
+                             shard_order, write_index)
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "file_size", "table", "file_offset",
            "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
-           "compiled_tensor_part_bound"]
+           "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
+           "parse_index", "read_index", "shard_order", "write_index", "metadata_blob",
+           "metadata_of_blob"]
 
 
 def compiled_tensor_part_bound() -> bool:
@@ -61,3 +65,16 @@ def version(f: Any) -> Any:
 def dtype_code(dt: Any) -> int:
     """Kiln's dtype code of a numpy dtype (``TypeError`` when it has none)."""
     return _dtype_code_of_numpy(np.dtype(dt))
+
+
+def metadata_blob(meta: Any) -> bytes:
+    """Metadata as a ``.kiln`` file stores it: one framed Kiln value (``kiln._meta``)."""
+    from . import _api, _meta
+    return _api.encode(_meta.to_nodes(meta), _meta.META_TYPE, frame=True)
+
+
+def metadata_of_blob(blob: Any) -> Any:
+    """The metadata :func:`metadata_blob` made, checked as a file's metadata is
+    (``KilnError`` with offsets in ``blob``)."""
+    from . import _api, _meta
+    return _meta.from_nodes(_api.decode(blob, _meta.META_TYPE, frame=True), 0)

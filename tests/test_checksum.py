@@ -113,7 +113,7 @@ def test_a_flipped_payload_byte_is_checksum_naming_the_tensor(api, tmp_path):
     p = tmp_path / "m.kiln"
     kiln.save_tensors(p, _tensors(), checksum=True)
     at = _flip(p, "a")
-    kiln.load_tensors(p)                                  # not asked: read as before
+    assert kiln.load_tensors(p, verify=False)["b"].numpy().tolist() == [True, False, True]
     with pytest.raises(kiln.KilnError) as e:
         kiln.load_tensors(p, verify=True)
     assert e.value.code == "CHECKSUM" and "'a'" in e.value.reason
@@ -218,3 +218,84 @@ def test_remote_files_verify_too(api, tmp_path):
         assert e.value.code == "CHECKSUM"
         r = _cli("check", url)
         assert r.returncode == 1 and "CHECKSUM" in r.stdout
+
+
+# --- issue 39, item 5: checksums protect by default ------------------------------
+
+def test_a_flipped_byte_is_caught_without_asking(api, tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), metadata={"step": 3}, checksum=True)
+    at = _flip(p, "a")
+    for copied in ({}, {"copy": True}, {"copy": True, "max_copy_bytes": 1 << 20}):
+        with pytest.raises(kiln.KilnError) as e:
+            kiln.load_tensors(p, **copied)                # no verify=True
+        assert e.value.code == "CHECKSUM" and "'a'" in e.value.reason
+        assert e.value.offset <= at < e.value.offset + 4000
+        d = kiln.load_tensors(p, verify=False, **copied)  # off when asked
+        assert d["b"].numpy().tolist() == [True, False, True]
+    with kiln.open(p) as f:
+        assert f["b"].numpy().tolist() == [True, False, True]
+        assert f.rows("a", 0, 1).shape == (1, 100)        # part of it: only those rows read
+        for read in (lambda: f["a"], f.values, f.tensors, lambda: f.rows("a", 0, 10),
+                     lambda: f.rows("a", None, None)):
+            with pytest.raises(kiln.KilnError) as e:
+                read()
+            assert e.value.code == "CHECKSUM" and "'a'" in e.value.reason
+    with kiln.open(p, verify=False) as f:
+        assert f["a"].numpy().shape == (10, 100)
+        assert len(f.tensors()) == 3
+
+
+def test_verification_by_default_reads_an_intact_file_as_before(api, tmp_path):
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), checksum=True)
+    assert kiln.load_tensors(p)["a"].numpy().sum() == 499500.0
+    assert kiln.load_tensors(p, copy=True)["a"].numpy().sum() == 499500.0
+    kiln.save_tensors(p, _tensors())                      # no checksums: nothing to compare
+    assert kiln.load_tensors(p)["b"].numpy().tolist() == [True, False, True]
+
+
+def test_a_remote_file_is_verified_by_default(api, tmp_path):
+    pytest.importorskip("fsspec")
+    from _servers import RangeServer
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, _tensors(), checksum=True)
+    _flip(p, "a")
+    with RangeServer(tmp_path) as server:
+        url = server.url + "m.kiln"
+        with kiln.open(url) as f:
+            with pytest.raises(kiln.KilnError, match="CHECKSUM"):
+                f["a"]
+        with pytest.raises(kiln.KilnError, match="CHECKSUM"):
+            kiln.load_tensors(url)
+        with kiln.open(url, verify=False) as f:
+            assert f["a"].numpy().shape == (10, 100)
+        assert kiln.load_tensors(url, verify=False).keys() == ["a", "b", "c"]
+
+
+def test_kiln_convert_checksum_adds_checksums_to_a_kiln_file(tmp_path):
+    src, dst = tmp_path / "a.kiln", tmp_path / "b.kiln"
+    t = dict(_tensors(), d=np.arange(6, dtype=np.uint8))
+    kiln.save_tensors(src, t, metadata={"step": 3, "cfg": {"lr": 0.1}})
+    r = _cli("convert", src, dst, "--checksum")         # before: no conversion from kiln to kiln
+    assert r.returncode == 0, r.stderr
+    _assert_layout(dst, t)
+    assert kiln.load_metadata(dst) == {"step": 3, "cfg": {"lr": 0.1}}
+    assert "match the CRC-32 recorded for each of the 4 tensors" in _cli("check", dst).stdout
+    r = _cli("convert", src, tmp_path / "c.kiln")         # without --checksum: nothing to do
+    assert r.returncode == 2 and "--checksum" in r.stderr   # a usage error
+    assert not (tmp_path / "c.kiln").exists()
+    r = _cli("convert", dst, dst, "--checksum")
+    assert r.returncode == 2 and "source" in r.stderr
+    _flip(dst, "a")                                      # damage is not blessed with new sums
+    r = _cli("convert", dst, tmp_path / "d.kiln", "--checksum")
+    assert r.returncode == 1 and "CHECKSUM" in r.stderr and "'a'" in r.stderr
+    assert not (tmp_path / "d.kiln").exists()
+
+
+def test_the_kernel_crc32_is_zlibs(api):
+    from kiln._files import checksum
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 7, 63, 64, 65, 1000, 4099):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert checksum.crc32(data) == crc32_oracle(data)

@@ -44,6 +44,7 @@ DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kil
                      "kiln._tensors.dtypes", "kiln._tensors.nibbles", "kiln._plan",
                      "kiln._errors", "kiln.files", "kiln._files.save", "kiln._files.writer",
                      "kiln._files.kilnfile", "kiln._files.load", "kiln._files.remote",
+                     "kiln._files.sharded",
                      "kiln._record", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
                      "kiln.convert", "kiln.cli"]
@@ -194,7 +195,7 @@ def test_every_public_callable_has_an_example():
               "parse_type", "as_type", "struct", "list_", "opt", "dict_", "Type", "Some",
               "Tensor", "TensorDirectory", "unpack_nibbles", "pack_nibbles", "numpy_dtype",
               "save_tensors", "load_tensors", "load_metadata", "save", "load", "open",
-              "KilnFile", "TensorWriter", "SchemaError", "schema_from_json", "to_json_schema",
+              "KilnFile", "TensorWriter", "save_sharded", "ShardedFile", "SchemaError", "schema_from_json", "to_json_schema",
               "KilnError", "EncodeError"}
     missing = sorted(p for p in public if not any(n.endswith("." + p) for n in names))
     assert missing == []

@@ -64,6 +64,8 @@ def cmd_check(args: Any) -> int:
     import kiln
     if records_file(args.file):
         return check_records(args)
+    if not args.type and _sharded(args.file):
+        return _check_set(args.file)
     what = kind(args.file)
     try:
         if args.type:
@@ -83,6 +85,29 @@ def cmd_check(args: Any) -> int:
     except OSError as e:
         raise Fail("cannot read %s: %s" % (args.file, oserror(e)))
     print("%s: valid: %s" % (args.file, done))
+    return 0
+
+
+def _sharded(path: str) -> bool:
+    import os
+    return path.endswith(".index.json") or ("://" not in path and os.path.isdir(path))
+
+
+def _check_set(path: str) -> int:
+    """``kiln check`` of a sharded set: the index, then every shard in full."""
+    import kiln
+    try:
+        with kiln.open(path) as f:
+            f.tensors()   # every shard opened, checked against the index, its payloads checked
+            summed = all(f.shard(s).checksums is not None for s in f.shards)
+            count, shards = len(f), len(f.shards)
+    except kiln.KilnError as e:
+        print(about(path, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
+        return EXIT_INVALID
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (getattr(e, "filename", None) or path, oserror(e)))
+    print("%s: valid: a set of %d shards, the index's names matched; %s"
+          % (path, shards, _check_words(count, summed)))
     return 0
 
 

@@ -44,8 +44,14 @@ class KilnFile(TensorFile):
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
         verify: compare each tensor's payload with the CRC-32 the file
             records (``checksum=True`` when written) the first time the
-            tensor is read; a mismatch raises ``KilnError`` ``CHECKSUM``
-            naming the tensor.  A file that records none is read as usual.
+            tensor is read whole (``f[name]``, ``f.values()``,
+            ``f.tensors()``...); a mismatch raises ``KilnError``
+            ``CHECKSUM`` naming the tensor, at its payload's offset.  On by
+            default (``None``): ``f.rows()`` of part of a tensor then reads
+            only those rows and is not compared (a CRC covers the whole
+            payload); ``True`` makes ``f.rows()`` read the whole tensor
+            once to compare it too; ``False`` compares nothing.  A file
+            that records no checksums is read as usual.
 
     Attributes:
         path: the file's name.
@@ -73,7 +79,7 @@ class KilnFile(TensorFile):
 
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
+                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
         self.path = file_name(path)
         self._names = None
         mm = map_file(path)
@@ -85,11 +91,12 @@ class KilnFile(TensorFile):
             raise
         self._checks = PayloadChecks(end)
         self._mm: Any = mm
-        self._verify = bool(verify)
+        self._verify = verify is None or bool(verify)   # whole reads compared
+        self._verify_rows = bool(verify)                 # rows() reads the whole tensor
         self._verified: set = set()
 
     def _checked(self, name: Any) -> Tensor:
-        """Tensor ``name``; with ``verify=True`` its payload's CRC-32 compared first."""
+        """Tensor ``name``; unless ``verify=False`` its payload's CRC-32 compared first."""
         d = self._d()
         t = d[name]
         if isinstance(t, list):   # a slice
@@ -134,8 +141,8 @@ class KilnFile(TensorFile):
 
     def tensors(self) -> TensorDirectory:
         """The tensors as a :class:`TensorDirectory` of views (metadata left out),
-        every payload checked; with ``verify=True`` every payload is also
-        compared with its CRC-32."""
+        every payload checked; unless ``verify=False`` every payload is also
+        compared with its CRC-32 (when the file records them)."""
         d = self._d()
         for t in d.values():
             self._checks.tensor(t)
@@ -151,8 +158,10 @@ class KilnFile(TensorFile):
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
         (only those rows' payload bytes are read and checked; with
-        ``verify=True`` the whole tensor is read to compare its CRC-32)."""
-        if self._verify and self.checksums is not None:
+        ``verify=True`` the whole tensor is read to compare its CRC-32, as
+        it is by default when the rows are the whole tensor)."""
+        if self.checksums is not None and (self._verify_rows or (
+                self._verify and _whole(self._d()[name], start, stop))):
             return self._checked(name).numpy()[start:stop]
         t = self._d()[name]
         code, shape = tensor_row(t)[W.R_CODE], tensor_row(t)[W.R_SHAPE]
@@ -179,3 +188,12 @@ class KilnFile(TensorFile):
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
+
+
+def _whole(t: Tensor, start: int, stop: int) -> bool:
+    """Do rows ``start:stop`` cover the whole of tensor ``t``?"""
+    shape = tensor_row(t)[W.R_SHAPE]
+    if not shape:
+        return True
+    a, b, _ = slice(start, stop).indices(shape[0])
+    return a == 0 and b == shape[0]

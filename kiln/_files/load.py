@@ -29,12 +29,13 @@ T = TypeVar("T")
 
 @overload
 def open(path: Union["os.PathLike[str]", BinaryIO], *, trusted: bool = ...,  # noqa: A001
-         max_count: int = ..., max_bytes: int = ..., verify: bool = ...) -> KilnFile: ...
+         max_count: int = ..., max_bytes: int = ...,
+         verify: Optional[bool] = ...) -> KilnFile: ...
 
 
 @overload
 def open(path: str, *, trusted: bool = ..., max_count: int = ...,  # noqa: A001
-         max_bytes: int = ..., verify: bool = ...,
+         max_bytes: int = ..., verify: Optional[bool] = ...,
          storage_options: Optional[Dict[str, Any]] = ...) -> Union[KilnFile, "RemoteFile"]: ...
 
 
@@ -45,10 +46,16 @@ def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
         path: a file path, a binary file object, or an fsspec URL
             (``s3://...``, ``https://...``; see :mod:`kiln.remote`), whose
             table is read with one range request and each tensor's bytes
-            only when it is accessed.
+            only when it is accessed.  A sharded set's index
+            (``model.kiln.index.json``, a path or a URL) or a folder holding
+            one opens the set as one mapping, a :class:`kiln.ShardedFile`
+            (see :func:`kiln.save_sharded`).
         options: ``trusted``, ``max_count``, ``max_bytes`` (as for
-            :class:`kiln.Decoder`); for a URL also ``storage_options`` (a
-            dict for the fsspec filesystem).
+            :class:`kiln.Decoder`); ``verify`` (a file written with
+            checksums has each tensor's payload compared with its CRC-32 the
+            first time it is read whole; ``verify=False`` turns it off, see
+            :class:`KilnFile`); for a URL also ``storage_options`` (a dict
+            for the fsspec filesystem).
 
     Returns:
         KilnFile, or :class:`kiln.remote.RemoteFile` for a URL: use it as a
@@ -69,14 +76,18 @@ def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
         >>> w.tolist()
         [1.0, 1.0, 1.0, 1.0]
     """
+    path = local_path(path)
+    from .sharded import ShardedFile, is_sharded
+    if is_sharded(path):
+        return ShardedFile(path, **options)
     remote = _remote(path, options)
     if remote is not None:
         return remote
-    return KilnFile(local_path(path), **options)
+    return KilnFile(path, **options)
 
 
 def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = None,
-                 verify: bool = False, progress: ProgressLike = None,
+                 verify: bool = True, progress: ProgressLike = None,
                  **options: Any) -> TensorDirectory:
     """The tensors of a file: views of its mapping, or (``copy=True``) owned copies.
 
@@ -92,8 +103,10 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
             checked first, then each payload is written once into its
             target, straight from the file's mapping.
         verify: compare every payload with the CRC-32 the file records
-            (written with ``checksum=True``) before returning;
-            ``KilnError`` ``CHECKSUM`` names the first tensor that differs.
+            (written with ``checksum=True``) before returning, on by
+            default (a file without checksums has nothing to compare);
+            ``KilnError`` ``CHECKSUM`` names the first tensor that differs,
+            at its payload's offset in the file.  ``verify=False`` skips it.
         progress: with ``copy=True``: True for a tqdm bar, or a callable
             ``fn(done_bytes, total_bytes)``, counting the file's bytes read
             (a ValueError without ``copy``: views read nothing).
@@ -116,6 +129,10 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
+    from .sharded import is_sharded
+    if is_sharded(local_path(path)):
+        raise ValueError("%s is a sharded set: open it with kiln.open (one mapping over its "
+                         "shards), or load_tensors each shard" % os.fspath(path))
     if progress is not None and progress is not False and not copy:
         raise ValueError("progress= counts the bytes a copy reads: it needs copy=True "
                          "(views read nothing)")
@@ -133,7 +150,7 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
 def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
                   options: Dict[str, Any]) -> TensorDirectory:
     cap = options.get("max_copy_bytes")
-    remote = _remote(path, dict(options, verify=verify) if verify else options)
+    remote = _remote(path, dict(options, verify=verify))
     if remote is not None:
         with remote as f:   # every payload fetched into memory the directory owns
             if cap is not None:

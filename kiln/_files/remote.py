@@ -77,8 +77,9 @@ class RemoteFile(TensorFile):
             headers) and ``timeout`` (seconds, default 60); for other URLs,
             passed to the fsspec filesystem (credentials, endpoint, ...).
         trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
-        verify: as for :class:`kiln.KilnFile` (the metadata is fetched with
-            the first tensor read).
+        verify: as for :class:`kiln.KilnFile`, on by default (the metadata
+            is fetched with the first tensor read whole); ``rows()`` fetches
+            only those rows and is not compared.
 
     Raises:
         KilnError: an invalid table (any code :func:`kiln.decode_tensors`
@@ -93,9 +94,9 @@ class RemoteFile(TensorFile):
 
     def __init__(self, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  trusted: bool = False, max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: bool = False) -> None:
+                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
         _api._check_caps(max_count, max_bytes)
-        self._verify = bool(verify)
+        self._verify = verify is None or bool(verify)
         self._sums: Optional[bytes] = None
         self.path = url
         self._storage_options = dict(storage_options or {})

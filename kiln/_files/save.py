@@ -120,7 +120,12 @@ def save_tensors(path: PathLike, tensors: Any, *,
         >>> kiln.load_metadata("model.kiln")
         {'step': 3}
     """
-    records = normalize_tensors(tensors)
+    save_records(path, normalize_tensors(tensors), metadata, checksum, progress)
+
+
+def save_records(path: PathLike, records: list, metadata: Optional[Dict[str, Any]],
+                 checksum: bool, progress: ProgressLike) -> None:
+    """``save_tensors`` of write records (``normalize_tensors``'s)."""
     for rec in records:
         if rec[W.R_NAME] == _meta.META_NAME.encode():
             raise EncodeError("TYPE", 0, "the tensor name %r is reserved for metadata"

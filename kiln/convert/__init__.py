@@ -20,12 +20,19 @@ from ._common import CHUNK, PEAK, ConvertError, UnsupportedConversion
 
 
 def kind_of(path: str) -> str:
-    """The format of ``path`` by its extension: kiln, safetensors, gguf or npz."""
+    """The format of ``path`` by its extension: kiln, safetensors, gguf or npz, or
+    kiln-set / safetensors-set for a sharded set's index (``*.kiln.index.json``,
+    ``*.safetensors.index.json``)."""
+    from .sharded import index_kind
     ext = os.path.splitext(path)[1].lower()
     kinds = {".kiln": "kiln", ".safetensors": "safetensors", ".gguf": "gguf", ".npz": "npz"}
     if ext not in kinds:
+        sharded = index_kind(path)
+        if sharded is not None:
+            return sharded
         raise UnsupportedConversion("%s: unknown format %r (use .kiln, .safetensors, .gguf or "
-                                    ".npz)" % (path, ext))
+                                    ".npz, or a sharded set's *.safetensors.index.json or "
+                                    "*.kiln.index.json)" % (path, ext))
     return kinds[ext]
 
 
@@ -34,7 +41,12 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
 
     Either may be a path or a ``file://`` URL.  ``checksum=True`` records a
     CRC-32 of every payload in a ``.kiln`` destination's metadata (see
-    :func:`kiln.save_tensors`).  ``progress``: True for a tqdm bar, or a
+    :func:`kiln.save_tensors`); ``.kiln`` to ``.kiln`` with
+    ``checksum=True`` adds checksums to an existing file.  A sharded set's
+    index (``*.safetensors.index.json``, ``*.kiln.index.json``) converts to
+    a set of the other format (shards written beside ``dst``, renamed
+    ``.safetensors`` <-> ``.kiln``) or to one ``.kiln`` file (see
+    ``kiln/convert/sharded.py``).  ``progress``: True for a tqdm bar, or a
     callable ``fn(done_bytes, total_bytes)``, counting the payload bytes
     written (as for :func:`kiln.save_tensors`)."""
     from .._access import check_progress, local_path
@@ -54,6 +66,9 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
 
 def _convert(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
     a, b = kind_of(src), kind_of(dst)
+    if a.endswith("-set") or b == "kiln-set" or (a, b) == ("kiln", "kiln"):
+        from .sharded import convert_set
+        return convert_set(src, dst, a, b, checksum, progress)
     if checksum and b != "kiln":
         raise UnsupportedConversion("%s: checksums are recorded in a .kiln file only, not in %s"
                                     % (dst, b))

@@ -19,6 +19,21 @@ itself (its ``tensor.rs``), so kiln converts no file that library refuses:
 Beyond that, kiln refuses what a Kiln directory cannot hold: an empty name,
 a rank above 8, and a header of more than :data:`MAX_VALUES` JSON values
 (what the parser builds is bounded by this count, not by the header length).
+
+Metadata: safetensors' ``__metadata__`` holds strings only.  Kiln to
+safetensors writes every key as a string (a string as it is, any other value
+as JSON text, bytes as hex) and, when some value is not a string, also the
+reserved key :data:`TYPED_KEY` (``"kiln.metadata"``): the base64 of the
+framed Kiln metadata value, as a ``.kiln`` file stores it, so safetensors
+to Kiln gives the typed values back exactly (ints, floats, bytes, nested
+lists and dicts).  A Kiln metadata key named ``kiln.metadata`` is refused
+(it would be lost).  Reading, a ``kiln.metadata`` that is not base64 of a
+valid metadata value, or that disagrees with the plain keys (a key it holds
+missing from them, or whose string is not its text: the file was edited by
+a tool that kept the reserved key), is ``ConvertError`` ``TYPE`` at the
+key's offset; remove the key to convert such a file with string metadata.
+Plain keys it does not hold (added by another tool) stay strings, and a
+file without it keeps its strings as they are.
 """
 
 import json
@@ -26,6 +41,7 @@ from typing import Any, Dict, List, Tuple
 
 from .. import _access
 from .. import _wire as W
+from .._errors import KilnError
 from ..files import KilnFile
 from ._common import ConvertError
 from ._copy import Entry, copy_tensors
@@ -42,6 +58,7 @@ MAX_HEADER = 100_000_000   # safetensors' own limit on the JSON header (tensor.r
 # above): a tensor takes about 8, so this is some 32,000 tensors; the parse
 # builds at most about 170 bytes a value (see docs/security.md, "Converters")
 MAX_VALUES = 1 << 18
+TYPED_KEY = "kiln.metadata"   # __metadata__'s key for the typed Kiln metadata (module doc)
 
 
 def _no_constant(name: str) -> Any:
@@ -170,12 +187,63 @@ def safetensors_to_kiln(src: str, dst: str, checksum: bool = False, progress: An
 
 def _entries(src: str, mm: Any) -> Tuple[Any, List[Entry]]:
     start, table, meta = read_header(src, mm)
+    if TYPED_KEY in meta:
+        meta = _typed(src, mm, meta)
     return (dict(meta) if meta else None,
             [Entry(name, kd, shape, start + b, e - b) for name, kd, shape, b, e in table])
 
 
+def _text(v: Any) -> str:
+    """A metadata value as safetensors holds it: a string, or JSON text (bytes as hex)."""
+    return v if isinstance(v, str) else json.dumps(
+        v, default=lambda x: x.hex() if isinstance(x, bytes) else str(x))
+
+
+def _typed(src: str, mm: Any, meta: Dict[str, str]) -> Dict[str, Any]:
+    """The metadata with the typed values :data:`TYPED_KEY` records (module doc)."""
+    import base64
+    import binascii
+    n = int.from_bytes(mm[:8], "little")
+    k = bytes(mm[8:8 + n]).find(json.dumps(TYPED_KEY).encode())
+    at = 8 + max(k, 0)
+    try:
+        blob = base64.b64decode(meta[TYPED_KEY].encode("ascii"), validate=True)
+        typed = _access.metadata_of_blob(blob)
+    except (UnicodeEncodeError, binascii.Error) as e:
+        raise ConvertError(src, at, "__metadata__[%r] is not base64 (%s)" % (TYPED_KEY, e),
+                           "TYPE") from None
+    except KilnError as e:
+        raise ConvertError(src, at, "__metadata__[%r] is not a Kiln metadata value (%s at "
+                           "byte %d of it: %s)" % (TYPED_KEY, e.code, e.offset, e.reason),
+                           "TYPE") from None
+    if not isinstance(typed, dict):
+        raise ConvertError(src, at, "__metadata__[%r] is not a dict" % TYPED_KEY, "TYPE")
+    for key, v in typed.items():
+        if meta.get(key) != _text(v):
+            raise ConvertError(src, at, "__metadata__[%r] disagrees with the key %r (%s): the "
+                               "file was edited after kiln wrote it; remove %r to convert its "
+                               "metadata as strings" % (TYPED_KEY, key, "missing" if key not in
+                                                        meta else "another value", TYPED_KEY),
+                               "TYPE")
+    return {key: typed.get(key, v) for key, v in meta.items() if key != TYPED_KEY}
+
+
+def _metadata(src: str, meta: Dict[str, Any]) -> Dict[str, str]:
+    """``__metadata__`` for Kiln metadata: strings, plus the typed form (module doc)."""
+    if TYPED_KEY in meta:
+        raise ConvertError(src, 0, "the metadata key %r is reserved for the typed metadata in "
+                           "a safetensors file: rename it" % TYPED_KEY, "TYPE")
+    out = {k: _text(v) for k, v in meta.items()}
+    if not all(isinstance(v, str) for v in meta.values()):
+        import base64
+        blob = _access.metadata_blob(meta)
+        out[TYPED_KEY] = base64.b64encode(blob).decode("ascii")
+    return out
+
+
 def kiln_to_safetensors(src: str, dst: str, progress: Any = None) -> int:
-    """Convert a Kiln tensor file; metadata values that are not strings become JSON text."""
+    """Convert a Kiln tensor file; metadata values that are not strings become JSON
+    text, and come back typed from the reserved key (module doc)."""
     with _access.progress_session(progress, "convert") as prog:
         return _to_safetensors(src, dst, prog)
 
@@ -185,9 +253,7 @@ def _to_safetensors(src: str, dst: str, prog: Any) -> int:
         names = f.keys()
         header: Dict[str, Any] = {}
         if f.metadata:
-            header["__metadata__"] = {k: v if isinstance(v, str) else json.dumps(
-                v, default=lambda x: x.hex() if isinstance(x, bytes) else str(x))
-                for k, v in f.metadata.items()}
+            header["__metadata__"] = _metadata(src, f.metadata)
         off = 0
         for name in names:
             t = f[name]

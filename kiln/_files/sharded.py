@@ -1,0 +1,512 @@
+"""Sharded checkpoints: ``kiln.save_sharded`` writes a set of shard files plus
+an index, and ``kiln.open`` of that index (or of its folder) opens the set as
+one ``Mapping[str, Tensor]``, each shard opened on first use (see
+:doc:`files`, "Sharded checkpoints").
+
+The index has the shape Hugging Face gives ``model.safetensors.index.json``,
+so a tool that reads ``weight_map`` reads it::
+
+    {"metadata": {"total_size": <payload bytes>}, "weight_map": {name: shard file}}
+
+It is hostile input as a shard is: at most :data:`MAX_INDEX` bytes of strict
+UTF-8 JSON (no repeated key, no NaN), ``weight_map`` mapping non-empty names
+to plain file names in the index's folder (no ``/``, ``\\``, ``:`` or NUL,
+not ``.`` or ``..``: nothing outside the folder is ever opened) ending in
+the set's extension.  ``metadata.total_size``, when present, must be an
+integer >= 0 and is otherwise not trusted (it is not compared with the
+shards: that would open every shard).  When a shard is opened, its tensor
+names must be exactly those the index maps to it: a tensor the index does
+not list there (a name of another shard included: a name is in one shard
+only) or a listed tensor the shard lacks is ``KilnError`` ``TYPE``.
+"""
+
+import os
+import re
+import threading
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+from .. import _meta
+from .. import _wire as W
+from .._errors import EncodeError, KilnError
+from .tables import Tensor
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+MAX_INDEX = 100_000_000      # bytes of an index (safetensors' limit on its own header)
+MAX_INDEX_VALUES = 1 << 21   # JSON values in an index (two a tensor: ~1M tensors)
+KILN_INDEX = ".kiln.index.json"
+ST_INDEX = ".safetensors.index.json"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$", re.I)
+_UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
+          "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+          "K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
+
+
+def parse_size(size: Any) -> int:
+    """Bytes of ``size``: an int, or text such as ``"5GB"`` (10**9) or ``"500MiB"``
+    (2**20), as Hugging Face's ``max_shard_size`` takes it."""
+    if isinstance(size, bool):
+        raise ValueError("max_shard_size must be an int or a size such as '5GB', not a bool")
+    if isinstance(size, int):
+        n = size
+    elif isinstance(size, str) and _SIZE.match(size):
+        m = _SIZE.match(size)
+        unit = m.group(2).upper()   # type: ignore[union-attr]
+        if unit not in _UNITS:
+            raise ValueError("max_shard_size %r: unknown unit %r" % (size, m.group(2)))  # type: ignore[union-attr]
+        n = int(float(m.group(1)) * _UNITS[unit])   # type: ignore[union-attr]
+    else:
+        raise ValueError("max_shard_size must be an int or a size such as '5GB', not %r"
+                         % (size,))
+    if n <= 0:
+        raise ValueError("max_shard_size must be above 0, not %r" % (size,))
+    return n
+
+
+# --- the index ---------------------------------------------------------------
+
+def _unique(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError("the key %r repeats in one object" % k)
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError("%s is not JSON" % name)
+
+
+def _at(raw: bytes, text: str) -> int:
+    """The byte offset of the JSON string ``text`` in the index (0 when not found)."""
+    import json
+    k = raw.find(json.dumps(text).encode("utf-8"))
+    if k < 0:
+        k = raw.find(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+    return max(k, 0)
+
+
+def plain_file_name(name: Any) -> bool:
+    """A file name in the index's own folder: no directory part, nothing outside."""
+    return isinstance(name, str) and name not in ("", ".", "..") and \
+        not any(c in name for c in "/\\:\0") and name.strip() == name
+
+
+def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_MAX_COUNT
+                ) -> Tuple[Dict[str, str], Dict[str, Any]]:
+    """(weight_map in the index's order, the index's metadata object) of the
+    index bytes ``raw``, checked (see the module doc); ``suffix``: the shards'
+    extension (``.kiln`` or ``.safetensors``)."""
+    import json   # here: kiln.open of a plain file loads no JSON parser
+    if len(raw) > MAX_INDEX:
+        raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
+                        % (path, len(raw), MAX_INDEX))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KilnError("UTF8", e.start, "%s: the index is not UTF-8" % path) from None
+    if text.count(",") + text.count("{") + text.count("[") + 1 > MAX_INDEX_VALUES:
+        raise KilnError("LIMIT", 0, "%s: the index may hold more than %d JSON values"
+                        % (path, MAX_INDEX_VALUES))
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise KilnError("FRAME", len(text[:e.pos].encode("utf-8")),
+                        "%s: the index is not JSON (%s)" % (path, e.msg)) from None
+    except (ValueError, RecursionError) as e:
+        raise KilnError("FRAME", 0, "%s: the index is not JSON (%s)" % (
+            path, e if isinstance(e, ValueError) else "nested too deep")) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
+        raise KilnError("TYPE", 0, "%s: an index is a JSON object with a \"weight_map\" object "
+                        "of tensor name to shard file" % path)
+    meta = doc.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise KilnError("TYPE", _at(raw, "metadata"), "%s: the index's \"metadata\" is not an "
+                        "object" % path)
+    total = meta.get("total_size")
+    if total is not None and (type(total) is not int or total < 0):
+        raise KilnError("TYPE", _at(raw, "total_size"), "%s: the index's total_size %r is "
+                        "not an integer >= 0" % (path, total))
+    wm: Dict[str, str] = doc["weight_map"]
+    if len(wm) > max_count:
+        raise KilnError("LIMIT", _at(raw, "weight_map"), "%s: the index lists %d tensors, above "
+                        "max_count=%d" % (path, len(wm), max_count))
+    good = set()   # shard names already checked (a set has a few, named many times)
+    for name, shard in wm.items():
+        if not name or name == _meta.META_NAME:
+            raise KilnError("TYPE", _at(raw, name), "%s: the index lists the tensor name %r "
+                            "(empty or reserved)" % (path, name))
+        if type(shard) is str and shard in good:
+            continue
+        if not plain_file_name(shard):
+            raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not a "
+                            "file name in the index's folder (no path, nothing outside it)"
+                            % (path, name, shard))
+        if not shard.endswith(suffix) or shard == suffix:
+            raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not a "
+                            "%s shard" % (path, name, shard, suffix))
+        good.add(shard)
+    return wm, meta
+
+
+def shard_order(wm: Mapping[str, str]) -> List[str]:
+    """The shard files in the order the index first names them."""
+    return list(dict.fromkeys(wm.values()))
+
+
+def check_shard(names: List[str], wanted: List[str], shard: str, index: str) -> None:
+    """``TYPE`` unless shard ``shard`` holds exactly the tensors ``wanted`` (the
+    names the index maps to it): offsets are of the shard's descriptors."""
+    want = set(wanted)
+    seen = set()
+    for i, n in enumerate(names):
+        at = W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF
+        if n in seen:
+            raise KilnError("TYPE", at, "%s: tensor %r is in the shard twice" % (shard, n))
+        seen.add(n)
+        if n not in want:
+            raise KilnError("TYPE", at, "%s: holds tensor %r, which the index %s does not map to "
+                            "this shard (a name in two shards, or a shard not made for this "
+                            "index)" % (shard, n, index))
+    missing = [n for n in wanted if n not in seen]
+    if missing:
+        raise KilnError("TYPE", 0, "%s: the index %s maps %d tensors to this shard that it does "
+                        "not hold, the first %r" % (shard, index, len(missing), missing[0]))
+
+
+def find_index(folder: str, suffix: str = KILN_INDEX) -> str:
+    """The one ``*<suffix>`` index in ``folder`` (ValueError for none or several)."""
+    found = sorted(n for n in os.listdir(folder) if n.endswith(suffix))
+    if len(found) == 1:
+        return os.path.join(folder, found[0])
+    if not found:
+        other = [n for n in os.listdir(folder) if n.endswith(".index.json")]
+        hint = (": it holds %s (convert the set with kiln convert)" % other[0]) if other else ""
+        raise IsADirectoryError("%s is a folder holding no *%s index%s" % (folder, suffix, hint))
+    raise ValueError("%s holds %d *%s indexes (%s): open one of them"
+                     % (folder, len(found), suffix, ", ".join(found)))
+
+
+def is_sharded(path: Any) -> bool:
+    """Does ``kiln.open(path)`` name a sharded set (an index or a folder)?"""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    p = os.fspath(path)
+    if isinstance(p, bytes):
+        return False
+    if p.endswith(".index.json"):
+        return True
+    return "://" not in p and os.path.isdir(p)
+
+
+# --- reading ---------------------------------------------------------------
+
+def read_index(path: str) -> bytes:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_INDEX:
+            raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
+                            % (path, size, MAX_INDEX))
+        return f.read(size + 1)   # (what it holds now: one more byte than fstat saw is cut)
+
+
+def _read_remote(url: str, storage_options: Optional[Dict[str, Any]]) -> bytes:
+    from .fetch import source
+    src = source(url, storage_options)
+    try:
+        first = src.first(1 << 20)
+        size = int(src.size or 0)
+        if size > MAX_INDEX:
+            raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
+                            % (url, size, MAX_INDEX))
+        if size > len(first):
+            first += src.read(len(first), size, "the index")
+        return first[:size]
+    finally:
+        src.close()
+
+
+class ShardedFile(Mapping[str, Tensor]):
+    """A sharded set opened as one ``Mapping[str, Tensor]`` (made by
+    :func:`kiln.open` of an index, a folder holding one, or an index URL).
+
+    ``keys()`` are the index's names in its order; ``f[name]``,
+    ``f.rows(name, start, stop)``, ``get``, ``in``, ``values()``,
+    ``items()`` and ``tensors()`` (a dict) read through the shard that
+    holds the tensor, opened (mapped, or for a URL its table fetched) the
+    first time one of its tensors is read, with the options given to
+    :func:`kiln.open` (``verify`` included).  Opening reads the index only.
+
+    Example:
+        >>> kiln.save_sharded({"a": np.arange(4.0), "b": np.ones(2)}, "set",
+        ...                   max_shard_size=32)
+        'set/model.kiln.index.json'
+        >>> with kiln.open("set/model.kiln.index.json") as f:
+        ...     f.shards, f.rows("a", 1, 3).tolist()
+        (['model-00001-of-00002.kiln', 'model-00002-of-00002.kiln'], [1.0, 2.0])
+
+    Attributes:
+        path: the index.
+        shards: the shard files, in the order the index first names them.
+        total_size: the index's ``metadata.total_size`` (None when absent;
+            not compared with the shards).
+        weight_map: a copy of the index's name -> shard file map.
+    """
+
+    def __init__(self, path: Any, **options: Any) -> None:
+        storage = options.pop("storage_options", None)
+        p = path if isinstance(path, str) else os.fspath(path)
+        self._remote = "://" in p
+        if not self._remote and os.path.isdir(p):
+            p = find_index(p)
+        if not p.endswith(KILN_INDEX):
+            raise KilnError("FRAME", 0, "%s is not a kiln index (*%s)%s" % (
+                p, KILN_INDEX, "; convert a safetensors set with kiln convert "
+                "model.safetensors.index.json model.kiln.index.json" if p.endswith(ST_INDEX)
+                else ""))
+        self.path = p
+        raw = _read_remote(p, storage) if self._remote else read_index(p)
+        self._map, meta = parse_index(raw, p, ".kiln",
+                                      options.get("max_count", W.DEFAULT_MAX_COUNT))
+        self.total_size = meta.get("total_size")
+        self._groups: Dict[str, List[str]] = {}   # shard -> its names, the index's order
+        for name, shard in self._map.items():
+            self._groups.setdefault(shard, []).append(name)
+        self.shards = list(self._groups)
+        self._names = list(self._map)
+        self._options = options
+        self._storage = storage
+        self._open: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def weight_map(self) -> Dict[str, str]:
+        return dict(self._map)
+
+    def _where(self, shard: str) -> str:
+        if self._remote:
+            return self.path.rsplit("/", 1)[0] + "/" + shard
+        return os.path.join(os.path.dirname(self.path), shard)
+
+    def shard(self, shard: str) -> Any:
+        """The open shard file ``shard`` (a :class:`kiln.KilnFile`, or a
+        :class:`kiln.remote.RemoteFile` for a URL), opened and checked against
+        the index on first use."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("%s is closed" % self.path)
+            f = self._open.get(shard)
+            if f is not None:
+                return f
+            if shard not in self._groups:
+                raise KeyError(shard)
+            where = self._where(shard)
+            if self._remote:
+                from .remote import RemoteFile
+                f = RemoteFile(where, storage_options=self._storage, **self._options)
+            else:
+                from .kilnfile import KilnFile
+                f = KilnFile(where, **self._options)
+            try:
+                check_shard(f.keys(), self._groups[shard], where, self.path)
+            except BaseException:
+                f.close()
+                raise
+            self._open[shard] = f
+            return f
+
+    def _key(self, name: Any) -> str:
+        if isinstance(name, str):
+            if name not in self._map:
+                raise KeyError(name)
+            return name
+        index = getattr(name, "__index__", None)
+        if index is None or isinstance(name, bool):
+            raise KeyError(name)
+        k, n = index(), len(self._names)
+        if not -n <= k < n:
+            raise IndexError("tensor index %d out of range for %d tensors" % (k, n))
+        return self._names[k]
+
+    def __getitem__(self, name: Any) -> Tensor:
+        if isinstance(name, slice):
+            return [self[i] for i in range(*name.indices(len(self)))]  # type: ignore
+        key = self._key(name)
+        return self.shard(self._map[key])[key]
+
+    def rows(self, name: Any, start: int, stop: int) -> Any:
+        """Rows ``start:stop`` of a tensor, read through its shard's ``rows``."""
+        key = self._key(name)
+        return self.shard(self._map[key]).rows(key, start, stop)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._map
+
+    def keys(self) -> List[str]:  # type: ignore[override]
+        return list(self._names)
+
+    def values(self) -> List[Tensor]:  # type: ignore[override]
+        return [self[k] for k in self._names]
+
+    def items(self) -> List[Tuple[str, Tensor]]:  # type: ignore[override]
+        return [(k, self[k]) for k in self._names]
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except (KeyError, IndexError):
+            return default
+
+    def tensors(self) -> Dict[str, Tensor]:
+        """Every tensor, in the index's order (every shard opened)."""
+        return dict(self.items())
+
+    @property
+    def metadata(self) -> Optional[Dict[str, Any]]:
+        """The metadata of the first shard (:func:`kiln.save_sharded` writes the
+        same metadata into every shard); None when it has none."""
+        return self.shard(self.shards[0]).metadata if self.shards else None
+
+    def verify(self) -> None:
+        """``f.verify()`` of every shard (``CHECKSUM`` from the first that fails or
+        records none)."""
+        for s in self.shards:
+            self.shard(s).verify()
+
+    def close(self) -> None:
+        """Close the shards opened so far; views already taken stay valid."""
+        with self._lock:
+            self._closed = True
+            opened, self._open = list(self._open.values()), {}
+        for f in opened:
+            f.close()
+
+    def __enter__(self) -> "ShardedFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return "<kiln.ShardedFile %r, %d tensors in %d shards%s>" % (
+            self.path, len(self._names), len(self.shards), ", closed" if self._closed else "")
+
+
+# --- writing ---------------------------------------------------------------
+
+def shard_names(prefix: str, n: int, ext: str) -> List[str]:
+    return ["%s-%05d-of-%05d%s" % (prefix, i + 1, n, ext) for i in range(n)]
+
+
+def write_index(path: str, wm: Mapping[str, str], meta: Dict[str, Any]) -> None:
+    """The index JSON, written atomically."""
+    import json
+    from .atomic import AtomicFile
+    blob = json.dumps({"metadata": meta, "weight_map": dict(wm)}, indent=2).encode() + b"\n"
+    with AtomicFile(path) as out:
+        out.f.write(blob)
+        out.wrote(len(blob))
+
+
+def split(sizes: List[int], cap: int) -> List[List[int]]:
+    """Consecutive groups of indices, each at most ``cap`` bytes (a tensor larger
+    than ``cap`` alone in its shard)."""
+    groups: List[List[int]] = []
+    cur: List[int] = []
+    have = 0
+    for i, n in enumerate(sizes):
+        if cur and have + n > cap:
+            groups.append(cur)
+            cur, have = [], 0
+        cur.append(i)
+        have += n
+    if cur or not groups:
+        groups.append(cur)
+    return groups
+
+
+def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
+                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False,
+                 prefix: str = "model") -> str:
+    """Write ``tensors`` as a sharded set in ``folder``: shard files
+    ``model-00001-of-0000N.kiln`` of at most ``max_shard_size`` payload bytes
+    each (a larger tensor alone in its shard), then the index
+    ``model.kiln.index.json`` (``{"metadata": {"total_size": N}, "weight_map":
+    {name: shard}}``, as Hugging Face's); returns the index's path.
+
+    Args:
+        tensors: a mapping of name to array or :class:`kiln.Tensor` (sorted by
+            name, as :func:`kiln.save_tensors` sorts it) or a
+            :class:`kiln.TensorDirectory` (its order); every tensor named.
+        folder: created when missing.
+        max_shard_size: an int (bytes) or text: ``"5GB"`` (10**9 bytes a GB),
+            ``"500MiB"`` (2**20 a MiB).
+        metadata, checksum: as for :func:`kiln.save_tensors`, for every shard.
+        prefix: the file names' stem.
+
+    Each shard and the index are written atomically; the index last, so a
+    set whose writing failed has no new index.  Shards of an earlier set with
+    another shard count are left in the folder (the index names the files
+    of this set).
+
+    Raises:
+        EncodeError: as :func:`kiln.save_tensors`; ``TYPE`` for an unnamed or
+            linked (quantized) tensor, whose links a split would break.
+        ValueError: a bad ``max_shard_size`` or ``prefix``.
+        OSError: a file cannot be written.
+
+    Example:
+        >>> index = kiln.save_sharded({"a": np.zeros(1000, np.float32),
+        ...                            "b": np.ones(1000, np.float32)}, "ckpt",
+        ...                           max_shard_size="4kB")
+        >>> index
+        'ckpt/model.kiln.index.json'
+        >>> with kiln.open("ckpt") as f:
+        ...     f.keys(), f["b"].numpy()[:2].tolist()
+        (['a', 'b'], [1.0, 1.0])
+    """
+    from .save import save_records
+    from .tables import normalize_tensors
+    cap = parse_size(max_shard_size)
+    if not plain_file_name(prefix):
+        raise ValueError("prefix must be a plain file name, not %r" % (prefix,))
+    records = normalize_tensors(tensors)
+    names: List[str] = []
+    for i, r in enumerate(records):
+        if r[W.R_NAME] is None:
+            raise EncodeError("TYPE", 0, "tensor %d has no name: a sharded set needs names" % i)
+        if r[W.R_SCALE_INDEX] != W.NO_INDEX or r[W.R_OUTER_INDEX] != W.NO_INDEX:
+            raise EncodeError("TYPE", 0, "tensor %r links other tensors by position "
+                              "(quantized): a sharded set cannot split it" % r[W.R_NAME])
+        names.append(r[W.R_NAME].decode("utf-8"))
+    sizes = [len(memoryview(r[W.R_PAYLOAD]).cast("B")) for r in records]
+    groups = split(sizes, cap)
+    files = shard_names(prefix, len(groups), ".kiln")
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    wm: Dict[str, str] = {}
+    for group, fn in zip(groups, files):
+        save_records(os.path.join(folder, fn), [records[i] for i in group], metadata,
+                     checksum, None)
+        for i in group:
+            wm[names[i]] = fn
+    index = os.path.join(folder, prefix + KILN_INDEX)
+    write_index(index, wm, {"total_size": sum(sizes)})
+    return index
+
