@@ -5,6 +5,7 @@ file, or leaving its ``with`` block, while views live never raises and never
 unmaps under them; the mapping goes when the last view goes.
 """
 
+import operator
 import os
 from typing import Any, List, Union
 
@@ -149,7 +150,9 @@ class KilnFile(TensorFile):
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
         (only those rows' payload bytes are read and checked; with
-        ``verify=True`` the whole tensor is read to compare its CRC-32)."""
+        ``verify=True`` the whole tensor is read to compare its CRC-32).
+        ``start`` and ``stop`` are read once, as integers, before any check."""
+        start, stop = _bound(start), _bound(stop)
         if self._verify and self.checksums is not None:
             return self._checked(name).numpy()[start:stop]
         t = self._d()[name]
@@ -177,3 +180,7 @@ class KilnFile(TensorFile):
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
+def _bound(i: Any) -> Any:
+    """A row bound read once (``operator.index``), so that what is checked is
+    what is sliced; None stays None."""
+    return None if i is None else operator.index(i)
