@@ -189,7 +189,7 @@ def test_recover_after_zeros_or_garbage_tail(impl):
     with open_rf(impl, io.BytesIO(body + bytes(4096)), recover=True) as rf:
         assert list(rf) == vals
         assert rf.recovery.offset == end
-        assert (rf.recovery.error.code, rf.recovery.error.offset) == ("FRAME", end + 12)
+        assert (rf.recovery.error.code, rf.recovery.error.offset) == ("CHECKSUM", end + 12)
     expect("FRAME", end + 4096 - 8, read_all, impl, body + bytes(4096))
     # a torn record: the right head, half of the value
     torn = body + U.record(framed(values(5)[4]))[:25]
@@ -339,8 +339,8 @@ def test_checksums_and_verify_false(impl):
     at = offs[0] + 16 + 16 + 8 + 4           # the first char of the name
     bad[at] = ord("x")
     crc_at = offs[0] + 16 + len(framed(vals[0]))
-    expect("FRAME", crc_at, read_all, impl, bytes(bad))
-    expect("FRAME", crc_at, stream, impl, bytes(bad))
+    expect("CHECKSUM", crc_at, read_all, impl, bytes(bad))
+    expect("CHECKSUM", crc_at, stream, impl, bytes(bad))
     assert read_all(impl, bytes(bad), verify=False) == [{"id": 1, "name": "xbc"}]
 
 
@@ -502,7 +502,47 @@ def test_records_before_a_fault_come_out_in_any_chunking(impl):
                 got += d.feed(bytes(bad[a:b]))
             d.eof()
         assert got == vals[:2]
-        assert (ei.value.code, ei.value.offset) == ("FRAME", offs[2] + 12)
+        assert (ei.value.code, ei.value.offset) == ("CHECKSUM", offs[2] + 12)
+
+
+def _feed_in_chunks(impl, data, size, **kw):
+    """Feed ``data`` ``size`` bytes at a time: the records handed out, the
+    decoder's count, and the error (code, offset) or None."""
+    d = kiln.StreamDecoder(T, kernels=impl.kernels, **kw)
+    got = []
+    try:
+        for a in range(0, len(data), size):
+            got += d.feed(data[a:a + size])
+        d.eof()
+        err = None
+    except kiln.KilnError as e:
+        err = (e.code, e.offset)
+    return got, d.count, err
+
+
+def test_the_count_after_a_fault_is_the_records_handed_out_in_any_chunking(impl):
+    # issue 38 item 17: one feed counted 0 where a byte-by-byte feed counted 2
+    vals = values(4)
+    data, offs = U.container(H, [framed(v) for v in vals])
+    value_crc = offs[3] - 4
+    cases = []
+    bad = bytearray(data)
+    bad[offs[2] + 3] ^= 1                                 # record 2's head
+    cases.append((bytes(bad), {}, 2, ("CHECKSUM", offs[2] + 12)))
+    bad = bytearray(data)
+    bad[offs[2] + 20] ^= 1                                # record 2's value
+    cases.append((bytes(bad), {}, 2, ("CHECKSUM", value_crc)))
+    bad = bytearray(data)
+    bad[offs[2] + 16 + 4] = 0x99                          # its frame profile (CRC made right)
+    end = offs[3] - 4
+    bad[end:end + 4] = struct.pack("<I", zlib.crc32(bytes(bad[offs[2]:end])))
+    cases.append((bytes(bad), {}, 2, ("FRAME", offs[2] + 16 + 4)))
+    cases.append((data, {"max_record_bytes": len(framed(vals[0]))}, 1,
+                  ("LIMIT", offs[1])))                    # record 1 is one byte longer
+    for hostile, kw, n, err in cases:
+        for size in range(1, len(hostile) + 1):
+            got, count, e = _feed_in_chunks(impl, hostile, size, **kw)
+            assert (got, count, e) == (vals[:n], n, err), (size, err)
 
 
 def test_alignment_needs_no_dtype_support_and_covers_packed_tensors(impl, tmp_path):
@@ -574,10 +614,10 @@ def test_a_wrong_head_crc_is_caught_by_every_reader(impl):
     bad[end:end + 4] = struct.pack("<I", zlib.crc32(bytes(bad[at:end])))   # record CRC right
     bad = bytes(bad)
     for verify in (True, False):
-        expect("FRAME", at + 12, read_all, impl, bad, verify=verify)
+        expect("CHECKSUM", at + 12, read_all, impl, bad, verify=verify)
         with open_rf(impl, io.BytesIO(bad), verify=verify) as rf:
-            expect("FRAME", at + 12, rf.__getitem__, 1)
-        expect("FRAME", at + 12, stream, impl, bad, verify=verify)
+            expect("CHECKSUM", at + 12, rf.__getitem__, 1)
+        expect("CHECKSUM", at + 12, stream, impl, bad, verify=verify)
 
 
 def test_faults_in_a_later_block_of_a_long_file(impl):
@@ -593,7 +633,7 @@ def test_faults_in_a_later_block_of_a_long_file(impl):
             with pytest.raises(kiln.KilnError) as ei:
                 for r in rf:
                     got.append(r)
-        assert (ei.value.code, ei.value.offset) == ("FRAME", where)
+        assert (ei.value.code, ei.value.offset) == ("CHECKSUM", where)
         assert got == vals[:len(got)] and len(got) in (4500, 4700)
 
 

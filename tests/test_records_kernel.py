@@ -86,7 +86,7 @@ def test_decode_records_a_range_and_the_records_before_a_fault(impl):
     with pytest.raises(kiln.KilnError) as ei:
         impl.kernels.decode_records(program(impl), bytes(bad), 0, array("Q", ends), 0, 6,
                                     True, out)
-    assert (ei.value.code, ei.value.offset) == ("FRAME", ends[5] - 4)
+    assert (ei.value.code, ei.value.offset) == ("CHECKSUM", ends[5] - 4)
     assert out == v[:4]
     assert run(impl, bytes(bad), ends, 0, 6, verify=False)[4]["id"] == 4 ^ 1
     for first, last in ((-1, 2), (3, 2), (0, 7)):
@@ -114,8 +114,8 @@ def test_decode_records_origin_and_head_faults(impl):
     data, offs = U.container(H, [framed(x) for x in v], closed=False)
     lo, hi = offs[1], offs[2]
     assert run(impl, data[lo:hi], [lo, hi], 0, 1, origin=lo) == [v[1]]
-    for at, code, where in ((lo + 8, "FRAME", lo + 12),     # kind: the head CRC first
-                            (lo + 16 + 17, "FRAME", hi - 4)):
+    for at, code, where in ((lo + 8, "CHECKSUM", lo + 12),     # kind: the head CRC first
+                            (lo + 16 + 17, "CHECKSUM", hi - 4)):
         bad = bytearray(data)
         bad[at] ^= 2
         expect(code, where, run, impl, bytes(bad[lo:hi]), [lo, hi], 0, 1, True, lo)
@@ -166,7 +166,7 @@ def test_decode_stream_stops_where_the_caller_takes_over(impl):
     out = []
     with pytest.raises(kiln.KilnError) as ei:
         k.decode_stream(program(impl), bad, 0, 16, 0, True, 1 << 20, 0, out)
-    assert (ei.value.code, ei.value.offset) == ("FRAME", offs[2] + 12) and out == v[:2]
+    assert (ei.value.code, ei.value.offset) == ("CHECKSUM", offs[2] + 12) and out == v[:2]
     assert "record 2" in ei.value.reason
 
 

@@ -52,7 +52,7 @@ def _head(mv, at, pos, number):
     head = bytes(mv[at:at + 16])             # read once: the buffer may change
     length, kind, pad, reserved, want = _HEAD.unpack(head)
     if zlib.crc32(head[:12]) != want:
-        raise KilnError("FRAME", pos + 12, "record %d: head checksum mismatch (a torn or "
+        raise KilnError("CHECKSUM", pos + 12, "record %d: head checksum mismatch (a torn or "
                         "corrupted record head)" % number)
     if kind > 1:
         raise KilnError("FRAME", pos + 8, "record %d: kind %d is neither record (0) nor "
@@ -73,7 +73,7 @@ def _body(mv, at, pos, length, pad, number, verify):
         raise KilnError("FRAME", pos + 16, "record %d: padding byte is not 0" % number)
     end = at + 16 + pad + length
     if verify and zlib.crc32(mv[at:end]) != _CRC.unpack_from(mv, end)[0]:
-        raise KilnError("FRAME", pos + 16 + pad + length, "record %d: value checksum "
+        raise KilnError("CHECKSUM", pos + 16 + pad + length, "record %d: value checksum "
                         "mismatch (a torn or corrupted record)" % number)
 
 

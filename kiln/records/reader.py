@@ -80,8 +80,9 @@ class RecordFile(Sequence[R]):
     processes as a map-style dataset.
 
     Raises:
-        KilnError: ``FRAME`` for a damaged header, trailer, index or record
-            (checksums included), ``SCHEMA`` for records of another type,
+        KilnError: ``FRAME`` for a damaged header, trailer, index or record,
+            ``CHECKSUM`` for a head, record, index or trailer checksum that
+            does not match, ``SCHEMA`` for records of another type,
             ``EOF`` for a file cut short, ``LIMIT`` for a count the file
             cannot hold, and the codes of :func:`kiln.decode` for a bad
             value; ``.offset`` is the byte in the file.

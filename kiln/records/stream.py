@@ -108,9 +108,16 @@ class StreamDecoder(Generic[R]):
         try:
             while True:
                 if self._state == _HEAD:     # whole records: the kernel's loop
-                    at, self.count, self._ocrc = self._k.decode_stream(
-                        self._prog, buf, at, self._pos, self.count, self._verify, self._cap,
-                        self._ocrc, out)
+                    before = len(out)
+                    try:
+                        at, self.count, self._ocrc = self._k.decode_stream(
+                            self._prog, buf, at, self._pos, self.count, self._verify,
+                            self._cap, self._ocrc, out)
+                    except KilnError:
+                        # the records the kernel took before the fault are handed
+                        # out: count them, as a byte-by-byte feed would have
+                        self.count += len(out) - before
+                        raise
                 used = self._step(buf, at, out)
                 if used < 0:
                     break
@@ -227,7 +234,7 @@ class StreamDecoder(Generic[R]):
             raise KilnError("FRAME", first, "%s: the index entries do not match the offsets "
                             "of the records in the stream" % self.name)
         if self._verify and F.CRC.unpack_from(buf, at)[0] != self._vcrc:
-            raise KilnError("FRAME", pos, "%s: index checksum mismatch" % self.name)
+            raise KilnError("CHECKSUM", pos, "%s: index checksum mismatch" % self.name)
         self._state = _TRAILER
         return F.CRC_SIZE
 

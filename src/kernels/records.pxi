@@ -50,7 +50,7 @@ cdef int rec_head(const uint8_t *src, uint64_t pos, Py_ssize_t number, RecHead *
     cdef uint8_t b[16]
     memcpy(b, src, 16)
     if kiln_crc32(0, b, REC_HEAD_CHECKED) != kiln_ld_u32(b + REC_HEAD_CHECKED):
-        raise KilnError("FRAME", pos + REC_HEAD_CHECKED, "record %d: head checksum mismatch "
+        raise KilnError("CHECKSUM", pos + REC_HEAD_CHECKED, "record %d: head checksum mismatch "
                         "(a torn or corrupted record head)" % number)
     h.length = kiln_ld_u64(b)
     h.kind = b[8]
@@ -78,7 +78,7 @@ cdef int rec_body(const uint8_t *q, uint64_t pos, RecHead *h, Py_ssize_t number,
         if q[REC_HEAD + j]:
             raise KilnError("FRAME", pos + REC_HEAD, "record %d: padding byte is not 0" % number)
     if verify and kiln_crc32(0, q, body) != kiln_ld_u32(q + body):
-        raise KilnError("FRAME", pos + body, "record %d: value checksum mismatch (a torn or "
+        raise KilnError("CHECKSUM", pos + body, "record %d: value checksum mismatch (a torn or "
                         "corrupted record)" % number)
     return 0
 
