@@ -297,6 +297,78 @@ def test_index_out_of_order_out_of_range_inconsistent(impl):
     expect("FRAME", len(data) - 40, stream, impl, data)
 
 
+def _crc_twin(entries, k):
+    """``entries`` with entry ``k`` moved by 8 and its high 4 bytes chosen so
+    that the CRC-32 of all of them (8 little-endian bytes each) stays what it
+    was: a forged index that a check by CRC alone cannot tell from the real one."""
+    raw = bytearray(b"".join(struct.pack("<Q", e) for e in entries))
+    want = zlib.crc32(bytes(raw))
+    base = bytearray(raw)
+    base[8 * k:8 * k + 8] = struct.pack("<Q", entries[k] + 8)
+    at = 8 * k + 4
+    base[at:at + 4] = bytes(4)
+    c0 = zlib.crc32(bytes(base))
+    cols = []
+    for bit in range(32):
+        b = bytearray(base)
+        b[at + bit // 8] ^= 1 << (bit % 8)
+        cols.append(zlib.crc32(bytes(b)) ^ c0)
+    # solve sum(x_i * cols[i]) == want ^ c0 over GF(2), Gaussian elimination
+    rows = [(cols[i], 1 << i) for i in range(32)]
+    target, x, pivots = want ^ c0, 0, []
+    for bit in range(32):
+        m = 1 << bit
+        j = next((j for j, (c, _) in enumerate(rows) if c & m), None)
+        if j is None:
+            continue
+        pc, pm = rows.pop(j)
+        rows = [(c ^ pc, v ^ pm) if c & m else (c, v) for c, v in rows]
+        pivots = [(c ^ pc, v ^ pm) if c & m else (c, v) for c, v in pivots]
+        pivots.append((pc, pm))
+    for c, v in pivots:
+        if target & (c & -c):
+            target ^= c
+            x ^= v
+    assert target == 0
+    base[at:at + 4] = struct.pack("<I", x)
+    out = [struct.unpack_from("<Q", base, 8 * i)[0] for i in range(len(entries))]
+    assert zlib.crc32(bytes(base)) == want and out != list(entries)
+    return out
+
+
+def test_a_stream_checks_its_index_as_strictly_as_a_file(impl):
+    # issue 38 item 5: entries whose CRC matches the records' offsets passed
+    # the stream (done=True) where RecordFile refuses them
+    vals = values(3)
+    fr = [framed(v) for v in vals]
+    _, offs = U.container(H, fr)
+    for k in range(3):
+        forged = _crc_twin(offs, k)
+        data, _ = U.container(H, fr, offsets=forged)
+        e = expect("FRAME", U.entry_at(data, k), read_all, impl, data)
+        assert "index entry %d" % k in e.reason
+        for size in (1, 7, len(data)):
+            got, count, err = _feed_in_chunks(impl, data, size)
+            assert (got, count, err) == (vals, 3, ("FRAME", U.entry_at(data, k))), (k, size)
+    # each rule of the file's check, at the entry it names
+    ip = offs[-1] + 20 + len(fr[-1])
+    for entries, k in (([offs[0], offs[2], offs[1]], 2), ([17, offs[1], offs[2]], 0),
+                       ([offs[0], offs[0] + 35, offs[2]], 1), ([offs[0], offs[1], ip - 35], 2),
+                       ([offs[0], 2 ** 64 - 1, offs[2]], 1), ([offs[0], offs[1], ip + 1], 2)):
+        data, _ = U.container(H, fr, offsets=entries)
+        expect("FRAME", U.entry_at(data, k), read_all, impl, data)
+        for size in (1, 5, len(data)):
+            assert _feed_in_chunks(impl, data, size)[2] == ("FRAME", U.entry_at(data, k))
+    # the index's own CRC comes first, as in a file, and whatever verify says
+    data, _ = U.container(H, fr, offsets=[17, offs[1], offs[2]])
+    bad = bytearray(data)
+    bad[len(data) - 44] ^= 1
+    crc_at = len(data) - 44
+    expect("CHECKSUM", crc_at, read_all, impl, bytes(bad))
+    for verify in (True, False):
+        assert _feed_in_chunks(impl, bytes(bad), 3, verify=verify)[2] == ("CHECKSUM", crc_at)
+
+
 @SETTINGS
 @given(ip=st.integers(0, 2 ** 64 - 1), count=st.integers(0, 2 ** 64 - 1))
 def test_trailer_pointing_anywhere(impl, ip, count):

@@ -5,7 +5,9 @@ moment its last byte arrives.  It holds at most one record's bytes plus the
 chunk being fed: offsets of past records are not kept; the index at the
 stream's end is checked against a running checksum of them instead.  A
 record length above ``max_record_bytes`` is ``LIMIT`` as soon as its head
-arrives, before any of its bytes are kept.
+arrives, before any of its bytes are kept.  The index's entries are checked
+by the rules a file's reader applies, as they arrive (the first fault is
+raised after the index's checksum, in a file's order).
 """
 
 import struct
@@ -30,7 +32,8 @@ class StreamDecoder(Generic[R]):
 
     Args:
         type: the record type (as for :class:`kiln.RecordFile`).
-        verify: check each record's value checksum.
+        verify: check each record's value checksum (the index's is always
+            checked, as a local file's is).
         max_record_bytes: the cap on one record's value length (default
             256 MiB): a longer one is ``LIMIT`` when its head arrives.
         name: what error messages call the stream.
@@ -199,8 +202,44 @@ class StreamDecoder(Generic[R]):
         self._rec = (pos, F.KIND_INDEX, pad, length)
         self._left = pad + length + F.CRC_SIZE
         self._icrc, self._vcrc = 0, seed
+        self._ent = (0, 0, b"", None)   # entries checked, the last one, a partial one, a fault
         self._state = _INDEX
         return F.HEAD_SIZE
+
+    def _entries(self, piece: bytes, first: int) -> None:
+        """Check the index entries in ``piece`` as a file's reader does
+        (``check_offsets``: entry 0 at the first record, each at least one
+        record after the one before, none past the index), keeping only the
+        last entry; the first fault is kept for the end of the index, where
+        the index's checksum is checked before it, as a file's is."""
+        k, prev, part, bad = self._ent
+        least = F.OVERHEAD + F.MIN_VALUE
+        raw = part + piece
+        whole = len(raw) // 8 * 8
+        if bad is None and whole:
+            import numpy as np
+            o = np.frombuffer(raw, dtype="<u8", count=whole // 8)
+            before = np.empty_like(o)
+            before[1:] = o[:-1]
+            before[0] = prev
+            # each entry at least one record after the one before (no overflow
+            # that matters: an entry past the index is caught first)
+            wrong = (o > np.uint64(self._index_pos)) | (o < before + np.uint64(least))
+            if k == 0:
+                wrong[0] = int(o[0]) != F.HEADER_SIZE
+            hits = np.flatnonzero(wrong)
+            if len(hits):
+                j = int(hits[0])
+                bad = (k + j, int(o[j]))
+            prev = int(o[-1])
+        k += whole // 8
+        if bad is None and k == self.count and k and self._index_pos < prev + least:
+            bad = (k - 1, prev)                    # the last record runs into the index
+        if bad is not None and not isinstance(bad, KilnError):
+            bad = KilnError("FRAME", first + 8 * bad[0], "%s: index entry %d (%d) is out of "
+                            "order or outside the records (%d..%d)"
+                            % (self.name, bad[0], bad[1], F.HEADER_SIZE, self._index_pos))
+        self._ent = (k, prev, raw[whole:], bad)
 
     def _index_body(self, buf: bytearray, at: int, have: int, pos: int) -> int:
         """The index, checked piece by piece: pad, frame and count, entries, CRC."""
@@ -211,9 +250,9 @@ class StreamDecoder(Generic[R]):
         if done < fixed:                       # pad, frame and count come whole
             if have < fixed:
                 return -1
-            F.check_body(buf, at, pos, pad, length, self.count, False, 0)
             v = at + pad
-            F.check_index_frame(buf, v, pos + pad, self.count, self.name)
+            F.check_index_frame(buf, v, pos + pad, self.count, self.name)   # as a file: first
+            F.check_body(buf, at, pos, pad, length, self.count, False, 0)
             self._vcrc = zlib.crc32(buf[at:v + F.INDEX_ENTRIES], self._vcrc)
             self._left -= fixed
             return fixed
@@ -222,19 +261,24 @@ class StreamDecoder(Generic[R]):
             take = min(have, entries_left)
             if not take:
                 return -1
-            piece = buf[at:at + take]
+            piece = bytes(buf[at:at + take])
             self._vcrc = zlib.crc32(piece, self._vcrc)
             self._icrc = zlib.crc32(piece, self._icrc)
+            self._entries(piece, start + F.HEAD_SIZE + pad + F.INDEX_ENTRIES)
             self._left -= take
             return take
         if have < F.CRC_SIZE:
             return -1
         first = start + F.HEAD_SIZE + pad + F.INDEX_ENTRIES
+        # a file's order: the index's checksum (always, as a local file's), its
+        # entries' rules, then the entries against the records the stream had
+        if F.CRC.unpack_from(buf, at)[0] != self._vcrc:
+            raise KilnError("CHECKSUM", pos, "%s: index checksum mismatch" % self.name)
+        if self._ent[3] is not None:
+            raise self._ent[3]
         if self._icrc != self._ocrc:
             raise KilnError("FRAME", first, "%s: the index entries do not match the offsets "
                             "of the records in the stream" % self.name)
-        if self._verify and F.CRC.unpack_from(buf, at)[0] != self._vcrc:
-            raise KilnError("CHECKSUM", pos, "%s: index checksum mismatch" % self.name)
         self._state = _TRAILER
         return F.CRC_SIZE
 
