@@ -617,6 +617,71 @@ def test_the_count_after_a_fault_is_the_records_handed_out_in_any_chunking(impl)
             assert (got, count, e) == (vals[:n], n, err), (size, err)
 
 
+ZT = "struct{id:i64,e:list<struct{}>,}"        # elements of wire size 0
+
+
+def _zero_size_file(n, claim):
+    """``n`` records of ZT whose lists each claim ``claim`` empty structs:
+    28 value bytes a record, whatever the claim."""
+    h = kiln.parse_type(ZT).schema_hash
+    val = struct.pack("<4sBBHQ", b"KLN0", 0, 0, 0, h) + struct.pack("<qI", 7, claim)
+    return U.container(h, [val] * n)
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        try:
+            keep = fn()
+        except kiln.KilnError as e:
+            keep = e
+        return tracemalloc.get_traced_memory()[1], keep
+    finally:
+        tracemalloc.stop()
+
+
+def test_one_zero_size_budget_bounds_a_whole_read(impl):
+    # issue 38 item 2: each record had the whole max_count budget, so a
+    # 2 KB file cost the budget times the records a read decoded at once
+    cap = 1 << 15
+    data, offs = _zero_size_file(60, cap)
+    assert len(data) < 3500                  # 60 records: 56 bytes each, and the index
+    one, _ = _peak(lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[0])
+    assert one > cap * 8                      # one record's list is at least its pointers
+    bound = 2 * one + (1 << 20)
+    reads = {
+        "rf[0]": lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[0],
+        "next(iter(rf))": lambda: next(iter(open_rf(impl, io.BytesIO(data), ZT,
+                                                    max_count=cap))),
+        "list(rf)": lambda: list(open_rf(impl, io.BytesIO(data), ZT, max_count=cap)),
+        "rf[:]": lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[:],
+        "rf[::2]": lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[::2],
+        "next(iter_records)": lambda: next(kiln.iter_records(
+            io.BytesIO(data), ZT, kernels=impl.kernels, max_count=cap)),
+        "stream": lambda: stream(impl, data, ZT, max_count=cap),
+        "stream by 7": lambda: stream(impl, data, ZT, list(range(7, len(data), 7)),
+                                      max_count=cap),
+    }
+    for what, read in reads.items():
+        peak, got = _peak(read)
+        assert peak < bound, (what, peak >> 20, one >> 20)
+        if what in ("list(rf)", "rf[:]", "rf[::2]", "stream", "stream by 7"):
+            # the second record's list is above what the first left: LIMIT at its count
+            at = offs[2] + 16 + 16 + 8 if what == "rf[::2]" else offs[1] + 16 + 16 + 8
+            assert isinstance(got, kiln.KilnError), what
+            assert (got.code, got.offset) == ("LIMIT", at), (what, str(got))
+    # the budget is one read's: each rf[i], each new iteration starts afresh
+    with open_rf(impl, io.BytesIO(data), ZT, max_count=cap) as rf:
+        assert [len(rf[i]["e"]) for i in (0, 1, 59)] == [cap] * 3
+        for _ in range(2):
+            it = iter(rf)
+            assert len(next(it)["e"]) == cap
+    half, _ = _zero_size_file(4, cap // 4)
+    assert [len(r["e"]) for r in read_all(impl, half, ZT, max_count=cap)] == [cap // 4] * 4
+    assert [len(r["e"]) for r in stream(impl, half, ZT, [5, 50], max_count=cap)] == \
+        [cap // 4] * 4
+
+
 def test_alignment_needs_no_dtype_support_and_covers_packed_tensors(impl, tmp_path):
     p = tmp_path / "q.kilnr"
     with kiln.RecordWriter(p, TT, kernels=impl.kernels) as w:

@@ -75,12 +75,13 @@ C capsule destructor's address, or None) and ``check_links(head)`` (the
 whole-directory table rules over the canonical head of a hand-made
 directory).
 
-``decode_records(program, buf, origin, offsets, first, last, verify, out)``
-``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
+``decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None)``
+``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None)``
 ``crc32(data, value=0)``
     The record container's loop (``kiln.records``): check and decode the
     records of a range of a file's index, or the complete records at the
-    front of a stream's buffer, with a compiled decode program; see
+    front of a stream's buffer, with a compiled decode program, the records
+    of one read sharing one budget of zero-size elements (``budget``); see
     ``records.py``.  ``crc32`` is ``zlib.crc32``'s function.
 
 Everything else in the parts is private to the kernel.  The Python layer

@@ -5,7 +5,7 @@ and CRC are checked, in this order, and its framed value decoded by a decode
 program, with the codes, offsets and messages of ``kiln/records/_format.py``
 (``parse_head``, ``check_body``, ``rewrap``).
 
-``decode_records(program, buf, origin, offsets, first, last, verify, out)``
+``decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None)``
     Records ``first .. last - 1`` of a file: record ``k`` spans the container
     offsets ``offsets[k] .. offsets[k + 1]`` (``offsets``: 8-byte unsigned
     integers, e.g. ``array("Q")``); byte ``j`` of ``buf`` is container offset
@@ -14,9 +14,13 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     object with a ``decode(buf)`` method is called with a memoryview of each
     value).  The values are appended to the list ``out`` one by one, so
     after a ``KilnError`` it holds the records before the bad one.  Values
-    view ``buf`` as ``program.decode`` would (tensor payloads).
+    view ``buf`` as ``program.decode`` would (tensor payloads).  The records
+    share one budget of zero-size elements (``max_count``, spec 4.3):
+    ``budget`` is ``[left]``, what is left of it for the whole read (a
+    RecordFile iteration, a stream), updated as records spend it; None
+    starts a budget for this call.
 
-``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
+``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None)``
     The records complete at ``buf[at:]`` (``buf[0]`` at container offset
     ``origin``; the first is record ``number``), appended to ``out``.  Stops
     at the first head that is the index's, or whose value length is above
@@ -24,7 +28,7 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     a damaged head, padding or CRC is raised.  Values are decoded from a
     private copy of their bytes.  Returns ``(at, number, ocrc)`` after the
     records taken, ``ocrc`` being the CRC-32 continued over each record's
-    offset as 8 little-endian bytes.
+    offset as 8 little-endian bytes.  ``budget`` as for ``decode_records``.
 
 ``crc32(data, value=0)``
     ``zlib.crc32``.
@@ -83,6 +87,20 @@ def _rewrap(e, at, number):
     return KilnError(e.code, at + e.offset, "record %d: %s" % (number, e.reason))
 
 
+def _decoder(program, budget):
+    """``decode(view)`` for the records of one read: a pure decode program
+    spends one zero-size budget (``budget``, ``[left]``, or a fresh one for
+    this call) for all of them."""
+    shared = getattr(program, "decode_shared", None)
+    if shared is None:
+        return program.decode
+    if budget is None:
+        budget = [program.max_count]
+    elif len(budget) != 1 or not 0 <= budget[0] <= program.max_count:
+        raise ValueError("budget: a list of one int between 0 and max_count")
+    return lambda view: shared(view, budget)
+
+
 def _one(decode, mv, origin, lo, hi, k, verify):
     """Record ``k`` at container offsets ``lo .. hi``: every check, then its value."""
     n = len(mv)
@@ -104,14 +122,14 @@ def _one(decode, mv, origin, lo, hi, k, verify):
         raise _rewrap(e, lo + 16 + pad, k)
 
 
-def decode_records(program, buf, origin, offsets, first, last, verify, out):
+def decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None):
     offs = offsets
     if not 0 <= first <= last < len(offs):
         raise IndexError("decode_records: records %d..%d of an index of %d entries"
                          % (first, last, len(offs) - 1))
     mv = as_bytes_view(buf)
-    decode, unpack, crc, unpack_crc = program.decode, _HEAD.unpack_from, zlib.crc32, \
-        _CRC.unpack_from
+    decode, unpack, crc, unpack_crc = _decoder(program, budget), _HEAD.unpack_from, \
+        zlib.crc32, _CRC.unpack_from
     append = out.append
     verify = bool(verify)
     n = len(mv)
@@ -137,10 +155,11 @@ def decode_records(program, buf, origin, offsets, first, last, verify, out):
         lo = hi
 
 
-def decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out):
+def decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None):
+    decode = _decoder(program, budget)
     mv = as_bytes_view(buf)
     try:
-        return _stream(program.decode, mv, at, origin, number, verify, cap, ocrc, out)
+        return _stream(decode, mv, at, origin, number, verify, cap, ocrc, out)
     finally:
         if mv is not buf:
             mv.release()       # the caller resizes buf next, whatever happened here

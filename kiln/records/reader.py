@@ -141,7 +141,9 @@ class RecordFile(Sequence[R]):
         """The record type: ``self.type``, its hash and the value decoder."""
         self.type = as_type(type)
         self._hash = self.type.schema_hash
-        self._prog: Any = Decoder(self.type, True, **decode_options)._prog
+        dec = Decoder(self.type, True, **decode_options)
+        self._prog: Any = dec._prog
+        self._max_count = dec.max_count   # the zero-size budget of one read
 
     # --- opening ----------------------------------------------------------------
 
@@ -246,25 +248,31 @@ class RecordFile(Sequence[R]):
                                                              F.HEADER_SIZE, self._ip))
         return lo, hi
 
-    def _records(self, first: int, last: int, out: List[Any]) -> None:
+    def _records(self, first: int, last: int, out: List[Any],
+                 budget: Optional[List[int]] = None) -> None:
         """Append records ``first..last`` to ``out``: the kernel's record loop
         checks each one (head, kind, length against the index, padding, CRC)
-        and decodes it; after a fault ``out`` holds the records before it."""
+        and decodes it; after a fault ``out`` holds the records before it.
+        ``budget`` (``[left]``): the zero-size budget of the whole read these
+        records belong to (an iteration); None: one for this call."""
         if self._closed:
             raise ValueError("I/O on a closed RecordFile")
         view, offs = self._src.view, self._offs
         if view is not None and offs is not None:
-            self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out)
+            self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out,
+                                   budget)
             return
+        if budget is None:
+            budget = [self._max_count]
         for i in range(first, last):
             lo, hi = self._span(i)
             data = view[lo:hi] if view is not None else self._src.read(lo, hi)
             self._k.decode_records(self._prog, data, lo, array("Q", (lo, hi)), 0, 1,
-                                   self._verify, out)
+                                   self._verify, out, budget)
 
-    def _get(self, i: int) -> Any:
+    def _get(self, i: int, budget: Optional[List[int]] = None) -> Any:
         out: List[Any] = []
-        self._records(i, i + 1, out)
+        self._records(i, i + 1, out, budget)
         return out[0]
 
     @overload
@@ -287,7 +295,8 @@ class RecordFile(Sequence[R]):
             if step == 1:
                 self._records(start, max(start, stop), out)
                 return out
-            return [self._get(k) for k in range(start, stop, step)]
+            budget = [self._max_count]      # one read: one zero-size budget
+            return [self._get(k, budget) for k in range(start, stop, step)]
         i = i.__index__()
         if i < 0:
             i += self._count
@@ -307,6 +316,7 @@ class RecordFile(Sequence[R]):
         step = _FIRST_CHUNK
         a = 0
         key = object()
+        budget = [self._max_count]   # one zero-size budget for the whole iteration
         try:
             while a < self._count:
                 b = min(self._count, a + step)
@@ -314,7 +324,7 @@ class RecordFile(Sequence[R]):
                 walk = iter(out)
                 live = self._pending[id(key)] = [out, walk, False]
                 try:
-                    self._records(a, b, out)
+                    self._records(a, b, out, budget)
                 except KilnError:
                     yield walk         # the records before the fault come out first
                     raise

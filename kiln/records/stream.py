@@ -10,7 +10,6 @@ by the rules a file's reader applies, as they arrive (the first fault is
 raised after the index's checksum, in a file's order).
 """
 
-import struct
 import zlib
 from typing import Any, Generic, Iterator, List, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
@@ -22,8 +21,7 @@ from .._types import Type, as_type
 from . import _format as F
 
 R = TypeVar("R")
-_Q = struct.Struct("<Q")
-_HEADER, _HEAD, _BODY, _INDEX, _TRAILER, _DONE = range(6)
+_HEADER, _HEAD, _INDEX, _TRAILER, _DONE = range(5)
 _CHUNK = 64 << 10
 
 
@@ -79,8 +77,8 @@ class StreamDecoder(Generic[R]):
             raise ValueError("max_record_bytes must be a non-negative int")
         self.type = as_type(type)
         dec = Decoder(self.type, True, **decode_options)
-        self._decode = dec.decode
         self._prog = dec._prog
+        self._budget = [dec.max_count]   # one zero-size budget for the whole stream
         self._k: Any = decode_options.get("kernels") or _compat.kernels
         self._verify = bool(verify)
         self._cap = max_record_bytes
@@ -90,8 +88,8 @@ class StreamDecoder(Generic[R]):
         self._state = _HEADER
         self.count = 0                # records completed so far
         self._ocrc = 0                # running CRC of the record offsets (the index check)
-        self._rec = (0, 0, 0, 0)      # the current record: offset, kind, pad, length
-        self._icrc = self._vcrc = self._seed = 0
+        self._rec = (0, 0, 0, 0)      # the index record: offset, kind, pad, length
+        self._icrc = self._vcrc = 0
         self._left = 0
         self._index_pos = 0
         self._error: Optional[KilnError] = None
@@ -115,7 +113,7 @@ class StreamDecoder(Generic[R]):
                     try:
                         at, self.count, self._ocrc = self._k.decode_stream(
                             self._prog, buf, at, self._pos, self.count, self._verify,
-                            self._cap, self._ocrc, out)
+                            self._cap, self._ocrc, out, self._budget)
                     except KilnError:
                         # the records the kernel took before the fault are handed
                         # out: count them, as a byte-by-byte feed would have
@@ -152,25 +150,9 @@ class StreamDecoder(Generic[R]):
                 raise KilnError("LIMIT", pos, "%s: record %d: value length %d is above "
                                 "max_record_bytes=%d" % (self.name, self.count, length,
                                                          self._cap))
-            self._rec = (pos, kind, pad, length)
-            self._seed = zlib.crc32(buf[at:at + F.HEAD_SIZE])
-            self._state = _BODY
-            return F.HEAD_SIZE
-        if st == _BODY:
-            start, _, pad, length = self._rec
-            need = pad + length + F.CRC_SIZE
-            if have < need:
-                return -1
-            F.check_body(buf, at, pos, pad, length, self.count, self._verify, self._seed)
-            v = at + pad
-            try:
-                out.append(self._decode(bytes(buf[v:v + length])))
-            except KilnError as e:
-                raise F.rewrap(e, pos + pad, self.count)
-            self._ocrc = zlib.crc32(_Q.pack(start), self._ocrc)
-            self.count += 1
-            self._state = _HEAD
-            return need
+            # not all here yet: the kernel's loop takes the record (every check,
+            # the decode, the shared zero-size budget) once its last byte arrives
+            return -1
         if st == _INDEX:
             return self._index_body(buf, at, have, pos)
         if st == _HEADER:
@@ -302,8 +284,8 @@ class StreamDecoder(Generic[R]):
         if st == _HEADER:
             raise KilnError("EOF", self._pos + have, "%s: ended after %d bytes, inside the "
                             "16-byte record container header" % (self.name, have))
-        if st in (_HEAD, _BODY):
-            start = self._rec[0] if st == _BODY else self._pos
+        if st == _HEAD:
+            start = self._pos
             raise KilnError("EOF", self._pos + have, "%s: record %d (from byte %d) is cut "
                             "short: the stream ended at byte %d"
                             % (self.name, self.count, start, self._pos + have))
