@@ -185,7 +185,42 @@ def _structural(rng, data):
     else:              # the bytes cut anywhere
         del body[rng.randrange(len(body)):]
     _fix(body, _records(body))
+    if rng.random() < 0.4:
+        body = _rebuild(body)
     return bytes(d[:1] + body)
+
+
+_LIST_U64 = None
+
+
+def _rebuild(body):
+    """The records a walk finds before the index, with a new index and
+    trailer that agree with them (and right CRCs): the value decoders and
+    the record checks behind the index are reached with a changed record."""
+    global _LIST_U64
+    if _LIST_U64 is None:
+        _LIST_U64 = kiln.parse_type("list<u64>").schema_hash
+    if len(body) < 16:
+        return body
+    out = bytearray(body[:16])
+    offs = []
+    for pos, length, pad, kind in _records(body):
+        end = pos + 20 + pad + length
+        if kind == 1 or end > len(body):
+            break
+        offs.append(len(out))
+        out += body[pos:end]
+    ip = len(out)
+    value = struct.pack("<4sBBHQI", b"KLN0", 0, 0, 0, _LIST_U64, len(offs)) + \
+        b"".join(struct.pack("<Q", o) for o in offs)
+    pad = -(ip + 16 + 20) % 8
+    first = struct.pack("<QBBH", len(value), 1, pad, 0)
+    rec = first + struct.pack("<I", zlib.crc32(first)) + bytes(pad) + value
+    out += rec + struct.pack("<I", zlib.crc32(rec))
+    h = struct.unpack_from("<Q", body, 8)[0]
+    first = struct.pack("<QQQBBH", ip, len(offs), h, 1, 0, 0)
+    out += first + struct.pack("<I", zlib.crc32(first)) + b"KLNR_END"
+    return out
 
 
 def _blind(rng, data):

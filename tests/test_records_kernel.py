@@ -142,6 +142,26 @@ def test_decode_records_tensors_view_their_record(impl, tmp_path):
         assert a.__array_interface__["data"][0] % 64 == 0
 
 
+def test_a_value_shorter_than_a_frame_is_its_heads_fault_even_padded(impl):
+    # issue 38 item 6: a 15-byte value after 3 pad bytes spans 38 bytes, past
+    # the 36 of the smallest record, so the pure loop's quick path decoded it
+    # (EOF inside the frame) where the compiled one refused the head (FRAME):
+    # spec/records.md, L is at least 16, checked with the head
+    for length, pad in ((15, 3), (0, 63), (12, 8)):
+        first = U.head(length, pad=pad) + bytes(pad) + bytes(length)
+        rec = first + struct.pack("<I", zlib.crc32(first))
+        data = U.header(H) + rec
+        lo, hi = 16, 16 + len(rec)
+        e = expect("FRAME", lo, run, impl, data, [lo, hi], 0, 1)
+        assert "shorter than a frame" in e.reason
+        expect("FRAME", lo, run, impl, data, [lo, hi], 0, 1, False)
+        expect("FRAME", lo, run, impl, data[lo:], [lo, hi], 0, 1, True, lo)
+        out = []
+        with pytest.raises(kiln.KilnError) as ei:
+            impl.kernels.decode_stream(program(impl), data, 16, 0, 0, True, 1 << 20, 0, out)
+        assert (ei.value.code, ei.value.offset) == ("FRAME", lo)
+
+
 def test_decode_stream_stops_where_the_caller_takes_over(impl):
     v = vals(4)
     data, offs = U.container(H, [framed(x) for x in v])

@@ -142,7 +142,8 @@ def decode_records(program, buf, origin, offsets, first, last, verify, out, budg
             length, kind, pad, reserved, hc = unpack(mv, at)
             v = at + 16 + pad
             e = v + length
-            if not (kind or reserved or e + 4 != hi - origin or crc(mv[at:at + 12]) != hc or
+            if not (kind or reserved or length < 16 or e + 4 != hi - origin or
+                    crc(mv[at:at + 12]) != hc or
                     (pad and (pad > 63 or mv[at + 16:v] != _ZEROS[:pad])) or
                     (verify and crc(mv[at:e]) != unpack_crc(mv, e)[0])):
                 try:
