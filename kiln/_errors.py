@@ -19,7 +19,8 @@ class KilnError(ValueError):
         code: one of ``FRAME LIMIT EOF TYPE UTF8 TRAILING SCHEMA DEPTH``, or
             ``CHECKSUM`` (a tensor file's payload differs from the digest its
             metadata records, found only when asked: ``verify=True``, ``kiln
-            check``).
+            check``; or a record container's head, record, index or trailer
+            CRC-32 does not match).
         offset: the byte offset at which the fault was found.
         reason: a human readable explanation.
 

@@ -196,6 +196,41 @@ def test_rows_check_only_the_rows_they_read(api, tmp_path):
         assert f["x"].numpy().tolist() == [1.0, 1.0]
 
 
+class _Drift:
+    """An index that says ``first`` once and ``then`` afterwards."""
+
+    def __init__(self, first, then):
+        self.values = [first, then]
+
+    def __index__(self):
+        return self.values.pop(0) if len(self.values) > 1 else self.values[0]
+
+
+def test_rows_read_their_bounds_once_before_the_check(api, tmp_path):
+    # issue 38 item 13: a stop that says 1 to the check and 8 to the slice
+    # handed out rows 1..7 (a bad byte among them) never checked
+    flags = np.zeros((8, 4), bool)
+    kiln.save_tensors(tmp_path / "r.kiln", {"f": flags})
+    data = bytearray((tmp_path / "r.kiln").read_bytes())
+    d = kiln.decode_tensors(bytes(data))
+    at = d._pb + d._rows[0][10]
+    data[at + 6 * 4 + 1] = 3                        # row 6
+    (tmp_path / "r.kiln").write_bytes(bytes(data))
+    with kiln.open(tmp_path / "r.kiln") as f:
+        assert f.rows("f", 0, _Drift(1, 1)).shape == (1, 4)
+        with pytest.raises(kiln.KilnError) as e:
+            f.rows("f", 6, 7)
+        assert (e.value.code, e.value.offset) == ("TYPE", at + 25)
+    with kiln.open(tmp_path / "r.kiln") as f:
+        got = f.rows("f", _Drift(0, 0), _Drift(1, 8))
+        assert got.shape == (1, 4) and not got.any()   # stop read once: 1
+        with pytest.raises(TypeError):
+            f.rows("f", 0, 2.0)
+        with pytest.raises(kiln.KilnError) as e:
+            f.rows("f", 0, 8)
+        assert (e.value.code, e.value.offset) == ("TYPE", at + 25)
+
+
 def test_check_payload_is_the_same_in_both_kernels(impl):
     from kiln import _wire as W
     k, b1, u4, u8 = impl.kernels, W.DTYPE_BOOL, W.DTYPE_CODES["u4"], W.DTYPE_CODES["u8"]

@@ -197,7 +197,7 @@ def test_recover_after_zeros_or_garbage_tail(impl):
     with open_rf(impl, io.BytesIO(body + bytes(4096)), recover=True) as rf:
         assert list(rf) == vals
         assert rf.recovery.offset == end
-        assert (rf.recovery.error.code, rf.recovery.error.offset) == ("FRAME", end + 12)
+        assert (rf.recovery.error.code, rf.recovery.error.offset) == ("CHECKSUM", end + 12)
     expect("FRAME", end + 4096 - 8, read_all, impl, body + bytes(4096))
     # a torn record: the right head, half of the value
     torn = body + U.record(framed(values(5)[4]))[:25]
@@ -305,6 +305,78 @@ def test_index_out_of_order_out_of_range_inconsistent(impl):
     expect("FRAME", len(data) - 40, stream, impl, data)
 
 
+def _crc_twin(entries, k):
+    """``entries`` with entry ``k`` moved by 8 and its high 4 bytes chosen so
+    that the CRC-32 of all of them (8 little-endian bytes each) stays what it
+    was: a forged index that a check by CRC alone cannot tell from the real one."""
+    raw = bytearray(b"".join(struct.pack("<Q", e) for e in entries))
+    want = zlib.crc32(bytes(raw))
+    base = bytearray(raw)
+    base[8 * k:8 * k + 8] = struct.pack("<Q", entries[k] + 8)
+    at = 8 * k + 4
+    base[at:at + 4] = bytes(4)
+    c0 = zlib.crc32(bytes(base))
+    cols = []
+    for bit in range(32):
+        b = bytearray(base)
+        b[at + bit // 8] ^= 1 << (bit % 8)
+        cols.append(zlib.crc32(bytes(b)) ^ c0)
+    # solve sum(x_i * cols[i]) == want ^ c0 over GF(2), Gaussian elimination
+    rows = [(cols[i], 1 << i) for i in range(32)]
+    target, x, pivots = want ^ c0, 0, []
+    for bit in range(32):
+        m = 1 << bit
+        j = next((j for j, (c, _) in enumerate(rows) if c & m), None)
+        if j is None:
+            continue
+        pc, pm = rows.pop(j)
+        rows = [(c ^ pc, v ^ pm) if c & m else (c, v) for c, v in rows]
+        pivots = [(c ^ pc, v ^ pm) if c & m else (c, v) for c, v in pivots]
+        pivots.append((pc, pm))
+    for c, v in pivots:
+        if target & (c & -c):
+            target ^= c
+            x ^= v
+    assert target == 0
+    base[at:at + 4] = struct.pack("<I", x)
+    out = [struct.unpack_from("<Q", base, 8 * i)[0] for i in range(len(entries))]
+    assert zlib.crc32(bytes(base)) == want and out != list(entries)
+    return out
+
+
+def test_a_stream_checks_its_index_as_strictly_as_a_file(impl):
+    # issue 38 item 5: entries whose CRC matches the records' offsets passed
+    # the stream (done=True) where RecordFile refuses them
+    vals = values(3)
+    fr = [framed(v) for v in vals]
+    _, offs = U.container(H, fr)
+    for k in range(3):
+        forged = _crc_twin(offs, k)
+        data, _ = U.container(H, fr, offsets=forged)
+        e = expect("FRAME", U.entry_at(data, k), read_all, impl, data)
+        assert "index entry %d" % k in e.reason
+        for size in (1, 7, len(data)):
+            got, count, err = _feed_in_chunks(impl, data, size)
+            assert (got, count, err) == (vals, 3, ("FRAME", U.entry_at(data, k))), (k, size)
+    # each rule of the file's check, at the entry it names
+    ip = offs[-1] + 20 + len(fr[-1])
+    for entries, k in (([offs[0], offs[2], offs[1]], 2), ([17, offs[1], offs[2]], 0),
+                       ([offs[0], offs[0] + 35, offs[2]], 1), ([offs[0], offs[1], ip - 35], 2),
+                       ([offs[0], 2 ** 64 - 1, offs[2]], 1), ([offs[0], offs[1], ip + 1], 2)):
+        data, _ = U.container(H, fr, offsets=entries)
+        expect("FRAME", U.entry_at(data, k), read_all, impl, data)
+        for size in (1, 5, len(data)):
+            assert _feed_in_chunks(impl, data, size)[2] == ("FRAME", U.entry_at(data, k))
+    # the index's own CRC comes first, as in a file, and whatever verify says
+    data, _ = U.container(H, fr, offsets=[17, offs[1], offs[2]])
+    bad = bytearray(data)
+    bad[len(data) - 44] ^= 1
+    crc_at = len(data) - 44
+    expect("CHECKSUM", crc_at, read_all, impl, bytes(bad))
+    for verify in (True, False):
+        assert _feed_in_chunks(impl, bytes(bad), 3, verify=verify)[2] == ("CHECKSUM", crc_at)
+
+
 @SETTINGS
 @given(ip=st.integers(0, 2 ** 64 - 1), count=st.integers(0, 2 ** 64 - 1))
 def test_trailer_pointing_anywhere(impl, ip, count):
@@ -347,8 +419,8 @@ def test_checksums_and_verify_false(impl):
     at = offs[0] + 16 + 16 + 8 + 4           # the first char of the name
     bad[at] = ord("x")
     crc_at = offs[0] + 16 + len(framed(vals[0]))
-    expect("FRAME", crc_at, read_all, impl, bytes(bad))
-    expect("FRAME", crc_at, stream, impl, bytes(bad))
+    expect("CHECKSUM", crc_at, read_all, impl, bytes(bad))
+    expect("CHECKSUM", crc_at, stream, impl, bytes(bad))
     assert read_all(impl, bytes(bad), verify=False) == [{"id": 1, "name": "xbc"}]
 
 
@@ -511,7 +583,112 @@ def test_records_before_a_fault_come_out_in_any_chunking(impl):
                 got += d.feed(bytes(bad[a:b]))
             d.eof()
         assert got == vals[:2]
-        assert (ei.value.code, ei.value.offset) == ("FRAME", offs[2] + 12)
+        assert (ei.value.code, ei.value.offset) == ("CHECKSUM", offs[2] + 12)
+
+
+def _feed_in_chunks(impl, data, size, **kw):
+    """Feed ``data`` ``size`` bytes at a time: the records handed out, the
+    decoder's count, and the error (code, offset) or None."""
+    d = kiln.StreamDecoder(T, kernels=impl.kernels, **kw)
+    got = []
+    try:
+        for a in range(0, len(data), size):
+            got += d.feed(data[a:a + size])
+        d.eof()
+        err = None
+    except kiln.KilnError as e:
+        err = (e.code, e.offset)
+    return got, d.count, err
+
+
+def test_the_count_after_a_fault_is_the_records_handed_out_in_any_chunking(impl):
+    # issue 38 item 17: one feed counted 0 where a byte-by-byte feed counted 2
+    vals = values(4)
+    data, offs = U.container(H, [framed(v) for v in vals])
+    value_crc = offs[3] - 4
+    cases = []
+    bad = bytearray(data)
+    bad[offs[2] + 3] ^= 1                                 # record 2's head
+    cases.append((bytes(bad), {}, 2, ("CHECKSUM", offs[2] + 12)))
+    bad = bytearray(data)
+    bad[offs[2] + 20] ^= 1                                # record 2's value
+    cases.append((bytes(bad), {}, 2, ("CHECKSUM", value_crc)))
+    bad = bytearray(data)
+    bad[offs[2] + 16 + 4] = 0x99                          # its frame profile (CRC made right)
+    end = offs[3] - 4
+    bad[end:end + 4] = struct.pack("<I", zlib.crc32(bytes(bad[offs[2]:end])))
+    cases.append((bytes(bad), {}, 2, ("FRAME", offs[2] + 16 + 4)))
+    cases.append((data, {"max_record_bytes": len(framed(vals[0]))}, 1,
+                  ("LIMIT", offs[1])))                    # record 1 is one byte longer
+    for hostile, kw, n, err in cases:
+        for size in range(1, len(hostile) + 1):
+            got, count, e = _feed_in_chunks(impl, hostile, size, **kw)
+            assert (got, count, e) == (vals[:n], n, err), (size, err)
+
+
+ZT = "struct{id:i64,e:list<struct{}>,}"        # elements of wire size 0
+
+
+def _zero_size_file(n, claim):
+    """``n`` records of ZT whose lists each claim ``claim`` empty structs:
+    28 value bytes a record, whatever the claim."""
+    h = kiln.parse_type(ZT).schema_hash
+    val = struct.pack("<4sBBHQ", b"KLN0", 0, 0, 0, h) + struct.pack("<qI", 7, claim)
+    return U.container(h, [val] * n)
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        try:
+            keep = fn()
+        except kiln.KilnError as e:
+            keep = e
+        return tracemalloc.get_traced_memory()[1], keep
+    finally:
+        tracemalloc.stop()
+
+
+def test_one_zero_size_budget_bounds_a_whole_read(impl):
+    # issue 38 item 2: each record had the whole max_count budget, so a
+    # 2 KB file cost the budget times the records a read decoded at once
+    cap = 1 << 15
+    data, offs = _zero_size_file(60, cap)
+    assert len(data) < 3500                  # 60 records: 56 bytes each, and the index
+    one, _ = _peak(lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[0])
+    assert one > cap * 8                      # one record's list is at least its pointers
+    bound = 2 * one + (1 << 20)
+    reads = {
+        "rf[0]": lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[0],
+        "next(iter(rf))": lambda: next(iter(open_rf(impl, io.BytesIO(data), ZT,
+                                                    max_count=cap))),
+        "list(rf)": lambda: list(open_rf(impl, io.BytesIO(data), ZT, max_count=cap)),
+        "rf[:]": lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[:],
+        "rf[::2]": lambda: open_rf(impl, io.BytesIO(data), ZT, max_count=cap)[::2],
+        "next(iter_records)": lambda: next(kiln.iter_records(
+            io.BytesIO(data), ZT, kernels=impl.kernels, max_count=cap)),
+        "stream": lambda: stream(impl, data, ZT, max_count=cap),
+        "stream by 7": lambda: stream(impl, data, ZT, list(range(7, len(data), 7)),
+                                      max_count=cap),
+    }
+    for what, read in reads.items():
+        peak, got = _peak(read)
+        assert peak < bound, (what, peak >> 20, one >> 20)
+        if what in ("list(rf)", "rf[:]", "rf[::2]", "stream", "stream by 7"):
+            # the second record's list is above what the first left: LIMIT at its count
+            at = offs[2] + 16 + 16 + 8 if what == "rf[::2]" else offs[1] + 16 + 16 + 8
+            assert isinstance(got, kiln.KilnError), what
+            assert (got.code, got.offset) == ("LIMIT", at), (what, str(got))
+    # the budget is one read's: each rf[i], each new iteration starts afresh
+    with open_rf(impl, io.BytesIO(data), ZT, max_count=cap) as rf:
+        assert [len(rf[i]["e"]) for i in (0, 1, 59)] == [cap] * 3
+        for _ in range(2):
+            it = iter(rf)
+            assert len(next(it)["e"]) == cap
+    half, _ = _zero_size_file(4, cap // 4)
+    assert [len(r["e"]) for r in read_all(impl, half, ZT, max_count=cap)] == [cap // 4] * 4
+    assert [len(r["e"]) for r in stream(impl, half, ZT, [5, 50], max_count=cap)] == \
+        [cap // 4] * 4
 
 
 class _RecT(kiln.Record):
@@ -625,10 +802,10 @@ def test_a_wrong_head_crc_is_caught_by_every_reader(impl):
     bad[end:end + 4] = struct.pack("<I", zlib.crc32(bytes(bad[at:end])))   # record CRC right
     bad = bytes(bad)
     for verify in (True, False):
-        expect("FRAME", at + 12, read_all, impl, bad, verify=verify)
+        expect("CHECKSUM", at + 12, read_all, impl, bad, verify=verify)
         with open_rf(impl, io.BytesIO(bad), verify=verify) as rf:
-            expect("FRAME", at + 12, rf.__getitem__, 1)
-        expect("FRAME", at + 12, stream, impl, bad, verify=verify)
+            expect("CHECKSUM", at + 12, rf.__getitem__, 1)
+        expect("CHECKSUM", at + 12, stream, impl, bad, verify=verify)
 
 
 def test_faults_in_a_later_block_of_a_long_file(impl):
@@ -644,7 +821,7 @@ def test_faults_in_a_later_block_of_a_long_file(impl):
             with pytest.raises(kiln.KilnError) as ei:
                 for r in rf:
                     got.append(r)
-        assert (ei.value.code, ei.value.offset) == ("FRAME", where)
+        assert (ei.value.code, ei.value.offset) == ("CHECKSUM", where)
         assert got == vals[:len(got)] and len(got) in (4500, 4700)
 
 

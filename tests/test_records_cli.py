@@ -56,7 +56,7 @@ def test_check_finds_the_bad_record(impl, tmp_path):
     (tmp_path / "b.kilnr").write_bytes(bytes(bad))
     r = kiln_cli(impl, "check", "b.kilnr", cwd=tmp_path)
     assert r.returncode == 1
-    assert r.stdout.startswith("b.kilnr: FRAME at byte %d:" % (offs[2] + 16 + len(fr[2])))
+    assert r.stdout.startswith("b.kilnr: CHECKSUM at byte %d:" % (offs[2] + 16 + len(fr[2])))
     (tmp_path / "t.kilnr").write_bytes(data[:-3])
     r = kiln_cli(impl, "inspect", "t.kilnr", cwd=tmp_path)
     assert r.returncode == 1 and "trailer" in r.stderr

@@ -5,6 +5,7 @@ file, or leaving its ``with`` block, while views live never raises and never
 unmaps under them; the mapping goes when the last view goes.
 """
 
+import operator
 import os
 from typing import Any, Dict, List, Optional, Union
 
@@ -159,7 +160,9 @@ class KilnFile(TensorFile):
         """Rows ``start:stop`` of a tensor's leading axis, as a read-only view
         (only those rows' payload bytes are read and checked; with
         ``verify=True`` the whole tensor is read to compare its CRC-32, as
-        it is by default when the rows are the whole tensor)."""
+        it is by default when the rows are the whole tensor).
+        ``start`` and ``stop`` are read once, as integers, before any check."""
+        start, stop = _bound(start), _bound(stop)
         if self.checksums is not None and (self._verify_rows or (
                 self._verify and _whole(self._d()[name], start, stop))):
             return self._checked(name).numpy()[start:stop]
@@ -190,10 +193,16 @@ class KilnFile(TensorFile):
 
 
 
-def _whole(t: Tensor, start: int, stop: int) -> bool:
+def _whole(t: Tensor, start: Optional[int], stop: Optional[int]) -> bool:
     """Do rows ``start:stop`` cover the whole of tensor ``t``?"""
     shape = tensor_row(t)[W.R_SHAPE]
     if not shape:
         return True
     a, b, _ = slice(start, stop).indices(shape[0])
     return a == 0 and b == shape[0]
+
+
+def _bound(i: Any) -> Any:
+    """A row bound read once (``operator.index``), so that what is checked is
+    what is sliced; None stays None."""
+    return None if i is None else operator.index(i)

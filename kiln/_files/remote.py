@@ -257,7 +257,10 @@ class RemoteFile(TensorFile):
         return self._tensors_view()
 
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` of a tensor's leading axis, fetching only those rows."""
+        """Rows ``start:stop`` of a tensor's leading axis, fetching only those rows
+        (``start`` and ``stop`` read once, as integers, before any check)."""
+        start = None if start is None else operator.index(start)
+        stop = None if stop is None else operator.index(stop)
         d = self._tensors_view()
         i = self._index(name)
         row = self._table_rows[i]

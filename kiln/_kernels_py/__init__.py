@@ -75,15 +75,16 @@ C capsule destructor's address, or None) and ``check_links(head)`` (the
 whole-directory table rules over the canonical head of a hand-made
 directory).
 
-``decode_records(program, buf, origin, offsets, first, last, verify, out)``
-``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
+``decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None)``
+``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None)``
 ``crc32(data, value=0)``
 ``encode_record(program, value)``
 ``encode_records(program, values, room, limit, offsets)``
     The record container's loop (``kiln.records``): check and decode the
     records of a range of a file's index, or the complete records at the
-    front of a stream's buffer, with a compiled decode program; write one
-    record, or the records of an iterator's values into one buffer (head,
+    front of a stream's buffer, with a compiled decode program, the records
+    of one read sharing one budget of zero-size elements (``budget``); write
+    one record, or the records of an iterator's values into one buffer (head,
     framed value, CRC, and each record's offset); see ``records.py``.
     ``crc32`` is ``zlib.crc32``'s function.
 

@@ -381,7 +381,13 @@ class DecodeProgram:
                 frame_hint(e)
             raise
 
-    def _decode(self, buf, mv):
+    def decode_shared(self, buf, box):
+        """``decode(buf)`` spending the zero-size budget ``box[0]`` (what is
+        left of it is put back): the record loop's one budget for a read."""
+        mv = as_bytes_view(buf)
+        return self._decode(buf, mv, box)
+
+    def _decode(self, buf, mv, box=None):
         d = buf if type(buf) is bytes else mv
         n = len(mv)
         p = 0
@@ -393,19 +399,21 @@ class DecodeProgram:
                                                   self.max_copy if self.copy else None)
             return self.plan.tensors.build(mv, p, base, table, self.copy, self.trusted)
         if self._zero:
-            v, p = self._dec_budgeted(d, p)
+            v, p = self._dec_budgeted(d, p, box)
         else:
             v, p = self._dec(d, p)
         if p != n:
             raise err("TRAILING", p, "%d bytes follow the value" % (n - p))
         return v
 
-    def _dec_budgeted(self, d, p):
+    def _dec_budgeted(self, d, p, box=None):
         saved = getattr(budget, "left", None)  # a decode run from inside a decode
-        budget.left = self.max_count
+        budget.left = self.max_count if box is None else box[0]
         try:
             return self._dec(d, p)
         finally:
+            if box is not None:
+                box[0] = budget.left
             budget.left = saved
 
 

@@ -67,7 +67,8 @@ budget = threading.local()
 
 def zero_budget_error(pos, c, left, cap):
     return err("LIMIT", pos, "count %d of zero-size elements is above what is left (%d) of "
-               "the max_count budget %d that all such elements of one value share"
+               "the max_count budget %d that all such elements of one value (of one "
+               "record container read) share"
                % (c, left, cap))
 
 

@@ -5,7 +5,7 @@ and CRC are checked, in this order, and its framed value decoded by a decode
 program, with the codes, offsets and messages of ``kiln/records/_format.py``
 (``parse_head``, ``check_body``, ``rewrap``).
 
-``decode_records(program, buf, origin, offsets, first, last, verify, out)``
+``decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None)``
     Records ``first .. last - 1`` of a file: record ``k`` spans the container
     offsets ``offsets[k] .. offsets[k + 1]`` (``offsets``: 8-byte unsigned
     integers, e.g. ``array("Q")``); byte ``j`` of ``buf`` is container offset
@@ -14,9 +14,13 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     object with a ``decode(buf)`` method is called with a memoryview of each
     value).  The values are appended to the list ``out`` one by one, so
     after a ``KilnError`` it holds the records before the bad one.  Values
-    view ``buf`` as ``program.decode`` would (tensor payloads).
+    view ``buf`` as ``program.decode`` would (tensor payloads).  The records
+    share one budget of zero-size elements (``max_count``, spec 4.3):
+    ``budget`` is ``[left]``, what is left of it for the whole read (a
+    RecordFile iteration, a stream), updated as records spend it; None
+    starts a budget for this call.
 
-``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out)``
+``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None)``
     The records complete at ``buf[at:]`` (``buf[0]`` at container offset
     ``origin``; the first is record ``number``), appended to ``out``.  Stops
     at the first head that is the index's, or whose value length is above
@@ -24,7 +28,7 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     a damaged head, padding or CRC is raised.  Values are decoded from a
     private copy of their bytes.  Returns ``(at, number, ocrc)`` after the
     records taken, ``ocrc`` being the CRC-32 continued over each record's
-    offset as 8 little-endian bytes.
+    offset as 8 little-endian bytes.  ``budget`` as for ``decode_records``.
 
 ``encode_record(program, value)``
     One whole record of kind 0 without padding (head, framed value, record
@@ -121,7 +125,7 @@ def _head(mv, at, pos, number):
     head = bytes(mv[at:at + 16])             # read once: the buffer may change
     length, kind, pad, reserved, want = _HEAD.unpack(head)
     if zlib.crc32(head[:12]) != want:
-        raise KilnError("FRAME", pos + 12, "record %d: head checksum mismatch (a torn or "
+        raise KilnError("CHECKSUM", pos + 12, "record %d: head checksum mismatch (a torn or "
                         "corrupted record head)" % number)
     if kind > 1:
         raise KilnError("FRAME", pos + 8, "record %d: kind %d is neither record (0) nor "
@@ -142,7 +146,7 @@ def _body(mv, at, pos, length, pad, number, verify):
         raise KilnError("FRAME", pos + 16, "record %d: padding byte is not 0" % number)
     end = at + 16 + pad + length
     if verify and zlib.crc32(mv[at:end]) != _CRC.unpack_from(mv, end)[0]:
-        raise KilnError("FRAME", pos + 16 + pad + length, "record %d: value checksum "
+        raise KilnError("CHECKSUM", pos + 16 + pad + length, "record %d: value checksum "
                         "mismatch (a torn or corrupted record)" % number)
 
 
@@ -150,6 +154,20 @@ def _rewrap(e, at, number):
     if e.reason.startswith("record "):
         return e
     return KilnError(e.code, at + e.offset, "record %d: %s" % (number, e.reason))
+
+
+def _decoder(program, budget):
+    """``decode(view)`` for the records of one read: a pure decode program
+    spends one zero-size budget (``budget``, ``[left]``, or a fresh one for
+    this call) for all of them."""
+    shared = getattr(program, "decode_shared", None)
+    if shared is None:
+        return program.decode
+    if budget is None:
+        budget = [program.max_count]
+    elif len(budget) != 1 or not 0 <= budget[0] <= program.max_count:
+        raise ValueError("budget: a list of one int between 0 and max_count")
+    return lambda view: shared(view, budget)
 
 
 def _one(decode, mv, origin, lo, hi, k, verify):
@@ -173,14 +191,14 @@ def _one(decode, mv, origin, lo, hi, k, verify):
         raise _rewrap(e, lo + 16 + pad, k)
 
 
-def decode_records(program, buf, origin, offsets, first, last, verify, out):
+def decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None):
     offs = offsets
     if not 0 <= first <= last < len(offs):
         raise IndexError("decode_records: records %d..%d of an index of %d entries"
                          % (first, last, len(offs) - 1))
     mv = as_bytes_view(buf)
-    decode, unpack, crc, unpack_crc = program.decode, _HEAD.unpack_from, zlib.crc32, \
-        _CRC.unpack_from
+    decode, unpack, crc, unpack_crc = _decoder(program, budget), _HEAD.unpack_from, \
+        zlib.crc32, _CRC.unpack_from
     append = out.append
     verify = bool(verify)
     n = len(mv)
@@ -193,7 +211,8 @@ def decode_records(program, buf, origin, offsets, first, last, verify, out):
             length, kind, pad, reserved, hc = unpack(mv, at)
             v = at + 16 + pad
             e = v + length
-            if not (kind or reserved or e + 4 != hi - origin or crc(mv[at:at + 12]) != hc or
+            if not (kind or reserved or length < 16 or e + 4 != hi - origin or
+                    crc(mv[at:at + 12]) != hc or
                     (pad and (pad > 63 or mv[at + 16:v] != _ZEROS[:pad])) or
                     (verify and crc(mv[at:e]) != unpack_crc(mv, e)[0])):
                 try:
@@ -206,10 +225,11 @@ def decode_records(program, buf, origin, offsets, first, last, verify, out):
         lo = hi
 
 
-def decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out):
+def decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None):
+    decode = _decoder(program, budget)
     mv = as_bytes_view(buf)
     try:
-        return _stream(program.decode, mv, at, origin, number, verify, cap, ocrc, out)
+        return _stream(decode, mv, at, origin, number, verify, cap, ocrc, out)
     finally:
         if mv is not buf:
             mv.release()       # the caller resizes buf next, whatever happened here

@@ -181,7 +181,7 @@ def parse_head(buf, at: int, pos: int, number: int) -> Tuple[int, int, int]:
     is checked before the length is believed."""
     length, kind, pad, reserved, want = HEAD.unpack_from(buf, at)
     if crc(buf[at:at + HEAD_CHECKED]) != want:
-        raise KilnError("FRAME", pos + HEAD_CHECKED, "record %d: head checksum mismatch (a "
+        raise KilnError("CHECKSUM", pos + HEAD_CHECKED, "record %d: head checksum mismatch (a "
                         "torn or corrupted record head)" % number)
     if kind > KIND_INDEX:
         raise KilnError("FRAME", pos + 8, "record %d: kind %d is neither record (0) nor "
@@ -206,7 +206,7 @@ def check_body(buf, at: int, pos: int, pad: int, length: int, number: int,
         end = at + pad + length
         (want,) = CRC.unpack_from(buf, end)
         if crc(buf[at:end], seed) != want:
-            raise KilnError("FRAME", pos + pad + length, "record %d: value checksum mismatch "
+            raise KilnError("CHECKSUM", pos + pad + length, "record %d: value checksum mismatch "
                             "(a torn or corrupted record)" % number)
 
 
@@ -220,7 +220,7 @@ def parse_trailer(buf, at: int, pos: int, want_hash: int, name: str,
                         "(a file not closed, or torn; recover=True reads its complete "
                         "records)" % name)
     if crc(buf[at:at + TRAILER_CHECKED]) != want:
-        raise KilnError("FRAME", pos + TRAILER_CHECKED, "%s: trailer checksum mismatch" % name)
+        raise KilnError("CHECKSUM", pos + TRAILER_CHECKED, "%s: trailer checksum mismatch" % name)
     if version != VERSION or flags or reserved:
         raise KilnError("FRAME", pos + 24, "%s: trailer version %d flags %d reserved %d, "
                         "expected %d 0 0" % (name, version, flags, reserved, VERSION))

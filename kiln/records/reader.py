@@ -98,8 +98,9 @@ class RecordFile(Sequence[R]):
     :class:`kiln.remote.RemoteFileChanged` if the object is another one.
 
     Raises:
-        KilnError: ``FRAME`` for a damaged header, trailer, index or record
-            (checksums included), ``SCHEMA`` for records of another type,
+        KilnError: ``FRAME`` for a damaged header, trailer, index or record,
+            ``CHECKSUM`` for a head, record, index or trailer checksum that
+            does not match, ``SCHEMA`` for records of another type,
             ``EOF`` for a file cut short, ``LIMIT`` for a count the file
             cannot hold, and the codes of :func:`kiln.decode` for a bad
             value; ``.offset`` is the byte in the file.
@@ -173,7 +174,9 @@ class RecordFile(Sequence[R]):
         """The record type: ``self.type``, its hash and the value decoder."""
         self.type = as_type(type)
         self._hash = self.type.schema_hash
-        self._prog: Any = Decoder(self.type, True, **decode_options)._prog
+        dec = Decoder(self.type, True, **decode_options)
+        self._prog: Any = dec._prog
+        self._max_count = dec.max_count   # the zero-size budget of one read
 
     # --- opening ----------------------------------------------------------------
 
@@ -265,19 +268,26 @@ class RecordFile(Sequence[R]):
     def __len__(self) -> int:
         return self._count
 
-    def _records(self, first: int, last: int, out: List[Any]) -> None:
+    def _records(self, first: int, last: int, out: List[Any],
+                 budget: Optional[List[int]] = None) -> None:
         """Append records ``first..last`` to ``out``: the kernel's record loop
         checks each one (head, kind, length against the index, padding, CRC)
-        and decodes it; after a fault ``out`` holds the records before it."""
+        and decodes it; after a fault ``out`` holds the records before it.
+        ``budget`` (``[left]``): the zero-size budget of the whole read these
+        records belong to (an iteration); None: one for this call."""
         if self._closed:
             raise ValueError("I/O on a closed RecordFile")
         view, offs = self._src.view, self._offs
         assert offs is not None
         if view is not None:
-            self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out)
+            self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out,
+                                   budget)
             return
         # remote: consecutive records in reads of up to _REMOTE_READ bytes (one
-        # record when it is longer), each byte of a record fetched once
+        # record when it is longer), each byte of a record fetched once; the
+        # reads of one call share one zero-size budget
+        if budget is None:
+            budget = [self._max_count]
         i = first
         while i < last:
             j = i + 1
@@ -285,12 +295,12 @@ class RecordFile(Sequence[R]):
                 j += 1
             lo = offs[i]
             self._k.decode_records(self._prog, self._src.read(lo, offs[j]), lo, offs, i, j,
-                                   self._verify, out)
+                                   self._verify, out, budget)
             i = j
 
-    def _get(self, i: int) -> Any:
+    def _get(self, i: int, budget: Optional[List[int]] = None) -> Any:
         out: List[Any] = []
-        self._records(i, i + 1, out)
+        self._records(i, i + 1, out, budget)
         return out[0]
 
     @overload
@@ -313,7 +323,8 @@ class RecordFile(Sequence[R]):
             if step == 1:
                 self._records(start, max(start, stop), out)
                 return out
-            return [self._get(k) for k in range(start, stop, step)]
+            budget = [self._max_count]      # one read: one zero-size budget
+            return [self._get(k, budget) for k in range(start, stop, step)]
         i = i.__index__()
         if i < 0:
             i += self._count
@@ -333,6 +344,7 @@ class RecordFile(Sequence[R]):
         step = _FIRST_CHUNK
         a = 0
         key = object()
+        budget = [self._max_count]   # one zero-size budget for the whole iteration
         try:
             while a < self._count:
                 b = min(self._count, a + step)
@@ -340,7 +352,7 @@ class RecordFile(Sequence[R]):
                 walk = iter(out)
                 live = self._pending[id(key)] = [out, walk, False]
                 try:
-                    self._records(a, b, out)
+                    self._records(a, b, out, budget)
                 except KilnError:
                     yield walk         # the records before the fault come out first
                     raise

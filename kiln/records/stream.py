@@ -5,10 +5,11 @@ moment its last byte arrives.  It holds at most one record's bytes plus the
 chunk being fed: offsets of past records are not kept; the index at the
 stream's end is checked against a running checksum of them instead.  A
 record length above ``max_record_bytes`` is ``LIMIT`` as soon as its head
-arrives, before any of its bytes are kept.
+arrives, before any of its bytes are kept.  The index's entries are checked
+by the rules a file's reader applies, as they arrive (the first fault is
+raised after the index's checksum, in a file's order).
 """
 
-import struct
 import zlib
 from typing import Any, Generic, Iterator, List, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
@@ -20,8 +21,7 @@ from .._types import Type, as_type
 from . import _format as F
 
 R = TypeVar("R")
-_Q = struct.Struct("<Q")
-_HEADER, _HEAD, _BODY, _INDEX, _TRAILER, _DONE = range(6)
+_HEADER, _HEAD, _INDEX, _TRAILER, _DONE = range(5)
 _CHUNK = 64 << 10
 
 
@@ -32,7 +32,8 @@ class StreamDecoder(Generic[R]):
         type: the record type (as for :class:`kiln.RecordFile`); None: the
             type text the stream's head stores (``self.type`` is set when the
             head arrives; ``TypeError`` from ``feed`` for a head without one).
-        verify: check each record's value checksum.
+        verify: check each record's value checksum (the index's is always
+            checked, as a local file's is).
         max_record_bytes: the cap on one record's value length (default
             256 MiB): a longer one is ``LIMIT`` when its head arrives.
         name: what error messages call the stream.
@@ -94,8 +95,8 @@ class StreamDecoder(Generic[R]):
         self._state = _HEADER
         self.count = 0                # records completed so far
         self._ocrc = 0                # running CRC of the record offsets (the index check)
-        self._rec = (0, 0, 0, 0)      # the current record: offset, kind, pad, length
-        self._icrc = self._vcrc = self._seed = 0
+        self._rec = (0, 0, 0, 0)      # the index record: offset, kind, pad, length
+        self._icrc = self._vcrc = 0
         self._left = 0
         self._index_pos = 0
         self._error: Optional[KilnError] = None
@@ -104,8 +105,8 @@ class StreamDecoder(Generic[R]):
         self.type = as_type(type)
         self._hash = self.type.schema_hash
         dec = Decoder(self.type, True, **self._options)
-        self._decode = dec.decode
         self._prog = dec._prog
+        self._budget = [dec.max_count]   # one zero-size budget for the whole stream
 
     @property
     def done(self) -> bool:
@@ -122,9 +123,16 @@ class StreamDecoder(Generic[R]):
         try:
             while True:
                 if self._state == _HEAD:     # whole records: the kernel's loop
-                    at, self.count, self._ocrc = self._k.decode_stream(
-                        self._prog, buf, at, self._pos, self.count, self._verify, self._cap,
-                        self._ocrc, out)
+                    before = len(out)
+                    try:
+                        at, self.count, self._ocrc = self._k.decode_stream(
+                            self._prog, buf, at, self._pos, self.count, self._verify,
+                            self._cap, self._ocrc, out, self._budget)
+                    except KilnError:
+                        # the records the kernel took before the fault are handed
+                        # out: count them, as a byte-by-byte feed would have
+                        self.count += len(out) - before
+                        raise
                 used = self._step(buf, at, out)
                 if used < 0:
                     break
@@ -156,25 +164,9 @@ class StreamDecoder(Generic[R]):
                 raise KilnError("LIMIT", pos, "%s: record %d: value length %d is above "
                                 "max_record_bytes=%d" % (self.name, self.count, length,
                                                          self._cap))
-            self._rec = (pos, kind, pad, length)
-            self._seed = zlib.crc32(buf[at:at + F.HEAD_SIZE])
-            self._state = _BODY
-            return F.HEAD_SIZE
-        if st == _BODY:
-            start, _, pad, length = self._rec
-            need = pad + length + F.CRC_SIZE
-            if have < need:
-                return -1
-            F.check_body(buf, at, pos, pad, length, self.count, self._verify, self._seed)
-            v = at + pad
-            try:
-                out.append(self._decode(bytes(buf[v:v + length])))
-            except KilnError as e:
-                raise F.rewrap(e, pos + pad, self.count)
-            self._ocrc = zlib.crc32(_Q.pack(start), self._ocrc)
-            self.count += 1
-            self._state = _HEAD
-            return need
+            # not all here yet: the kernel's loop takes the record (every check,
+            # the decode, the shared zero-size budget) once its last byte arrives
+            return -1
         if st == _INDEX:
             return self._index_body(buf, at, have, pos)
         if st == _HEADER:
@@ -218,8 +210,44 @@ class StreamDecoder(Generic[R]):
         self._rec = (pos, F.KIND_INDEX, pad, length)
         self._left = pad + length + F.CRC_SIZE
         self._icrc, self._vcrc = 0, seed
+        self._ent = (0, 0, b"", None)   # entries checked, the last one, a partial one, a fault
         self._state = _INDEX
         return F.HEAD_SIZE
+
+    def _entries(self, piece: bytes, first: int) -> None:
+        """Check the index entries in ``piece`` as a file's reader does
+        (``check_offsets``: entry 0 at the first record, each at least one
+        record after the one before, none past the index), keeping only the
+        last entry; the first fault is kept for the end of the index, where
+        the index's checksum is checked before it, as a file's is."""
+        k, prev, part, bad = self._ent
+        least = F.OVERHEAD + F.MIN_VALUE
+        raw = part + piece
+        whole = len(raw) // 8 * 8
+        if bad is None and whole:
+            import numpy as np
+            o = np.frombuffer(raw, dtype="<u8", count=whole // 8)
+            before = np.empty_like(o)
+            before[1:] = o[:-1]
+            before[0] = prev
+            # each entry at least one record after the one before (no overflow
+            # that matters: an entry past the index is caught first)
+            wrong = (o > np.uint64(self._index_pos)) | (o < before + np.uint64(least))
+            if k == 0:
+                wrong[0] = int(o[0]) != self._start   # after the head's type text
+            hits = np.flatnonzero(wrong)
+            if len(hits):
+                j = int(hits[0])
+                bad = (k + j, int(o[j]))
+            prev = int(o[-1])
+        k += whole // 8
+        if bad is None and k == self.count and k and self._index_pos < prev + least:
+            bad = (k - 1, prev)                    # the last record runs into the index
+        if bad is not None and not isinstance(bad, KilnError):
+            bad = KilnError("FRAME", first + 8 * bad[0], "%s: index entry %d (%d) is out of "
+                            "order or outside the records (%d..%d)"
+                            % (self.name, bad[0], bad[1], self._start, self._index_pos))
+        self._ent = (k, prev, raw[whole:], bad)
 
     def _index_body(self, buf: bytearray, at: int, have: int, pos: int) -> int:
         """The index, checked piece by piece: pad, frame and count, entries, CRC."""
@@ -230,9 +258,9 @@ class StreamDecoder(Generic[R]):
         if done < fixed:                       # pad, frame and count come whole
             if have < fixed:
                 return -1
-            F.check_body(buf, at, pos, pad, length, self.count, False, 0)
             v = at + pad
-            F.check_index_frame(buf, v, pos + pad, self.count, self.name)
+            F.check_index_frame(buf, v, pos + pad, self.count, self.name)   # as a file: first
+            F.check_body(buf, at, pos, pad, length, self.count, False, 0)
             self._vcrc = zlib.crc32(buf[at:v + F.INDEX_ENTRIES], self._vcrc)
             self._left -= fixed
             return fixed
@@ -241,19 +269,24 @@ class StreamDecoder(Generic[R]):
             take = min(have, entries_left)
             if not take:
                 return -1
-            piece = buf[at:at + take]
+            piece = bytes(buf[at:at + take])
             self._vcrc = zlib.crc32(piece, self._vcrc)
             self._icrc = zlib.crc32(piece, self._icrc)
+            self._entries(piece, start + F.HEAD_SIZE + pad + F.INDEX_ENTRIES)
             self._left -= take
             return take
         if have < F.CRC_SIZE:
             return -1
         first = start + F.HEAD_SIZE + pad + F.INDEX_ENTRIES
+        # a file's order: the index's checksum (always, as a local file's), its
+        # entries' rules, then the entries against the records the stream had
+        if F.CRC.unpack_from(buf, at)[0] != self._vcrc:
+            raise KilnError("CHECKSUM", pos, "%s: index checksum mismatch" % self.name)
+        if self._ent[3] is not None:
+            raise self._ent[3]
         if self._icrc != self._ocrc:
             raise KilnError("FRAME", first, "%s: the index entries do not match the offsets "
                             "of the records in the stream" % self.name)
-        if self._verify and F.CRC.unpack_from(buf, at)[0] != self._vcrc:
-            raise KilnError("FRAME", pos, "%s: index checksum mismatch" % self.name)
         self._state = _TRAILER
         return F.CRC_SIZE
 
@@ -278,8 +311,8 @@ class StreamDecoder(Generic[R]):
             raise KilnError("EOF", self._pos + have, "%s: ended after %d bytes, inside the "
                             "record container's head (its 16-byte header and any type text)"
                             % (self.name, have))
-        if st in (_HEAD, _BODY):
-            start = self._rec[0] if st == _BODY else self._pos
+        if st == _HEAD:
+            start = self._pos
             raise KilnError("EOF", self._pos + have, "%s: record %d (from byte %d) is cut "
                             "short: the stream ended at byte %d"
                             % (self.name, self.count, start, self._pos + have))

@@ -39,6 +39,7 @@ class RawRecords(RecordFile[int]):
         self.type = as_type(type)
         self._hash = 0
         self._prog = self       # the record loop calls self.decode on each value
+        self._max_count = 0     # no zero-size budget to share: no value is decoded
 
     def decode(self, buf: Any) -> int:
         return self._frame_only(buf)

@@ -80,7 +80,8 @@ cdef int count_fail(int st, int what, Py_ssize_t pos, uint64_t c, uint64_t cap, 
 
 cdef int zero_budget_fail(Py_ssize_t pos, uint64_t c, uint64_t left, uint64_t cap) except -1:
     kfail("LIMIT", pos, "count %d of zero-size elements is above what is left (%d) of the "
-          "max_count budget %d that all such elements of one value share" % (c, left, cap))
+          "max_count budget %d that all such elements of one value (of one record container "
+          "read) share" % (c, left, cap))
     return -1
 
 

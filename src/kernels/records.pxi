@@ -50,7 +50,7 @@ cdef int rec_head(const uint8_t *src, uint64_t pos, Py_ssize_t number, RecHead *
     cdef uint8_t b[16]
     memcpy(b, src, 16)
     if kiln_crc32(0, b, REC_HEAD_CHECKED) != kiln_ld_u32(b + REC_HEAD_CHECKED):
-        raise KilnError("FRAME", pos + REC_HEAD_CHECKED, "record %d: head checksum mismatch "
+        raise KilnError("CHECKSUM", pos + REC_HEAD_CHECKED, "record %d: head checksum mismatch "
                         "(a torn or corrupted record head)" % number)
     h.length = kiln_ld_u64(b)
     h.kind = b[8]
@@ -78,7 +78,7 @@ cdef int rec_body(const uint8_t *q, uint64_t pos, RecHead *h, Py_ssize_t number,
         if q[REC_HEAD + j]:
             raise KilnError("FRAME", pos + REC_HEAD, "record %d: padding byte is not 0" % number)
     if verify and kiln_crc32(0, q, body) != kiln_ld_u32(q + body):
-        raise KilnError("FRAME", pos + body, "record %d: value checksum mismatch (a torn or "
+        raise KilnError("CHECKSUM", pos + body, "record %d: value checksum mismatch (a torn or "
                         "corrupted record)" % number)
     return 0
 
@@ -99,7 +99,19 @@ cdef object rec_decode(DecodeProgram p, DCtx *t, const uint8_t *d, Py_ssize_t n,
     try:
         return ctx_run(p, &c)
     finally:
+        t.zbudget = c.zbudget   # one zero-size budget for every record of the read
         Py_XDECREF(c.mv)
+
+
+cdef int budget_take(DCtx *t, list budget) except -1:
+    """Start from what is left of a read's zero-size budget (``[left]``, an
+    int no larger than the program's max_count), or from the whole budget."""
+    if budget is None:
+        return 0
+    if len(budget) != 1 or not 0 <= budget[0] <= t.zbudget:
+        raise ValueError("budget: a list of one int between 0 and max_count")
+    t.zbudget = <uint64_t>budget[0]
+    return 0
 
 
 cdef object rec_rewrap(object e, uint64_t at, Py_ssize_t number):
@@ -111,9 +123,10 @@ cdef object rec_rewrap(object e, uint64_t at, Py_ssize_t number):
 
 
 def decode_records(program, buf, origin, offsets, Py_ssize_t first, Py_ssize_t last, verify,
-                   list out):
+                   list out, list budget=None):
     """Append the values of records ``first..last`` to ``out`` (see
-    kiln/_kernels_py/records.py)."""
+    kiln/_kernels_py/records.py); ``budget``: ``[left]``, the zero-size
+    budget the records share, updated."""
     cdef DecodeProgram p = program if isinstance(program, DecodeProgram) else None
     cdef Py_buffer bv, ov
     cdef DCtx t
@@ -127,6 +140,7 @@ def decode_records(program, buf, origin, offsets, Py_ssize_t first, Py_ssize_t l
     cdef bint check = bool(verify)
     if p is not None:
         ctx_start(p, &t)
+        budget_take(&t, budget)
     get_view(buf, &bv)
     try:
         get_view(offsets, &ov)
@@ -176,10 +190,12 @@ def decode_records(program, buf, origin, offsets, Py_ssize_t first, Py_ssize_t l
             PyBuffer_Release(&ov)
     finally:
         PyBuffer_Release(&bv)
+        if p is not None and budget is not None:
+            budget[0] = t.zbudget
 
 
 def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify, cap,
-                  uint32_t ocrc, list out):
+                  uint32_t ocrc, list out, list budget=None):
     """Append the records complete at ``buf[at:]`` to ``out``; returns ``(at,
     number, ocrc)`` after them (see kiln/_kernels_py/records.py)."""
     cdef DecodeProgram p = program if isinstance(program, DecodeProgram) else None
@@ -195,6 +211,7 @@ def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify
     cdef bint check = bool(verify)
     if p is not None:
         ctx_start(p, &t)
+        budget_take(&t, budget)
     get_view(buf, &bv)
     try:
         d = <const uint8_t *>bv.buf
@@ -229,6 +246,8 @@ def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify
         return at, number, ocrc
     finally:
         PyBuffer_Release(&bv)
+        if p is not None and budget is not None:
+            budget[0] = t.zbudget
 
 
 # --- the writer's record loop: head, framed value and record CRC in one buffer ----
