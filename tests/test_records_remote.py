@@ -101,7 +101,7 @@ def test_a_remote_open_checks_the_index_crc_and_every_entry(impl, memfs, damage)
     if damage == "index-crc":
         at = U.entry_at(data, 4)
         data = data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
-        want = ("FRAME", U.entry_at(data, 5))     # the index value's CRC, after entry 4
+        want = ("CHECKSUM", U.entry_at(data, 5))  # the index value's CRC, after entry 4
     else:
         data, _ = U.container(H, [framed(v) for v in vals], offsets=real[:4] + [1 << 40])
         want = ("FRAME", U.entry_at(data, 4))

@@ -102,7 +102,7 @@ def _check_set(path: str) -> int:
             summed = all(f.shard(s).checksums is not None for s in f.shards)
             count, shards = len(f), len(f.shards)
     except kiln.KilnError as e:
-        print(about(path, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
+        print(located(path, e))
         return EXIT_INVALID
     except OSError as e:
         raise Fail("cannot read %s: %s" % (getattr(e, "filename", None) or path, oserror(e)))
