@@ -146,8 +146,9 @@ def file_name(path: Any) -> str:
 
 
 def map_file(path: Any) -> Any:
-    """A read-only mapping of ``path`` (or of a binary file object's file; a
-    file object without one is read into memory); clear errors naming the path."""
+    """A copy-on-write mapping of ``path`` (or of a binary file object's file;
+    a file object without one is read into memory); clear errors naming the
+    path.  Everything kiln hands out over it is read-only (see map_fd)."""
     if hasattr(path, "read"):
         try:
             fd = path.fileno()
@@ -168,7 +169,13 @@ def map_file(path: Any) -> Any:
 def map_fd(fd: int, name: str) -> "mmap.mmap":
     if check_regular(fd, name).st_size == 0:
         raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
-    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    # copy-on-write (MAP_PRIVATE with write permission; FILE_MAP_COPY on
+    # Windows), opened from a read-only descriptor: kiln's own views are
+    # read-only, but a consumer that ignores DLPack's read-only flag
+    # (torch.from_dlpack) and writes into a tensor changes this process's
+    # private copy of those pages, never the file, another open of it or
+    # another process, and never faults as a write to a read-only mapping would
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
 
 
 def read_owned(p: str, prog: Optional[Progress] = None) -> np.ndarray:
