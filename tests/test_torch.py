@@ -297,3 +297,24 @@ def test_load_file_of_a_dtype_torch_lacks_names_the_tensor(api, torch, tmp_path)
                                                         name="q.packed")])
     with pytest.raises(kiln.KilnError, match="'q.packed' is i4"):
         kt.load_file(tmp_path / "q.kiln")
+
+
+# --- typed: mypy --strict on user code ----------------------------------------------------
+
+def test_mypy_strict_checks_kiln_torch_user_code(torch, tmp_path):
+    import importlib.util
+    from _util import mypy_path
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]' installs it)")
+    here = os.path.join(ROOT, "tests", "typing")
+    code, mistakes = os.path.join(here, "torch_code.py"), os.path.join(here, "torch_mistakes.py")
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+                        "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary", code,
+                        mistakes], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, MYPYPATH=mypy_path()))
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    assert not [e for e in errors if "torch_code.py" in e], r.stdout + r.stderr
+    with open(mistakes) as f:
+        want = [i for i, line in enumerate(f, 1) if "# E:" in line]
+    got = sorted({int(e.split(":")[1]) for e in errors if "torch_mistakes.py" in e})
+    assert got == want, r.stdout + r.stderr
