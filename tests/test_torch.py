@@ -318,3 +318,13 @@ def test_mypy_strict_checks_kiln_torch_user_code(torch, tmp_path):
         want = [i for i, line in enumerate(f, 1) if "# E:" in line]
     got = sorted({int(e.split(":")[1]) for e in errors if "torch_mistakes.py" in e})
     assert got == want, r.stdout + r.stderr
+
+
+def test_copy_into_a_torch_target_numpy_cannot_read_names_it(api, torch, tmp_path):
+    kiln.save_tensors(tmp_path / "m.kiln", {"w": torch.ones(2, dtype=torch.bfloat16)})
+    with kiln.open(tmp_path / "m.kiln") as f:
+        with pytest.raises(TypeError, match="the target of tensor 'w'.*load_model"):
+            f["w"].copy_into(torch.zeros(2, dtype=torch.bfloat16))
+        out = torch.zeros(2, dtype=torch.float32)
+        with pytest.raises(TypeError, match="float32"):   # numpy reads it: the dtype is wrong
+            f["w"].copy_into(out)
