@@ -109,6 +109,9 @@ def shared_names(torch: Any, tensors: Mapping[str, Any]) -> Tuple[Dict[str, Any]
     store: Dict[str, Any] = {}
     aliases: Dict[str, str] = {}
     by_storage: Dict[int, List[str]] = {}
+    for name in tensors:
+        if not isinstance(name, str):
+            raise EncodeError("TYPE", 0, "state_dict key %r is not a str" % (name,))
     for name in sorted(tensors):
         t = tensors[name]
         if not isinstance(t, torch.Tensor):
@@ -260,6 +263,11 @@ def _check_model(model: Any, f: Any, sd: Dict[str, Any], aliases: Dict[str, str]
             continue
         t = f[aliases.get(k, k)]
         shape = tuple(target.shape)
+        if target.device.type == "meta":
+            mismatched.append((k, "no memory for %s: the model's tensor is on the meta "
+                                  "device (load_file and load_state_dict(assign=True) "
+                                  "give it one)" % k))
+            continue
         dt = _TORCH_DTYPES.get(str(t.dtype))
         if tuple(t.shape) != shape:
             mismatched.append((k, "size mismatch for %s: copying a param with shape %s from checkpoint, "
@@ -310,10 +318,10 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
     with kiln.open(path) as f:
         aliases = _aliases(f)
         missing, unexpected = _check_model(model, f, sd, aliases, strict)
-        done = set()
+        done, skip = set(), set(missing)
         with torch.no_grad():
             for k, target in sd.items():
-                if k in missing or id(target) in done:
+                if k in skip or id(target) in done:
                     continue
                 done.add(id(target))
                 target.copy_(_view(torch, f[aliases.get(k, k)], f.path))

@@ -328,3 +328,22 @@ def test_copy_into_a_torch_target_numpy_cannot_read_names_it(api, torch, tmp_pat
         out = torch.zeros(2, dtype=torch.float32)
         with pytest.raises(TypeError, match="float32"):   # numpy reads it: the dtype is wrong
             f["w"].copy_into(out)
+
+
+def test_load_model_refuses_a_model_on_the_meta_device(api, torch, tmp_path):
+    # copy_ into a meta tensor does nothing: the model would look loaded and hold no values
+    import kiln.torch as kt
+    kt.save_file(_net(torch).state_dict(), tmp_path / "m.kiln")
+    with torch.device("meta"):
+        model = _net(torch)
+    with pytest.raises(kt.LoadError, match="meta device"):
+        kt.load_model(model, tmp_path / "m.kiln")
+
+
+def test_save_file_refuses_what_is_not_a_state_dict(api, torch, tmp_path):
+    import kiln.torch as kt
+    for bad, says in [({1: torch.ones(1)}, "not a str"), ({"w": [1.0]}, "not a torch.Tensor"),
+                      ([torch.ones(1)], "mapping")]:
+        with pytest.raises(kiln.EncodeError, match=says):
+            kt.save_file(bad, tmp_path / "m.kiln")
+        assert not (tmp_path / "m.kiln").exists()
