@@ -342,7 +342,8 @@ def test_load_model_refuses_a_model_on_the_meta_device(api, torch, tmp_path):
 
 def test_save_file_refuses_what_is_not_a_state_dict(api, torch, tmp_path):
     import kiln.torch as kt
-    for bad, says in [({1: torch.ones(1)}, "not a str"), ({"w": [1.0]}, "not a torch.Tensor"),
+    for bad, says in [({1: torch.ones(1), "a": torch.ones(1)}, "not a str"),   # (unsortable)
+                      ({"w": [1.0]}, "not a torch.Tensor"),
                       ([torch.ones(1)], "mapping")]:
         with pytest.raises(kiln.EncodeError, match=says):
             kt.save_file(bad, tmp_path / "m.kiln")
