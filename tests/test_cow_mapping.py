@@ -97,3 +97,22 @@ def test_views_of_an_open_file_stay_read_only(api, tmp_path):
         assert not np.from_dlpack(t).flags.writeable
     d = kiln.load_tensors(path)
     assert not d["w"].numpy().flags.writeable and d["w"].data.readonly
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a sparse file and Linux's "
+                    "overcommit rules")
+def test_a_file_larger_than_memory_is_mapped_copy_on_write_too(impl, tmp_path):
+    # a private writable mapping is charged to the commit limit unless it is
+    # MAP_NORESERVE: 32 GiB (a hole on disk) would not map, and the read-only
+    # fallback would fault on the write
+    if ctypes_pointer_size() != 8:   # pragma: no cover - 32-bit hosts
+        pytest.skip("a 32 GiB mapping needs a 64-bit host")
+    path = tmp_path / "huge.kiln"
+    with kiln.TensorWriter(path) as w:
+        w.add("big", "u8", (32 << 30,))
+        w.add("w", "u8", (8,))
+        w.write("big", None)
+        w.write("w", np.arange(8, dtype=np.uint8))
+    rc, out, err = _run(impl, WRITE, path, "capsule")
+    assert rc == 0, "the writer died (%s): %s" % (rc, err[-2000:])
+    assert out.split()[2:4] == ["7f" * 8, bytes(range(8)).hex()]
