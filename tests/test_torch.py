@@ -348,3 +348,22 @@ def test_save_file_refuses_what_is_not_a_state_dict(api, torch, tmp_path):
         with pytest.raises(kiln.EncodeError, match=says):
             kt.save_file(bad, tmp_path / "m.kiln")
         assert not (tmp_path / "m.kiln").exists()
+
+
+def test_load_model_reads_into_every_kind_of_target(api, torch, tmp_path):
+    # contiguous CPU targets are read with preadv; a bool, a non-contiguous
+    # target and a file:// URL go through the mapping: the same values each way
+    import kiln.torch as kt
+    src = {"w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4),
+           "flag": torch.tensor([True, False, True]), "t": torch.arange(6.0).reshape(2, 3)}
+    kt.save_file(src, tmp_path / "m.kiln")
+    for where in [tmp_path / "m.kiln", str(tmp_path / "m.kiln"),
+                  (tmp_path / "m.kiln").as_uri()]:
+        model = torch.nn.ParameterDict({
+            "w": torch.nn.Parameter(torch.zeros(3, 4, dtype=torch.bfloat16)),
+            "flag": torch.nn.Parameter(torch.zeros(3, dtype=torch.bool), requires_grad=False),
+            "t": torch.nn.Parameter(torch.zeros(3, 2).t())})   # non-contiguous
+        assert not model["t"].is_contiguous()
+        assert kt.load_model(model, where) == ([], [])
+        for k, v in src.items():
+            assert torch.equal(model[k].detach(), v), (where, k)
