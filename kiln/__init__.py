@@ -10,10 +10,10 @@ Quick use::
 ``import kiln`` loads the records and tensors core only.  The files
 (``kiln.save_tensors``, ``kiln.open``...), the schemas
 (``kiln.schema_from_json``...) and the modules ``kiln.files``,
-``kiln.schema``, ``kiln.remote``, ``kiln.convert``, ``kiln.dask`` and
-``kiln.cli`` are imported the first time one of their names is used (module
-``__getattr__``, PEP 562): ``kiln.open(...)`` works as before, and so does
-``import kiln.dask``.  ``ml_dtypes`` is imported when a bf16 or float8
+``kiln.schema``, ``kiln.remote``, ``kiln.convert``, ``kiln.dask``,
+``kiln.torch`` and ``kiln.cli`` are imported the first time one of their
+names is used (module ``__getattr__``, PEP 562): ``kiln.open(...)`` works as
+before, and so does ``import kiln.dask``.  ``ml_dtypes`` is imported when a bf16 or float8
 tensor first becomes a numpy array.
 """
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from .schema import SchemaError, schema_from_json, to_json_schema
     from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
                         TensorWriter, save_sharded, ShardedFile)
-    from . import cli, convert, dask, files, remote, schema
+    from . import cli, convert, dask, files, remote, schema, torch
     from .records import RecordWriter, RecordFile, iter_records, StreamDecoder
 
 __version__ = "0.1.0"
@@ -67,7 +67,7 @@ _LAZY = {
     "RecordWriter": "records", "RecordFile": "records", "iter_records": "records",
     "StreamDecoder": "records",
 }
-_SUBMODULES = ("cli", "convert", "dask", "files", "records", "remote", "schema")
+_SUBMODULES = ("cli", "convert", "dask", "files", "records", "remote", "schema", "torch")
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,13 @@ def as_target(obj: Any, what: str) -> np.ndarray:
             raise ValueError("%s is read-only" % what)
         return np.asarray(mv)
     if hasattr(obj, "__dlpack__"):
-        return np.from_dlpack(obj)
+        try:
+            return np.from_dlpack(obj)
+        except (RuntimeError, BufferError) as e:   # numpy's "Unsupported dtype in DLTensor."
+            raise TypeError("%s is %s, which numpy cannot read through DLPack (%s)%s"
+                            % (what, type(obj).__name__, str(e).rstrip("."),
+                               "; kiln.torch.load_model fills torch modules"
+                               if type(obj).__module__.startswith("torch") else "")) from None
     raise TypeError("%s is %s: copy_into takes a numpy array, an object with the buffer "
                     "protocol or one with __dlpack__" % (what, type(obj).__name__))
 

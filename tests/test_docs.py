@@ -37,7 +37,7 @@ DOCS = os.path.join(ROOT, "docs")
 
 # the public modules of the reference (kiln itself covers kiln.__all__)
 PUBLIC_MODULES = ["kiln", "kiln.files", "kiln.schema", "kiln.dask", "kiln.remote",
-                  "kiln.convert", "kiln.cli"]
+                  "kiln.convert", "kiln.cli", "kiln.torch"]
 # where docstrings of public names live
 DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kiln._typetext",
                      "kiln._annotations", "kiln._tensors.tensor", "kiln._tensors.directory",
@@ -47,7 +47,7 @@ DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kil
                      "kiln._files.sharded",
                      "kiln._record", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
-                     "kiln.convert", "kiln.cli"]
+                     "kiln.convert", "kiln.cli", "kiln.torch"]
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 REQUIRES = re.compile(r"<!--\s*requires:\s*(?P<mods>[\w., ]+?)\s*-->")
@@ -207,6 +207,10 @@ def test_docstring_examples(test, use_impl):
         pytest.importorskip("distributed")
         importlib.import_module("kiln.dask")   # kiln.dask in the examples
     globs = {"kiln": kiln, "np": np, "dataclasses": dataclasses, "typing": typing}
+    if test.name.startswith("kiln.torch"):
+        globs["torch"] = pytest.importorskip("torch", reason="torch is not installed: the "
+                                             "kiln.torch examples run where it is")
+        importlib.import_module("kiln.torch")
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     test = doctest.DocTest(test.examples, dict(globs), test.name, test.filename, test.lineno,
                            test.docstring)

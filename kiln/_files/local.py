@@ -17,9 +17,11 @@ and the open where another file could be put in its place.
 """
 
 import builtins
+import errno
 import mmap
 import os
 import stat
+import sys
 from typing import Any, Optional, Set
 
 import numpy as np
@@ -146,8 +148,9 @@ def file_name(path: Any) -> str:
 
 
 def map_file(path: Any) -> Any:
-    """A read-only mapping of ``path`` (or of a binary file object's file; a
-    file object without one is read into memory); clear errors naming the path."""
+    """A copy-on-write mapping of ``path`` (or of a binary file object's file;
+    a file object without one is read into memory); clear errors naming the
+    path.  Everything kiln hands out over it is read-only (see map_fd)."""
     if hasattr(path, "read"):
         try:
             fd = path.fileno()
@@ -165,10 +168,43 @@ def map_file(path: Any) -> Any:
         os.close(fd)
 
 
+# MAP_NORESERVE: a private writable mapping is charged to the commit limit
+# unless it says so, and a file larger than memory would then not map at all
+# (Python exposes the flag from 3.13; its value on Linux's common machines)
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") and
+                     os.uname().machine in ("x86_64", "aarch64", "arm64", "riscv64", "s390x",
+                                            "i686", "i386", "armv7l") else 0)
+
+
 def map_fd(fd: int, name: str) -> "mmap.mmap":
+    """The file of ``fd`` mapped copy-on-write: MAP_PRIVATE with write
+    permission and no commit charge (MAP_NORESERVE) on Unix, FILE_MAP_COPY on
+    Windows, from a read-only descriptor.  kiln's own views of it are
+    read-only, but a consumer that ignores DLPack's read-only flag
+    (torch.from_dlpack) and writes into a tensor changes this process's
+    private copy of those pages, never the file, another open of it or
+    another process, and never faults as a write to a read-only mapping would.
+
+    Where the system refuses such a mapping for its size (strict overcommit,
+    ``vm.overcommit_memory=2``, or Windows' commit limit, for a file larger
+    than the memory it may commit) the file is mapped read-only instead, as
+    before: reading is the same; a write through such a consumer then faults
+    (docs/integrations.md says so)."""
     if check_regular(fd, name).st_size == 0:
         raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
+    try:
+        if hasattr(mmap, "MAP_PRIVATE"):
+            return mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE | _NORESERVE,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)  # pragma: no cover - Windows
+    except OSError as e:
+        if e.errno != errno.ENOMEM and getattr(e, "winerror", None) not in _NO_COMMIT:
+            raise
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
+# Windows: ERROR_NOT_ENOUGH_MEMORY, ERROR_OUTOFMEMORY, ERROR_COMMITMENT_LIMIT
+_NO_COMMIT = (8, 14, 1455)
 
 
 def read_owned(p: str, prog: Optional[Progress] = None) -> np.ndarray:

@@ -32,7 +32,8 @@ returns a byte-swapped copy for bf16 (one-byte types need no swap).
 
 The package, one job per module: ``tensor`` (:class:`Tensor`), ``directory``
 (:class:`TensorDirectory`), ``arrays`` (the arrays ``numpy()`` makes and the
-one owner of a payload's buffer), ``dlpack`` (DLPack capsules), ``dtypes``
+one owner of a payload's buffer), ``dlpack`` (DLPack capsules), ``foreign``
+(a torch tensor by its raw bytes), ``dtypes``
 (dtype names, codes and numpy dtypes), ``nibbles`` (4-bit packing),
 ``checks`` (what the wire check would refuse, at construction), ``records``
 (a ``tensors`` value as write records), ``hooks`` (what the kernels call),

@@ -115,7 +115,13 @@ def as_array(array):
     arr = array
     if not isinstance(arr, np.ndarray):
         if hasattr(arr, "__dlpack__"):
-            arr = np.from_dlpack(arr)
+            try:
+                arr = np.from_dlpack(arr)
+            except (RuntimeError, BufferError, TypeError, ValueError) as e:
+                # numpy's own words ("Unsupported dtype in DLTensor."), said as a TypeError
+                # the encoders report naming the tensor
+                raise TypeError("%s through DLPack: numpy cannot read it (%s)"
+                                % (type(array).__name__, str(e).rstrip("."))) from None
         else:
             try:
                 mv = memoryview(arr)

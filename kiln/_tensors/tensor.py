@@ -12,6 +12,7 @@ from .._wire import PACKED, TENSOR_SLOTS, U32_MAX, U64_MAX, R_BLOCK_SIZE, R_BYTE
     R_CODE, R_GROUP_SIZE, R_OUTER_INDEX, R_QUANT_AXIS, R_QUANT_SCHEME, R_SCALE_INDEX, R_SHAPE
 from . import dlpack as _dlpack
 from .arrays import as_array, bits, numpy_py, owner
+from .foreign import torch_parts
 from .checks import check_tensor
 from .dtypes import DTYPE_NAMES, WIDTH, _code_of, _dtype_code_of_numpy, element_count
 from .nibbles import pack_ml
@@ -124,10 +125,11 @@ class Tensor:
         """A tensor holding a copy-free (when possible) little-endian image of ``array``.
 
         Args:
-            array: a numpy array of any byte order, an object with
-                ``__dlpack__`` (a torch tensor, a jax array), or an object
-                with the buffer protocol.  A non-contiguous or big-endian
-                array is copied once.
+            array: a numpy array of any byte order, a torch tensor (read
+                by its raw bytes: bf16 and the float8 kinds need no
+                ml_dtypes), an object with ``__dlpack__`` (a jax array), or
+                an object with the buffer protocol.  A non-contiguous or
+                big-endian array is copied once.
             name: the tensor's name.
 
         Returns:
@@ -135,13 +137,18 @@ class Tensor:
             ml_dtypes types map to bf16 and the float8 types).
 
         Raises:
-            TypeError: an object of none of those kinds, or a dtype with no
-                Kiln twin (complex, object, datetime).
+            TypeError: an object of none of those kinds, a dtype with no
+                Kiln twin (complex, object, datetime), a DLPack export numpy
+                cannot read, or a torch tensor kiln cannot store (quantized,
+                sparse, not on the CPU; see ``kiln._tensors.foreign``).
 
         Example:
             >>> kiln.Tensor.from_numpy(np.zeros((2, 3), np.float16), name="x")
             <kiln.Tensor 'x' f16[2, 3], 12 bytes>
         """
+        parts = torch_parts(array)   # a torch tensor: its raw bytes (bf16, float8...)
+        if parts is not None:
+            return cls(parts[2], dtype=parts[0], shape=parts[1], name=name)
         arr = as_array(array)
         code = _dtype_code_of_numpy(arr.dtype)
         if code in PACKED:   # ml_dtypes' int4/uint4/float4_e2m1fn: one element per byte

@@ -1,0 +1,69 @@
+"""Arrays of other libraries that numpy cannot take whole: a torch tensor is
+read by its raw bytes, so every torch dtype with a Kiln twin (bf16 and the
+float8 kinds included) is saved without ml_dtypes.
+
+torch is never imported here: a torch tensor can only exist once something
+imported torch (``sys.modules``).  What ``Tensor.from_numpy`` does with one:
+
+- a dtype with a Kiln twin (:data:`TORCH_NAMES`): its bytes, viewed as
+  ``uint8`` (no copy for a contiguous CPU tensor; a non-contiguous one is
+  copied once into C order, as a non-contiguous numpy array is);
+- ``requires_grad``: its data (``detach()``; the gradient is not data);
+- any other dtype (complex, the ``fnuz`` float8 kinds, the bit-packed and
+  4-bit kinds), a quantized, sparse or nested tensor, or one on another
+  device than the CPU: ``TypeError`` saying why, which the encoders report
+  as ``EncodeError`` naming the tensor.
+"""
+
+import sys
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from .._wire import DTYPE_CODES
+
+# torch dtype name -> Kiln dtype name: the dtypes with the same bits on both sides
+TORCH_NAMES = {
+    "float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
+    "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "float8_e8m0fnu": "e8m0",
+    "bool": "bool", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16",
+    "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+}
+
+_CODES: Dict[Any, int] = {}   # torch dtype -> Kiln code, filled on first use
+
+
+def torch_codes(torch: Any) -> Dict[Any, int]:
+    """{torch dtype: Kiln dtype code} of the dtypes this torch has."""
+    if not _CODES:
+        for tname, kname in TORCH_NAMES.items():
+            dt = getattr(torch, tname, None)
+            if dt is not None:
+                _CODES[dt] = DTYPE_CODES[kname]
+    return _CODES
+
+
+def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
+    """(Kiln code, shape, the bytes as a 1-D uint8 array) of a torch tensor;
+    None for anything else; ``TypeError`` for a torch tensor kiln cannot store."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return None
+    if x.is_quantized:
+        raise TypeError("a quantized torch tensor: kiln stores plain tensors "
+                        "(call .dequantize() or store .int_repr() and the scales)")
+    code = torch_codes(torch).get(x.dtype)
+    if code is None:
+        raise TypeError("torch dtype %s has no Kiln dtype (kiln stores %s)"
+                        % (str(x.dtype).replace("torch.", ""), ", ".join(TORCH_NAMES)))
+    if x.layout != torch.strided or getattr(x, "is_nested", False):
+        raise TypeError("a %s torch tensor: kiln stores dense tensors (call .to_dense() first)"
+                        % str(x.layout).replace("torch.", ""))
+    if x.device.type != "cpu":
+        raise TypeError("a torch tensor on device %s: kiln reads CPU memory (call .cpu() "
+                        "first; kiln.torch.save_file does)" % x.device)
+    x = x.detach()
+    if not x.is_contiguous():
+        x = x.contiguous()   # one copy into C order, as for a non-contiguous numpy array
+    raw = x.reshape(-1).view(torch.uint8).numpy()
+    return code, tuple(int(d) for d in x.shape), raw
