@@ -50,6 +50,7 @@ from _thread import get_ident as _get_ident
 
 from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
+from ._plan import ConvError as _ConvError
 from . import _wire as _W
 from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, count_lied
 from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_changed

@@ -13,7 +13,7 @@ from .. import _wire as W
 from .._convert import (as_byte_run, as_pod_array, count_lied, mapping_changed, missing_field,
                         pack_scalar, scalar_error, type_name, unknown_fields)
 from .._errors import EncodeError, KilnError
-from .._plan import Some
+from .._plan import ConvError, Some
 from .directory import validate_directory
 from .dirwrite import write_directory
 
@@ -200,6 +200,21 @@ def _dict(plan, rf):
     return enc_dict
 
 
+def _conv(plan, rf):
+    inner = build(plan.elem, rf)
+    to_wire = plan.get
+    if to_wire is None:
+        return inner
+
+    def enc_conv(v, out):
+        try:
+            w = to_wire(v)
+        except ConvError as e:
+            raise EncodeError("TYPE", len(out), str(e)) from None
+        inner(w, out)
+    return enc_conv
+
+
 def _first(t):
     return t[0]
 
@@ -330,6 +345,7 @@ def _values_getter(plan):
 _BUILDERS = {
     W.OP_STR: _str, W.OP_BYTES: _bytes, W.OP_PODLIST: _podlist, W.OP_OPT: _opt,
     W.OP_LIST: _list, W.OP_DICT: _dict, W.OP_STRUCT: _struct_enc, W.OP_TENSORS: _tensors,
+    W.OP_CONV: _conv,
 }
 
 
