@@ -87,9 +87,9 @@ def _from_annotation(ann, depth, active):
                     return _pyconv.enum_type(base, meta)   # the enum on that wire type
                 if typing.get_origin(base) is typing.Literal:
                     return _pyconv.literal_type(typing.get_args(base), meta)
-                if base in _pyconv.BY_CLASS:
+                if _pyconv.by_class(base) is not None:
                     raise TypeError("%s has one wire type (%s); Annotated cannot change it"
-                                    % (base.__name__, _pyconv.BY_CLASS[base].text))
+                                    % (base.__name__, _pyconv.by_class(base).text))
                 return meta
         return _from_annotation(args[0], depth, active)
     if origin is typing.Union or (sys.version_info >= (3, 10) and _is_uniontype(origin)):
@@ -131,7 +131,7 @@ def _from_annotation(ann, depth, active):
             return tensors
         if issubclass(ann, enum.Enum):
             return _pyconv.enum_type(ann)
-        mapped = _pyconv.BY_CLASS.get(ann)
+        mapped = _pyconv.by_class(ann)
         if mapped is not None:
             return mapped
         if ann is tuple:

@@ -503,20 +503,6 @@ cdef object dec(Node nd, DCtx *c):
     raise AssertionError("unknown op %r" % op)
 
 
-cdef object dec_conv(Node nd, DCtx *c):
-    """The wire value, then the plan's post-step (kiln._pyconv); a value it
-    refuses is TYPE at the value's first byte."""
-    cdef Py_ssize_t p = c.pos
-    r = dec(nd.elem, c)
-    if nd.make is None:
-        return r
-    why = None
-    try:
-        return nd.make(r)
-    except _ConvError as e:
-        why = str(e)
-    kfail("TYPE", p, why)
-
 
 cdef class DecodeProgram:
     """A plan compiled for decoding with fixed options."""

@@ -128,20 +128,6 @@ cdef int enc(Node nd, Writer *w, object v) except -1:
     raise AssertionError("unknown op %r" % op)
 
 
-cdef int enc_conv(Node nd, Writer *w, object v) except -1:
-    """The plan's pre-step (kiln._pyconv), then the wire value; a value it
-    refuses is TYPE where the value would start."""
-    if nd.get is None:
-        return enc(nd.elem, w, v)
-    why = None
-    try:
-        wv = nd.get(v)
-    except _ConvError as e:
-        why = str(e)
-    if why is not None:
-        efail("TYPE", w.pos, why)
-    return enc(nd.elem, w, wv)
-
 
 cdef class EncodeProgram:
     """A plan compiled for encoding."""
