@@ -87,11 +87,15 @@ def convert_records(args: Any) -> int:
         raise Fail("%s -> %s needs the record type: --schema FILE or --type TEXT"
                    % (args.src, args.dst))
     start = time.perf_counter()
-    go = jsonl_to_records if args.src.lower().endswith(".jsonl") else records_to_jsonl
+    rounding = bool(getattr(args, "round_floats", False))
     try:
-        n = go(args.src, args.dst, t)
+        if args.src.lower().endswith(".jsonl"):
+            n = jsonl_to_records(args.src, args.dst, t, round_floats=rounding)
+        else:
+            n = records_to_jsonl(args.src, args.dst, t)
     except (ValueError, kiln.KilnError) as e:
-        raise Fail(str(e), 1)
+        # (the library's option is this command's flag)
+        raise Fail(str(e).replace("pass round_floats=True", "pass --round-floats"), 1)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d records in %.2f s" % (args.src, args.dst, n,

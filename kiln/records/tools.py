@@ -178,13 +178,15 @@ def _lines(f: TextIO) -> Iterator[Any]:
                 raise ValueError("line %d: not JSON: %s" % (n, e))
 
 
-def jsonl_to_records(src: str, dst: str, type: Any) -> int:
-    """Write each line of a JSON Lines file as one record of ``type``."""
+def jsonl_to_records(src: str, dst: str, type: Any, round_floats: bool = False) -> int:
+    """Write each line of a JSON Lines file as one record of ``type``.  A
+    number an f32 or f64 field cannot hold exactly (0.1 as f32) is refused,
+    naming the line, unless ``round_floats`` (as for :func:`kiln.encode`)."""
     t = as_type(type)
     # through the atomic replace: a failure leaves dst as it was (an existing
     # file is kept, no half-converted output is left)
     with open(src, encoding="utf-8") as f, AtomicFile(dst) as out:
-        w = RecordWriter(out.f, t)
+        w = RecordWriter(out.f, t, round_floats=round_floats)
         count = 0
         for n, doc in _lines(f):
             try:
