@@ -52,8 +52,8 @@ class Encoder(Generic[T]):
             NamedTuple bound to a struct.
         frame: prefix every encoding with the 16-byte frame that carries the
             type's schema hash.
-        round_floats: let a float array of a wider dtype round to the element
-            type (see :func:`kiln.encode`).
+        round_floats: let a value a float field or element cannot hold
+            exactly round to the nearest (see :func:`kiln.encode`).
 
     The compiled program has two methods:
 
@@ -257,9 +257,10 @@ def encode(value: Any, type: TypeLike, *, frame: bool = False,
         type: a :class:`kiln.Type`, type text, or a dataclass / NamedTuple
             bound to a struct.
         frame: prefix the 16-byte frame carrying the type's schema hash.
-        round_floats: let a float array of a wider dtype (float64 for a
-            ``list<f32>``) round to the element type; by default a value that
-            would change is an :class:`~kiln.EncodeError`.
+        round_floats: let a value an ``f32`` or ``f64`` field or element
+            cannot hold exactly (0.1 as ``f32``, from a float, an int, a numpy
+            scalar, a list or an array) round to the nearest; by default a
+            value that would change is an :class:`~kiln.EncodeError`.
 
     Returns:
         bytes: the encoding; ``kiln.decode`` of it gives the value back.

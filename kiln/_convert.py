@@ -235,7 +235,10 @@ def as_pod_array(v, op, offset=0, round_floats=False):
         arr = np.asarray(items)
     except (ValueError, TypeError, OverflowError):
         arr = None
-    if arr is not None and arr.ndim == 1 and _plain_kind(arr.dtype, op):
+    if arr is not None and arr.ndim == 1 and _plain_kind(arr.dtype, op) and not (
+            # numpy makes mixed or huge ints floats: judged item by item then
+            arr.dtype.kind == "f" and not round_floats
+            and any(type(x) is not float for x in items)):
         return _array_run(arr, op, le, text, offset, round_floats, True)
     return _item_run(items, op, le, text, offset, round_floats)
 

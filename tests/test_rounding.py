@@ -47,6 +47,8 @@ INEXACT = [
     ("list of ints", [1, 2 ** 53 + 1], "list<f64>",
      N.pack(2) + struct.pack("<2d", 1.0, 2.0 ** 53)),
     ("list of numpy float64", [np.float64(0.1)], "list<f32>", N.pack(1) + F32_01),
+    ("list numpy makes float64", [1, 2 ** 64 - 1], "list<f64>",
+     N.pack(2) + struct.pack("<2d", 1.0, 2.0 ** 64)),
     ("float64 array", np.array([0.5, 0.1]), "list<f32>",
      N.pack(2) + struct.pack("<2f", 0.5, 0.1)),
     ("int64 array", np.array([1, 2 ** 53 + 1], np.int64), "list<f64>",
