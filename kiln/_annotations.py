@@ -243,11 +243,15 @@ def _type_hints(cls):
     except Exception as e:
         raise TypeError("cannot resolve the annotations of %s: %s" % (cls.__qualname__, e)) \
             from None
+    # (a name the module defines keeps the module's meaning: the frames only
+    # add the names it lacks)
+    known = getattr(sys.modules.get(cls.__module__), "__dict__", {})
     localns = {}
     f = sys._getframe(1)
     while f is not None:
         for k, v in f.f_locals.items():
-            localns.setdefault(k, v)
+            if k not in known:
+                localns.setdefault(k, v)
         f = f.f_back
     localns.setdefault(cls.__name__, cls)
     try:

@@ -334,3 +334,48 @@ def test_json_lines_carry_them_as_json_values(api, tmp_path):
                           decimal.Decimal("2.50"), dt.timedelta(microseconds=7))
     assert records_to_jsonl(str(tmp_path / "a.kilnr"), str(tmp_path / "b.jsonl"), Stamped) == 1
     assert (tmp_path / "b.jsonl").read_text() == src.read_text()
+
+
+class AsRecord(kiln.Record):
+    color: Color
+    at: dt.date
+    pair: tuple[int, int]
+
+
+class AsTuple(NamedTuple):
+    color: Color
+    at: dt.date
+
+
+@dataclasses.dataclass(slots=True)
+class AsSlots:
+    color: Color
+    at: dt.date
+
+
+@pytest.mark.parametrize("cls, args", [(AsRecord, (Color.GREEN, dt.date(1970, 1, 2), (1, 2))),
+                                       (AsTuple, (Color.GREEN, dt.date(1970, 1, 2))),
+                                       (AsSlots, (Color.GREEN, dt.date(1970, 1, 2)))])
+def test_every_class_kind_builds_the_python_values(impl, cls, args):
+    # (the compiled kernel builds these without calling them: the values are converted first)
+    v = cls(*args)
+    buf = impl.encode(v, cls)
+    assert buf[:12] == i64(2) + i32(1)
+    back = impl.decode(buf, cls)
+    assert back == v and back.color is Color.GREEN and type(back.at) is dt.date
+    assert impl.decode(impl.encode([v] * 3, list[cls]), list[cls]) == [v] * 3
+
+
+def test_a_local_name_does_not_shadow_the_modules_own():
+    @dataclasses.dataclass
+    class Local:
+        x: int
+
+    @dataclasses.dataclass
+    class Uses:
+        c: "Color"          # the module's enum, though a local below has its name
+        local: "Local"
+
+    Color = 5               # noqa: F841  (a local of the building frame)
+    assert kiln.struct(Uses).text == "struct{c:i64,local:struct{x:i64,},}"
+    assert kiln.struct(Uses).fields[0][1] == kiln.as_type(globals()["Color"])
