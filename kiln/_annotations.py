@@ -102,6 +102,9 @@ def _from_annotation(ann, depth, active):
     if origin is typing.Literal:
         return _pyconv.literal_type(args)
     if origin in (tuple, typing.Tuple):
+        if ann is typing.Tuple:
+            raise TypeError("a bare tuple has no wire form: give its element types, "
+                            "tuple[int, str] or tuple[int, ...]")
         if len(args) == 2 and args[1] is Ellipsis:
             return _pyconv.var_tuple_type(_from_annotation(args[0], depth + 1, active))
         if Ellipsis in args:

@@ -34,7 +34,7 @@ def _dt_to(v):
 
 def _dt_from(n):
     try:
-        return _EPOCH + _dt.timedelta(microseconds=n)
+        return _EPOCH + _dt.timedelta(0, 0, n)   # (positional: faster)
     except OverflowError:
         raise ConvError("%d microseconds from 1970-01-01 UTC is outside datetime's range"
                         % n) from None

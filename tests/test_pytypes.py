@@ -266,8 +266,9 @@ def test_no_wire_form_is_a_type_error_naming_the_field(impl):
         kiln.struct(Narrow)
     with pytest.raises(TypeError, match="Annotated cannot change it"):
         kiln.as_type(Annotated[dt.datetime, kiln.i32])
-    with pytest.raises(TypeError, match="bare tuple"):
-        kiln.as_type(tuple)
+    for bare in (tuple, typing.Tuple):
+        with pytest.raises(TypeError, match="bare tuple"):
+            kiln.as_type(bare)
 
 
 def test_classes_defined_in_a_function_with_forward_references(impl):
