@@ -65,8 +65,10 @@ class Encoder(Generic[T]):
       unspecified.
 
     Raises:
-        KilnError: ``TYPE`` for malformed type text or an annotation with no
-            Kiln type, ``DEPTH`` for a type nesting more than 64 containers.
+        KilnError: ``TYPE`` for malformed type text, ``DEPTH`` for a type
+            nesting more than 64 containers.
+        TypeError: for an annotation with no Kiln wire form (a union other
+            than ``T | None``), naming the field.
         EncodeError: from ``encode``/``encode_into``, as :func:`kiln.encode`.
 
     Example:

@@ -44,8 +44,8 @@ def list_(elem: "TypeArg") -> "List":
         ``bytes`` from type text).
 
     Raises:
-        KilnError: ``DEPTH`` past 64 nested containers, ``TYPE`` for an
-            annotation with no Kiln type.
+        KilnError: ``DEPTH`` past 64 nested containers.
+        TypeError: for an annotation with no Kiln wire form.
 
     Example:
         >>> kiln.list_(kiln.f32)
