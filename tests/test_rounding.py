@@ -163,3 +163,35 @@ def test_the_cli_converter_takes_round_floats(api, tmp_path, capsys):
     assert main(["convert", str(src), dst, "--type", "struct{x:f32,}", "--round-floats"]) == 0
     with kiln.records.RecordFile(dst, "struct{x:f32,}") as rf:
         assert [r["x"] for r in rf] == [float(np.float32(0.1))]
+
+
+def test_bound_classes_fields_follow_the_rule(impl):
+    import dataclasses
+    from typing import NamedTuple
+
+    @dataclasses.dataclass(slots=True)
+    class Slots:
+        a: kiln.I32
+        x: kiln.F32
+
+    class Tup(NamedTuple):
+        a: kiln.I32
+        x: kiln.F32
+
+    class Rec(kiln.Record):
+        a: kiln.I32
+        x: kiln.F32
+
+    @dataclasses.dataclass
+    class Plain:
+        a: kiln.I32
+        x: kiln.F32
+    for cls in (Slots, Tup, Rec, Plain):
+        e = refused(impl, cls(1, 0.1), cls)
+        assert (e.offset, e.path) == (4, ".x"), cls
+        assert enc(impl, cls(1, 0.1), cls, True) == struct.pack("<if", 1, 0.1)
+        assert enc(impl, cls(1, 0.5), cls, False) == struct.pack("<if", 1, 0.5)
+        assert enc(impl, [cls(1, 0.5)] * 3, list[cls], False) == \
+            N.pack(3) + struct.pack("<if", 1, 0.5) * 3
+        e = refused(impl, [cls(1, 0.5), cls(2, 0.1)], list[cls])
+        assert (e.offset, e.path) == (16, "[1].x"), cls   # count, a record, its a
