@@ -17,6 +17,7 @@ import numpy as np
 
 from ._compat import COMPILED_TENSOR_LAYER
 from ._tensors.dtypes import _dtype_code_of_numpy
+from ._tensors.tensor import dtype_label
 from ._files.atomic import AtomicFile
 from ._files.local import file_size, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, local_path
@@ -26,7 +27,8 @@ from ._files.tables import tensor_offset
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "file_size", "table", "file_offset",
-           "version", "dtype_code", "COMPILED_TENSOR_LAYER", "compiled_tensor_part_bound"]
+           "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
+           "compiled_tensor_part_bound"]
 
 
 def compiled_tensor_part_bound() -> bool:

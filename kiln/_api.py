@@ -1,6 +1,8 @@
 """The public encode/decode API."""
 
 import threading
+import types as _pytypes
+import typing as _typing
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Mapping, Optional, Sequence,
                     TypeVar, Union, overload)
 from typing import Type as _ClassOf
@@ -27,8 +29,12 @@ if TYPE_CHECKING:
         Buffer = Union[bytes, bytearray, memoryview, mmap.mmap, np.ndarray]
 else:
     Buffer = Any
-# a Kiln type: a Type, type text, or a dataclass / NamedTuple bound to a struct
-TypeLike = Union[Type, str, type]
+# what a type checker sees for an annotation written as a value (``Optional[S]``,
+# ``Union[...]``, ``S | None``, ``list[S]``): these decode to ``Any`` statically
+Annotation = Union[_typing._SpecialForm, _pytypes.UnionType, _pytypes.GenericAlias]
+# a Kiln type: a Type, type text, a dataclass / NamedTuple bound to a struct, or
+# an annotation of those
+TypeLike = Union[Type, str, type, Annotation]
 TensorsLike = Union["TensorDirectory", Sequence[Any], Mapping[str, Any]]
 
 from ._wire import DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES, U32_MAX
@@ -92,7 +98,7 @@ class Encoder(Generic[T]):
                  round_floats: bool = ..., kernels: Any = ...) -> None: ...
 
     @overload
-    def __init__(self: "Encoder[Any]", type: Union[Type, str], frame: bool = ..., *,
+    def __init__(self: "Encoder[Any]", type: Union[Type, str, Annotation], frame: bool = ..., *,
                  round_floats: bool = ..., kernels: Any = ...) -> None: ...
 
     def __init__(self, type: TypeLike, frame: bool = False, *, round_floats: bool = False,
@@ -167,7 +173,7 @@ class Decoder(Generic[T]):
                  kernels: Any = ...) -> None: ...
 
     @overload
-    def __init__(self: "Decoder[Any]", type: Union[Type, str], frame: bool = ..., *,
+    def __init__(self: "Decoder[Any]", type: Union[Type, str, Annotation], frame: bool = ..., *,
                  trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
                  copy: bool = ..., max_copy_bytes: Optional[int] = ...,
                  kernels: Any = ...) -> None: ...
@@ -296,8 +302,8 @@ def decode(buf: Buffer, type: _ClassOf[T], *, frame: bool = ..., trusted: bool =
 
 
 @overload
-def decode(buf: Buffer, type: Union[Type, str], *, frame: bool = ..., trusted: bool = ...,
-           max_count: int = ..., max_bytes: int = ..., copy: bool = ...,
+def decode(buf: Buffer, type: Union[Type, str, Annotation], *, frame: bool = ...,
+           trusted: bool = ..., max_count: int = ..., max_bytes: int = ..., copy: bool = ...,
            max_copy_bytes: Optional[int] = ...) -> Any: ...
 
 

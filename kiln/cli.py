@@ -47,6 +47,39 @@ exit codes: 0 ok, 1 invalid, foreign or unconvertible input or a failed case,
 
 
 
+INSPECT = """Print what a file is and what it holds, without decoding more than that:
+
+  .kiln (tensor directory)  the header, the tensor table (name, dtype, shape, offset,
+                            bytes, layout, quantization) and the metadata
+  framed record             the type hash in its frame; with --type, the value
+  bare value                needs --type TEXT: the value, decoded
+  .kilnr (record file)      the record count, the type hash, where the index is
+                            (or, with --recover, where a torn file's records end)
+
+Exit 1 when the file is invalid or foreign, or --type does not match it."""
+
+CHECK = """Check a whole file and exit 0 when it is valid, 1 with the code, the byte offset
+and the reason when it is not:
+
+  .kiln     the structure (header, table, names, alignment, gaps), the payload
+            rules, and the CRC-32 of each tensor when the file records them
+  .kilnr    every record's frame and checksum, the index and trailer; with
+            --type, every record decoded as that type
+  a record  with --type (and --framed for a framed one): decoded in full"""
+
+CONVERT = """Convert SRC to DST, each format named by its file's extension:
+
+  .safetensors -> .kiln       .kiln -> .safetensors
+  .gguf        -> .kiln       (quantized blocks kept as they are, layout ggml.<TYPE>)
+  .npz         -> .kiln       .kiln -> .npz
+  .jsonl       -> .kilnr      one record per line, with --type or --schema
+  .kilnr       -> .jsonl      one line per record, with --type or --schema
+
+Tensors are streamed; DST is written to a temporary file beside it and
+replaces it only when the conversion succeeds. Exit 1 for a source that
+cannot be converted, 2 for a pair of formats with no converter."""
+
+
 class _Version(argparse.Action):
     """``kiln --version``: the version, the kernels this process imported, and whether
     the compiled tensor layer is on (kiln is imported only when asked)."""
@@ -70,27 +103,40 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="where to save the sample (default: sample.kiln in a new "
                    "temporary folder, kept and printed)")
     c.set_defaults(fn=cmd_demo)
-    c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata")
-    c.add_argument("file")
-    c.add_argument("--type", help="decode as this type (a record)")
-    c.add_argument("--json", action="store_true", help="machine-readable output")
+    raw = argparse.RawDescriptionHelpFormatter
+    c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata",
+                       description=INSPECT, formatter_class=raw)
+    c.add_argument("file", help="a path or a URL (http(s)://, s3://, file://)")
+    c.add_argument("--type", metavar="TEXT",
+                   help="the type text to decode a record (a bare or framed value) as; for a "
+                        "record file (.kilnr), the type its records are checked against")
+    c.add_argument("--json", action="store_true",
+                   help="the report as JSON on stdout (for scripts)")
     c.add_argument("--recover", action="store_true",
                    help="a torn record file (a writer killed or failed): report its "
                         "complete records and where they end")
     c.set_defaults(fn=cmd_inspect)
-    c = sub.add_parser("check", help="exit 0 when the file is valid")
-    c.add_argument("file")
-    c.add_argument("--type", help="check as a record of this type")
-    c.add_argument("--framed", action="store_true", help="the record has a 16-byte frame")
+    c = sub.add_parser("check", help="exit 0 when the file is valid",
+                       description=CHECK, formatter_class=raw)
+    c.add_argument("file", help="a path or a URL (http(s)://, s3://, file://)")
+    c.add_argument("--type", metavar="TEXT",
+                   help="check as a value of this type text (a record); for a record file "
+                        "(.kilnr), also decode every record as it")
+    c.add_argument("--framed", action="store_true",
+                   help="with --type: the value has the 16-byte frame (magic and type hash)")
     c.add_argument("--recover", action="store_true",
                    help="a torn record file: check its complete records, say where they "
                         "end (the exit status is still 1: the file is torn)")
     c.set_defaults(fn=cmd_check)
-    c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz")
-    c.add_argument("src")
-    c.add_argument("dst")
-    c.add_argument("--schema", help="JSON Schema of the records (.jsonl <-> .kilnr)")
-    c.add_argument("--type", help="type text of the records (.jsonl <-> .kilnr)")
+    c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz; "
+                       ".jsonl and .kilnr", description=CONVERT, formatter_class=raw)
+    c.add_argument("src", help="the file to read; its format is its extension")
+    c.add_argument("dst", help="the file to write (replaced whole, only once the conversion "
+                               "has succeeded); its format is its extension")
+    c.add_argument("--schema", metavar="FILE",
+                   help="a JSON Schema file giving the record type (.jsonl <-> .kilnr)")
+    c.add_argument("--type", metavar="TEXT",
+                   help="the record type as type text (.jsonl <-> .kilnr)")
     c.add_argument("--checksum", action="store_true",
                    help="record a CRC-32 of every tensor in a .kiln destination")
     c.add_argument("--round-floats", action="store_true",

@@ -20,6 +20,10 @@ and the ways real servers get them wrong.
 * ``"reset"``: the headers, then the connection reset (``SO_LINGER`` 0).
 * ``"chunked-long"``: ``206`` without ``Content-Length``, chunked, with 4 KiB
   more than the range.
+* ``"flood"``: the range ignored: ``200`` without ``Content-Length`` (the
+  body ends when the connection closes), the file and then zero bytes up to
+  ``flood`` bytes in all, streamed 64 KiB at a time; a ``HEAD`` still says
+  the file's size (a server that streams far more than the object).
 
 ``start_at``: the first ``start_at`` requests are answered right, so a
 behaviour can hit a tensor's read instead of the open.  ``sent`` counts the
@@ -80,6 +84,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         size = st.st_size
         behave = server.behave if nth > server.start_at else "ranges"
+        if behave == "flood":
+            self._flood(path, size, body)
+            return
         a, b, status = 0, size - 1, 200
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and behave != "ignore-range":
@@ -142,6 +149,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+    def _flood(self, path, size, body):
+        self.send_response(200)
+        self.send_header("ETag", '"flood-%x"' % size)
+        if not body:
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            return
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        with open(path, "rb") as f:
+            data = f.read()
+        self.wfile.write(data)
+        zeros = bytes(_STEP)
+        for at in range(len(data), self.server.flood, _STEP):
+            self.wfile.write(zeros[:min(_STEP, self.server.flood - at)])
+
+
 class RangeServer(ThreadingHTTPServer):
     """Serves the files under ``root`` with single byte ranges, ETags from the
     file's mtime and size, and ``sent``: the bytes written to clients (see the
@@ -149,10 +174,11 @@ class RangeServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, root, behave="ranges", shift=64, start_at=0):
+    def __init__(self, root, behave="ranges", shift=64, start_at=0, flood=256 << 20):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.root, self.sent, self.lock = str(root), 0, threading.Lock()
         self.behave, self.shift, self.start_at = behave, shift, start_at
+        self.flood = flood
         self.requests = []
         self.url = "http://127.0.0.1:%d/" % self.server_address[1]
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)

@@ -23,12 +23,60 @@ kernels ``import kiln`` picked (``kiln._compat.kernels``) to ``impl``'s.
 """
 
 import importlib
+import os
+import tempfile
 import types
 
 import pytest
 
 import kiln
 from kiln import _compat, _kernels_py, _tensors
+
+
+# --- temporary files: every test writes under pytest's base temporary folder ----
+
+_SYSTEM_TMP = tempfile.gettempdir()   # before the fixture below points tempfile elsewhere
+_KILN_PREFIX = "kiln"                 # kiln-demo-*, kiln-cluster-*, kiln-fuzz-*, ...
+
+
+def _kiln_entries():
+    try:
+        return {n for n in os.listdir(_SYSTEM_TMP) if n.startswith(_KILN_PREFIX)}
+    except OSError:
+        return set()
+
+
+_BEFORE = _kiln_entries()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tempfile_under_basetemp(tmp_path_factory):
+    """``tempfile`` (in this process and, through ``TMPDIR``, in every child a
+    test starts: the CLI, Dask's processes, stress children) writes under
+    pytest's base temporary folder, which pytest prunes, never in /tmp."""
+    folder = str(tmp_path_factory.mktemp("tempfile"))
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A kiln-named entry the run left in the system's temporary folder fails
+    the run (test_demo once left /tmp/kiln-demo-* behind)."""
+    left = sorted(_kiln_entries() - _BEFORE)
+    if left and not hasattr(session.config, "workerinput"):
+        session.config.get_terminal_writer().line(
+            "the suite left %d entries in %s: %s" % (len(left), _SYSTEM_TMP, ", ".join(left[:10])),
+            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_addoption(parser):

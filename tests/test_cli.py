@@ -270,7 +270,7 @@ def test_npz_round_trip(tmp_path):
         for k, a in arrays.items():
             assert np.array_equal(z[k], a) and z[k].dtype == a.dtype
     code, _, err = run("convert", tmp_path / "a.npz", tmp_path / "a.txt")
-    assert code == 1 and "unknown format" in one_line_error(err)
+    assert code == 2 and "unknown format" in one_line_error(err)
 
 
 def _st(entries, data=b""):

@@ -460,13 +460,14 @@ def test_remote_reads_move_only_what_they_need(impl, tmp_path):
         rf = open_rf(impl, "memory://records/r.kilnr")
         assert len(rf) == 3000
         opened = rf.bytes_fetched
-        assert opened == 16 + 40 + 16 + 63 + 20        # header, trailer, the index's head
+        ip = struct.unpack_from("<Q", data, len(data) - 40)[0]
+        # the first 64 KiB block, the trailer, the index record (every entry is checked)
+        assert opened == (64 << 10) + 40 + (len(data) - 40 - ip)
         assert rf[1234] == vals[1234]
         rec = 20 + len(framed(vals[1234]))
-        # one read-ahead block of entries (from entry 1234 to the end of the file), the record
-        assert rf.bytes_fetched - opened == (len(data) - U.entry_at(data, 1234)) + rec
+        assert rf.bytes_fetched - opened == rec           # exactly the record
         assert rf[1235] == vals[1235]
-        assert rf.bytes_fetched - opened == (len(data) - U.entry_at(data, 1234)) + 2 * rec
+        assert rf.bytes_fetched - opened == 2 * rec
         assert rf[-1] == vals[-1]
         assert pickle.loads(pickle.dumps(rf))[7] == vals[7]
         assert len(data) > 2_500_000
@@ -554,14 +555,14 @@ def test_remote_over_http_counts_the_bytes_on_the_wire(impl, tmp_path):
     with RangeServer(tmp_path) as server:
         with open_rf(impl, server.url + "h.kilnr") as rf:
             assert rf[1500] == vals[1500] and rf[-2] == vals[-2]
-            # the header, the trailer, one 64 KiB block from the index on, two records,
-            # and the response headers of a few requests
-            assert server.sent < 16 + 40 + (64 << 10) + 2 * rec + 8000
+            # the first 64 KiB block, the trailer, the index record (2,000 entries), two
+            # records, and the response headers of a few requests
+            assert server.sent < (64 << 10) + 40 + (16 + 63 + 20 + 8 * 2000 + 4) + 2 * rec + 8000
             assert size > 4_000_000
             time.sleep(0.01)
             (tmp_path / "h.kilnr").write_bytes(b"x" * size)     # same size, a new version
             with pytest.raises(RemoteFileChanged):
-                rf[7]
+                rf[700]          # a record past the first block: asked of the server
 
 
 def test_a_wrong_head_crc_is_caught_by_every_reader(impl):

@@ -275,7 +275,7 @@ def test_views_outlive_a_closed_remote_file(api):
     kiln.save_tensors(buf, {"x": np.arange(6, dtype=np.uint16).reshape(2, 3)})
     url = _memory_pair("plain.kiln", buf.getvalue())
     f = kiln.open(url)
-    assert repr(f).endswith("1 tensors>")
+    assert repr(f).endswith("1 tensor>")
     d = f.tensors()
     f.close()
     assert d["x"].numpy().tolist() == [[0, 1, 2], [3, 4, 5]]    # views outlive close

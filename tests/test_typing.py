@@ -88,3 +88,36 @@ def test_pyright_reports_each_mistake(tmp_path):
     r = _pyright(MISTAKES, tmp_path)
     got = {d["range"]["start"]["line"] + 1 for d in _pyright_errors(r)}
     assert set(_mistake_lines()) <= got, r.stdout[-4000:]
+
+
+FOUND = '''import dataclasses
+import kiln
+
+@dataclasses.dataclass
+class S:
+    a: int
+
+x: S = kiln.decode(kiln.encode(S(1), S), S)
+'''
+
+
+def test_type_checkers_find_kiln_where_it_is_installed(tmp_path):
+    """No search path given: a user's file in its own folder, checked with the
+    environment's kiln as the README installs it (``pip install -e .`` in a
+    checkout: a path entry, not an import hook; an installed wheel in CI's
+    venvs).  Both checkers once said kiln could not be found after an
+    editable install."""
+    _need("mypy", "mypy")
+    _need("basedpyright", "basedpyright")
+    user = tmp_path / "user.py"
+    user.write_text(FOUND)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir",
+                        str(tmp_path / "mypy"), "user.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps({"typeCheckingMode": "strict"}))
+    r = subprocess.run([sys.executable, "-m", "basedpyright", "--pythonpath", sys.executable,
+                        "--outputjson", "user.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert _pyright_errors(r) == [], r.stdout[-4000:]

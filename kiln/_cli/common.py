@@ -18,13 +18,6 @@ class Fail(Exception):
         self.code = code
 
 
-def about(path: str, e: Any) -> str:
-    """``path: message`` for an error about ``path``, naming the file once (a
-    message that names it already is kept as it is)."""
-    text = str(e)
-    return text if str(path) in text else "%s: %s" % (path, text)
-
-
 def located(path: str, e: Any) -> str:
     """A KilnError about the file ``path`` in the one format of the command line:
     ``<path>: <CODE> at byte N: <what>``, the path named once, and the library's
@@ -122,6 +115,7 @@ def short(v: Any, width: int = 8) -> Any:
 
 
 def table_text(rows: List[Dict[str, Any]]) -> str:
+    from .._access import dtype_label
     cols = ["name", "dtype", "shape", "offset", "bytes", "layout", "quant"]
     lines = []
     for r in rows:
@@ -131,8 +125,8 @@ def table_text(rows: List[Dict[str, Any]]) -> str:
                                                          r["group_size"], r["scale_index"])
             if r["outer_index"] is not None:
                 q += " outer %s" % r["outer_index"]
-        lines.append([str(r["name"]), str(r["dtype"]), "x".join(map(str, r["shape"])) or "()",
-                      str(r["offset"]), str(r["bytes"]), r["layout"] or "-", q])
+        lines.append([str(r["name"]), dtype_label(r["dtype"], r["layout"]),
+                      "x".join(map(str, r["shape"])) or "()", str(r["offset"]), str(r["bytes"]), r["layout"] or "-", q])
     widths = [max([len(c)] + [len(ln[i]) for ln in lines]) for i, c in enumerate(cols)]
     out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     out += ["  ".join(x.ljust(w) for x, w in zip(ln, widths)) for ln in lines]

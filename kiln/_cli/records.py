@@ -4,7 +4,7 @@
 import os
 from typing import Any, Dict, Optional
 
-from .common import EXIT_INVALID, Fail, located, short, size, what
+from .common import EXIT_INVALID, EXIT_USAGE, Fail, located, short, size, what
 
 
 def _record_type(args: Any) -> Optional[Any]:
@@ -42,8 +42,9 @@ def inspect_records(args: Any) -> int:
         print(json.dumps(report, indent=1, default=str))
         return code
     torn = report.get("torn")
-    print("%s: record file, %d bytes, %d records, type hash %s, %s"
-          % (args.file, report["size"], report["records"], report["schema_hash"],
+    n = report["records"]
+    print("%s: record file, %d bytes, %d record%s, type hash %s, %s"
+          % (args.file, report["size"], n, "" if n == 1 else "s", report["schema_hash"],
              "index at byte %d" % report["index_at"] if torn is None else
              "torn: complete records up to byte %d, then %s" % (torn["complete_until"],
                                                                  torn["why"])))
@@ -68,8 +69,9 @@ def check_records(args: Any) -> int:
               % (args.file, n, "" if n == 1 else "s", torn.offset, torn.error.code,
                  torn.error.offset, what(args.file, torn.error)))
         return 1
-    print("%s: valid, %d records%s" % (args.file, n, "" if args.type else
-                                         " (framing and checksums; --type also decodes)"))
+    print("%s: valid, %d record%s%s" % (args.file, n, "" if n == 1 else "s",
+                                        "" if args.type else
+                                        " (framing and checksums; --type also decodes)"))
     return 0
 
 
@@ -86,6 +88,11 @@ def convert_records(args: Any) -> int:
     if t is None:
         raise Fail("%s -> %s needs the record type: --schema FILE or --type TEXT"
                    % (args.src, args.dst))
+    if isinstance(t, str):
+        try:
+            t = kiln.parse_type(t)
+        except kiln.KilnError as e:   # the command's argument, not the file, is wrong
+            raise Fail("--type %r: %s" % (t, e.reason), EXIT_USAGE)
     start = time.perf_counter()
     rounding = bool(getattr(args, "round_floats", False))
     try:
@@ -93,11 +100,13 @@ def convert_records(args: Any) -> int:
             n = jsonl_to_records(args.src, args.dst, t, round_floats=rounding)
         else:
             n = records_to_jsonl(args.src, args.dst, t)
-    except (ValueError, kiln.KilnError) as e:
+    except kiln.KilnError as e:   # the record file's fault, where it is
+        raise Fail(located(args.src, e), 1)
+    except ValueError as e:   # a JSON Lines line: the file, the line and the field
         # (the library's option is this command's flag)
         raise Fail(str(e).replace("pass round_floats=True", "pass --round-floats"), 1)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
-    print("%s -> %s: %d records in %.2f s" % (args.src, args.dst, n,
-                                              time.perf_counter() - start))
+    print("%s -> %s: %d record%s in %.2f s" % (args.src, args.dst, n, "" if n == 1 else "s",
+                                               time.perf_counter() - start))
     return 0

@@ -5,8 +5,8 @@ import sys
 from typing import Any, Dict
 
 from .. import _wire as W
-from .common import (EXIT_INVALID, NOT_KILN, Fail, about, head, kind, oserror, read,
-                     records_file, row, short, size, table_text)
+from .common import (EXIT_INVALID, EXIT_USAGE, NOT_KILN, Fail, head, kind, located, oserror,
+                     read, records_file, row, short, size, table_text)
 from .records import check_records, convert_records, convert_wanted, inspect_records
 
 
@@ -41,7 +41,7 @@ def cmd_inspect(args: Any) -> int:
         else:
             raise Fail(NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
-        raise Fail(about(args.file, e), EXIT_INVALID)
+        raise Fail(located(args.file, e), EXIT_INVALID)
     except OSError as e:
         raise Fail("cannot read %s: %s" % (args.file, oserror(e)))
     if args.json:
@@ -78,7 +78,7 @@ def cmd_check(args: Any) -> int:
         else:
             raise Fail(NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
-        print(about(args.file, "%s at byte %d: %s" % (e.code, e.offset, e.reason)))
+        print(located(args.file, e))
         return EXIT_INVALID
     except OSError as e:
         raise Fail("cannot read %s: %s" % (args.file, oserror(e)))
@@ -91,8 +91,8 @@ def _check_words(count: int, summed: bool) -> str:
     said = ("structure checked (header, table, names, links, alignment, zero gaps), payload "
             "rules checked (bool bytes 0 or 1, 4-bit tails)")
     if summed:
-        return said + "; payload bytes match the CRC-32 recorded for each of the %d tensors" \
-            % count
+        return said + "; payload bytes match the CRC-32 recorded for %s" % (
+            "the tensor" if count == 1 else "each of the %d tensors" % count)
     return said + ("; payload bytes NOT verified: the file records no checksums (write it "
                    "with checksum=True or kiln convert --checksum)")
 
@@ -102,19 +102,22 @@ def _check_words(count: int, summed: bool) -> str:
 def cmd_convert(args: Any) -> int:
     import time
     import kiln
-    from ..convert import ConvertError, convert
+    from ..convert import ConvertError, UnsupportedConversion, convert
     if convert_wanted(args):
         return convert_records(args)
     t = time.perf_counter()
     try:
         n = convert(args.src, args.dst, checksum=args.checksum, progress=_bar_wanted())
+    except UnsupportedConversion as e:   # what was asked, not what a file holds
+        raise Fail(str(e), EXIT_USAGE)
     except ConvertError as e:
         raise Fail(str(e), EXIT_INVALID)
     except kiln.KilnError as e:
-        raise Fail(about(args.src, e), EXIT_INVALID)
+        raise Fail(located(getattr(e, "path", args.src), e), EXIT_INVALID)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
-    print("%s -> %s: %d tensors in %.2f s" % (args.src, args.dst, n, time.perf_counter() - t))
+    print("%s -> %s: %d tensor%s in %.2f s" % (args.src, args.dst, n, "" if n == 1 else "s",
+                                              time.perf_counter() - t))
     return 0
 
 

@@ -102,6 +102,9 @@ def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
             return os.open(tmp, _OPEN_FLAGS, mode), tmp
         except FileExistsError:   # pragma: no cover - 64 random bits
             continue
+        except OSError as e:   # named as the file asked for, never the temporary's name
+            raise type(e)(e.errno, "cannot create a file in %s: %s"
+                          % (folder or ".", e.strerror), os.path.join(folder, base)) from None
     raise FileExistsError(errno.EEXIST, "no free temporary name", folder)  # pragma: no cover
 
 

@@ -305,7 +305,10 @@ class FsspecSource:
                                if info.get(k) is not None)
 
     def first(self, n: int) -> bytes:
-        self.version = self.info()
+        now = self.info()
+        if self.version is not None and now != self.version:
+            raise changed(self.url, self.version, now)   # not the version it was opened at
+        self.version = now
         self.size = self.version[0]
         return self.read(0, min(n, self.size), "the header")
 

@@ -6,7 +6,7 @@ unmaps under them; the mapping goes when the last view goes.
 """
 
 import os
-from typing import Any, List, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -68,6 +68,8 @@ class KilnFile(TensorFile):
         ...     f.keys(), f.rows("w", 1, 3).tolist()
         (['w'], [[2, 3], [4, 5]])
     """
+
+    metadata: Optional[Dict[str, Any]]
 
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
@@ -173,7 +175,7 @@ class KilnFile(TensorFile):
 
     def __repr__(self) -> str:
         d = self._dir
-        state = "closed" if d is None else "%d tensors" % len(d)
+        state = "closed" if d is None else "%d tensor%s" % (len(d), "" if len(d) == 1 else "s")
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 

@@ -321,7 +321,8 @@ class RemoteFile(TensorFile):
             _close(mm)
 
     def __repr__(self) -> str:
-        state = "closed" if self._mm is None else "%d tensors" % self._count
+        n = self._count
+        state = "closed" if self._mm is None else "%d tensor%s" % (n, "" if n == 1 else "s")
         return "<kiln.RemoteFile %s, %s>" % (self.path, state)
 
 

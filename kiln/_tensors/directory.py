@@ -232,7 +232,8 @@ class TensorDirectory(Mapping):
     __hash__ = None
 
     def __repr__(self):
-        return "<kiln.TensorDirectory of %d tensors>" % len(self._tensors)
+        n = len(self._tensors)
+        return "<kiln.TensorDirectory of %d tensor%s>" % (n, "" if n == 1 else "s")
 
 
 _PY_TO_DICT = TensorDirectory.to_dict   # the Python method: its name, docstring, signature

@@ -253,7 +253,8 @@ class Tensor:
 
     def __repr__(self):
         nm = "" if self.name is None else " %r" % self.name
-        return "<kiln.Tensor%s %s%s, %d bytes>" % (nm, self.dtype, list(self.shape), self.nbytes)
+        return "<kiln.Tensor%s %s%s, %d bytes>" % (nm, dtype_label(self.dtype, self.layout),
+                                                   list(self.shape), self.nbytes)
 
     # --- the array ecosystem ---------------------------------------------
 
@@ -354,3 +355,12 @@ def _rebuild_tensor(payload, code, shape, name, layout, block_size, quant_scheme
     return Tensor(payload, dtype=code, shape=shape, name=name, layout=layout,
                   block_size=block_size, quant_scheme=quant_scheme, quant_axis=quant_axis,
                   group_size=group_size, scale_index=scale_index, outer_index=outer_index)
+
+
+def dtype_label(dtype, layout):
+    """A dtype as people name it: the Kiln name, or for an opaque code the
+    block type its layout names (``Q8_0`` for code 4104 with layout
+    ``ggml.Q8_0``), else the code."""
+    if isinstance(dtype, int) and isinstance(layout, str) and layout.startswith("ggml."):
+        return layout[5:]
+    return str(dtype)

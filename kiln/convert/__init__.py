@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from .._errors import KilnError
-from ._common import CHUNK, PEAK, ConvertError
+from ._common import CHUNK, PEAK, ConvertError, UnsupportedConversion
 
 
 def kind_of(path: str) -> str:
@@ -24,8 +24,8 @@ def kind_of(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     kinds = {".kiln": "kiln", ".safetensors": "safetensors", ".gguf": "gguf", ".npz": "npz"}
     if ext not in kinds:
-        raise ConvertError(path, 0, "unknown format %r (use .kiln, .safetensors, .gguf or .npz)"
-                           % ext)
+        raise UnsupportedConversion("%s: unknown format %r (use .kiln, .safetensors, .gguf or "
+                                    ".npz)" % (path, ext))
     return kinds[ext]
 
 
@@ -42,7 +42,7 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
     check_progress(progress, "convert")   # a bad value fails before any file is touched
     try:
         return _convert(src, dst, checksum, progress)
-    except (KilnError, OSError):
+    except (KilnError, OSError, UnsupportedConversion):
         raise
     except (TypeError, RecursionError, MemoryError, UnicodeError, OverflowError, KeyError,
             BufferError) as e:
@@ -55,7 +55,8 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
 def _convert(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
     a, b = kind_of(src), kind_of(dst)
     if checksum and b != "kiln":
-        raise ConvertError(dst, 0, "checksums are recorded in a .kiln file only, not in %s" % b)
+        raise UnsupportedConversion("%s: checksums are recorded in a .kiln file only, not in %s"
+                                    % (dst, b))
     if a == "safetensors" and b == "kiln":
         from .safetensors import safetensors_to_kiln
         return safetensors_to_kiln(src, dst, checksum, progress)
@@ -71,9 +72,11 @@ def _convert(src: str, dst: str, checksum: bool = False, progress: Any = None) -
     if a == "kiln" and b == "npz":
         from .npz import kiln_to_npz
         return kiln_to_npz(src, dst, progress)
-    raise ConvertError(src, 0, "no conversion from %s to %s" % (a, b))
+    raise UnsupportedConversion("no conversion from %s to %s (%s -> %s); kiln converts "
+                                "safetensors, gguf and npz to kiln, kiln to safetensors and npz"
+                                % (a, b, src, dst))
 
 
-__all__ = ["CHUNK", "PEAK", "ConvertError", "convert"]
+__all__ = ["CHUNK", "PEAK", "ConvertError", "UnsupportedConversion", "convert"]
 
 

@@ -38,6 +38,13 @@ class ConvertError(KilnError):
 ConvertError.__module__ = "kiln.convert"   # documented (and pickled) under its public name
 
 
+class UnsupportedConversion(ValueError):
+    """A conversion kiln does not make: an extension it does not know, a pair of
+    formats with no converter, or an option the destination cannot hold.  A
+    usage error (the command line exits 2), not a fault in a file, so it has
+    no wire code or offset."""
+
+
 def map_source(path: str, f: Any = None) -> Any:
     """A read-only mapping of a source file (ConvertError for an empty one); of
     the open file ``f`` when given, so the table and the payloads come from the

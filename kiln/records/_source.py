@@ -7,9 +7,9 @@ a memoryview of the whole mapping, for the zero-copy fast path.
 import builtins
 import mmap
 import os
+import threading
 from typing import Any, Dict, Optional, Tuple
 
-from .._errors import KilnError
 
 READ_AHEAD = 64 << 10
 
@@ -69,47 +69,48 @@ class LocalSource:
 
 
 class RemoteSource:
-    """Range reads of an fsspec URL, with one read-ahead block kept.
+    """Range reads of a URL through the byte sources of remote tensor files
+    (:mod:`kiln._files.fetch`): kiln's own HTTP client for ``http(s)://``,
+    which reads at most the bytes it asked for (a server that ignores the
+    range, sends another one or more bytes is a
+    :class:`kiln.remote.RemoteError` before or while its body is read), and
+    fsspec for other URLs, each answer's length checked.
 
-    ``bytes_fetched`` counts every byte moved.  The object's size and version
-    are read at open and again after every fetch: a change is
-    :class:`kiln.remote.RemoteFileChanged`, never bytes of two versions read
-    together; a store that ignores the range request is an ``OSError``.
+    The first read asks for ``READ_AHEAD`` bytes from the start (a smaller
+    object, or a whole one from a server without ranges, comes in that one
+    answer and is read from memory after it); the block of the last read
+    asked with ``ahead`` is kept.  ``bytes_fetched`` counts every byte moved.
+    ``version`` is the object's size and version seen at open (or ``known``,
+    the one a pickled file was opened at); every answer is checked against
+    it, a change is :class:`kiln.remote.RemoteFileChanged`.
     """
 
-    def __init__(self, url: str, storage_options: Optional[Dict[str, Any]] = None) -> None:
-        import fsspec
+    def __init__(self, url: str, storage_options: Optional[Dict[str, Any]] = None,
+                 known: Optional[Tuple[Any, ...]] = None) -> None:
+        from .._files.fetch import source
         self.name = url
-        self.fs, self.key = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        info = self.fs.info(self.key)
-        if info.get("type") == "directory":
-            raise IsADirectoryError("%s is a directory" % url)
-        if not isinstance(info.get("size"), int):
-            raise OSError("%s: the store does not report the object's size" % url)
-        self.size = info["size"]
-        self._version = _version(info)
-        self.bytes_fetched = 0
-        self._block: Tuple[int, bytes] = (0, b"")
+        self._lock = threading.Lock()
+        self._src = source(url, storage_options, known)
+        try:
+            first = self._src.first(READ_AHEAD)
+        except BaseException:
+            self._src.close()
+            raise
+        self.size = int(self._src.size or 0)
+        self.version = self._src.version
+        self.bytes_fetched = len(first)
+        self._block: Tuple[int, bytes] = (0, first)
 
     def read(self, lo: int, hi: int, ahead: int = 0) -> bytes:
-        """Bytes ``lo..hi``; with ``ahead``, fetch up to that many more and keep
-        them for the next read."""
+        """Bytes ``lo..hi`` (inside the size seen at open); with ``ahead``,
+        fetch up to that many more and keep them for the next read."""
         start, blk = self._block
         if start <= lo and hi <= start + len(blk):
             return blk[lo - start:hi - start]
         end = min(self.size, max(hi, lo + ahead))
-        data = bytes(self.fs.cat_file(self.key, start=lo, end=end))
-        self.bytes_fetched += len(data)
-        now = _version(self.fs.info(self.key))
-        if now != self._version:
-            from ..remote import RemoteFileChanged
-            raise RemoteFileChanged("%s changed after it was opened: reopen it" % self.name)
-        if len(data) > end - lo:
-            raise OSError("%s: the store sent %d bytes for bytes %d..%d: it ignored the range "
-                          "request" % (self.name, len(data), lo, end))
-        if len(data) != end - lo:
-            raise KilnError("EOF", lo + len(data), "%s: the object ended at byte %d, inside "
-                            "bytes %d..%d" % (self.name, lo + len(data), lo, end))
+        with self._lock:
+            data = self._src.read(lo, end, "bytes %d..%d of the record file" % (lo, end))
+            self.bytes_fetched += len(data)
         if ahead:
             self._block = (lo, data)
         return data[:hi - lo]
@@ -120,22 +121,15 @@ class RemoteSource:
 
     def close(self) -> None:
         self._block = (0, b"")
+        self._src.close()
 
 
-def _version(info: Dict[str, Any]) -> Tuple[Any, ...]:
-    """What identifies one version of a remote object (as :mod:`kiln.remote` reads it)."""
-    keys = ("ETag", "etag", "VersionId", "version_id", "generation", "LastModified",
-            "Last-Modified", "last_modified", "mtime", "created", "Content-MD5", "md5Hash",
-            "crc32c")
-    return (info.get("size"),) + tuple((k, str(info[k])) for k in keys
-                                       if info.get(k) is not None)
-
-
-def open_source(source: Any, storage_options: Optional[Dict[str, Any]]) -> Any:
+def open_source(source: Any, storage_options: Optional[Dict[str, Any]],
+                known: Optional[Tuple[Any, ...]] = None) -> Any:
     if isinstance(source, str) and source.startswith("file://"):
         source = source[len("file://"):]
     if isinstance(source, str) and "://" in source:
         from ..remote import is_url
         if is_url(source):
-            return RemoteSource(source, storage_options)
+            return RemoteSource(source, storage_options, known)
     return LocalSource(source)

@@ -1,12 +1,13 @@
 """``kiln.RecordFile``: a record container read at random through its index.
 
-Opening reads the header, the trailer and the index (a remote file: the
-trailer and one read-ahead block; index entries are then fetched as records
-need them).  ``rf[i]`` reads index entries ``i`` and ``i + 1`` and the bytes
-between them, which must be exactly one record: its head, padding, value
-and checksum.  Values are decoded by the same :class:`kiln.Decoder` as
-:func:`kiln.decode` with ``frame=True``; for a local file they view the
-mapping (tensors keep it alive after ``close``).
+Opening reads the header, the trailer and the index and checks every
+entry, the same checks on the same bytes for a local file and a remote one
+(whose open fetches a first block of 64 KiB, the trailer and the index
+record).  ``rf[i]`` reads the bytes between entries ``i`` and ``i + 1``,
+which must be exactly one record: its head, padding, value and checksum.
+Values are decoded by the same :class:`kiln.Decoder` as :func:`kiln.decode`
+with ``frame=True``; for a local file they view the mapping (tensors keep it
+alive after ``close``).
 """
 
 import importlib
@@ -18,7 +19,7 @@ from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, T
 from typing import Type as _ClassOf
 
 from .. import _compat
-from .._api import Decoder
+from .._api import Annotation, Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
 from . import _format as F
@@ -47,12 +48,18 @@ def _index_decoder(kernels: Any) -> Decoder:
 
 
 def _reopen(source: Any, type: Any, recover: bool, verify: bool,
-            storage_options: Any, options: Dict[str, Any]) -> "RecordFile[Any]":
+            storage_options: Any, options: Dict[str, Any],
+            version: Any = None) -> "RecordFile[Any]":
+    """A pickled RecordFile opened again; a remote one at ``version`` only
+    (another is :class:`kiln.remote.RemoteFileChanged`)."""
     options = dict(options)
     if isinstance(options.get("kernels"), str):
         options["kernels"] = importlib.import_module(options["kernels"])
-    return RecordFile(source, type, recover=recover, verify=verify,
-                      storage_options=storage_options, **options)
+    rf: RecordFile[Any] = RecordFile.__new__(RecordFile)
+    rf._known = version
+    rf.__init__(source, type, recover=recover, verify=verify,  # type: ignore[misc]
+                storage_options=storage_options, **options)
+    return rf
 
 
 class RecordFile(Sequence[R]):
@@ -69,7 +76,10 @@ class RecordFile(Sequence[R]):
             the start; ``rf.recovery`` says where and why the scan stopped.
         verify: check each record's value checksum when it is read (the head
             checksum and the framing are always checked).
-        storage_options: for a URL, the fsspec filesystem's options.
+        storage_options: for an ``http(s)`` URL, ``headers`` and
+            ``timeout`` (read by kiln's own range client, as
+            :func:`kiln.open` reads one); for another URL, the fsspec
+            filesystem's options.
         decode_options: ``trusted``, ``max_count``, ``max_bytes``, ``copy``,
             ``max_copy_bytes``, ``kernels``: as for :class:`kiln.Decoder`.
 
@@ -77,7 +87,9 @@ class RecordFile(Sequence[R]):
     list), iteration, ``close()`` and ``with``.  Several threads may read
     one ``RecordFile`` at once.  A ``RecordFile`` opened from
     a path or URL pickles by reopening it, so it can be handed to worker
-    processes as a map-style dataset.
+    processes as a map-style dataset; a URL's pickle carries the version
+    (size, ETag or modification time) it was opened at, and the copy raises
+    :class:`kiln.remote.RemoteFileChanged` if the object is another one.
 
     Raises:
         KilnError: ``FRAME`` for a damaged header, trailer, index or record
@@ -85,7 +97,12 @@ class RecordFile(Sequence[R]):
             ``EOF`` for a file cut short, ``LIMIT`` for a count the file
             cannot hold, and the codes of :func:`kiln.decode` for a bad
             value; ``.offset`` is the byte in the file.
-        OSError: the file cannot be opened.
+        OSError: the file cannot be opened; for a URL,
+            :class:`kiln.remote.RemoteError` (a transport fault, or an answer
+            that does not match its question: a server that ignored the
+            range request, sent more or other bytes) and
+            :class:`kiln.remote.RemoteFileChanged` (the object changed after
+            it was opened).
 
     Example:
         >>> t = "struct{id:i64,w:list<f32>,}"
@@ -98,13 +115,15 @@ class RecordFile(Sequence[R]):
         >>> rf.close()
     """
 
+    _known: Any = None     # a remote file's version its pickle was made at (_reopen)
+
     @overload
     def __init__(self: "RecordFile[R]", source: Any, type: _ClassOf[R], *, recover: bool = ...,
                  verify: bool = ..., storage_options: Optional[Dict[str, Any]] = ...,
                  **decode_options: Any) -> None: ...
 
     @overload
-    def __init__(self: "RecordFile[Any]", source: Any, type: Union[Type, str], *,
+    def __init__(self: "RecordFile[Any]", source: Any, type: Union[Type, str, Annotation], *,
                  recover: bool = ..., verify: bool = ...,
                  storage_options: Optional[Dict[str, Any]] = ...,
                  **decode_options: Any) -> None: ...
@@ -123,7 +142,7 @@ class RecordFile(Sequence[R]):
         self._pending: Dict[int, List[Any]] = {}  # each iteration's chunk being handed out
         self._closed = False
         self._setup(type, decode_options)
-        self._src = open_source(source, storage_options)
+        self._src = open_source(source, storage_options, self._known)
         self.path = self._src.name
         if isinstance(source, (str, os.PathLike)) and isinstance(self._src, LocalSource):
             # a pickle reopens the same file from another working directory
@@ -163,12 +182,11 @@ class RecordFile(Sequence[R]):
             self._scan(e)
 
     def _index(self, ip: int, n: int, trailer_at: int) -> None:
-        """Check the index record at ``ip``; a local index is read whole."""
-        src = self._src
-        # the head, the pad and the index's frame and count: one small read (a
-        # remote file's entries come later, a read-ahead block at a time)
-        first = min(trailer_at, ip + F.HEAD_SIZE + F.MAX_PAD + F.INDEX_ENTRIES)
-        head = src.read(ip, first, first - ip)[:F.HEAD_SIZE]
+        """Check the index record at ``ip`` and every entry: the same checks on
+        the same bytes for a local file (a view of the mapping) and a remote
+        one (one range request for the index record, 8 bytes an entry)."""
+        rec = self._src.read(ip, trailer_at)
+        head = rec[:F.HEAD_SIZE]
         length, kind, pad = F.parse_head(head, 0, ip, n)
         if kind != F.KIND_INDEX:
             raise KilnError("FRAME", ip + 8, "%s: the trailer's index position %d holds a "
@@ -177,17 +195,14 @@ class RecordFile(Sequence[R]):
             raise KilnError("FRAME", ip, "%s: the index record (%d bytes for %d entries) does "
                             "not end where the trailer begins (byte %d)"
                             % (self.path, length, n, trailer_at))
-        v = ip + F.HEAD_SIZE + pad
-        self._ip, self._entries = ip, v + F.INDEX_ENTRIES
-        F.check_index_frame(src.read(v, v + F.INDEX_ENTRIES), 0, v, n, self.path)
-        if src.view is None:             # remote: entries checked as they are read
-            return
-        F.check_body(src.view, ip + F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True,
-                     F.crc(head))
+        v = F.HEAD_SIZE + pad
+        self._ip, self._entries = ip, ip + v + F.INDEX_ENTRIES
+        F.check_index_frame(rec, v, ip + v, n, self.path)
+        F.check_body(rec, F.HEAD_SIZE, ip + F.HEAD_SIZE, pad, length, n, True, F.crc(head))
         try:
-            offs = _index_decoder(self._kernels).decode(src.view[v:v + length])
+            offs = _index_decoder(self._kernels).decode(rec[v:v + length])
         except KilnError as e:
-            raise F.rewrap(e, v, n)
+            raise F.rewrap(e, ip + v, n)
         self._offs = check_offsets(offs, ip, self._entries, self.path)
 
     def _scan(self, why: KilnError) -> None:
@@ -229,22 +244,6 @@ class RecordFile(Sequence[R]):
     def __len__(self) -> int:
         return self._count
 
-    def _span(self, i: int) -> "tuple[int, int]":
-        if self._offs is not None:
-            return self._offs[i], self._offs[i + 1]
-        at = self._entries + 8 * i
-        end = at + (16 if i + 1 < self._count else 8)
-        raw = self._src.read(at, end, READ_AHEAD)
-        lo = int.from_bytes(raw[:8], "little")
-        hi = int.from_bytes(raw[8:16], "little") if len(raw) == 16 else self._ip
-        first = F.HEADER_SIZE if i == 0 else F.HEADER_SIZE + F.OVERHEAD + F.MIN_VALUE
-        if lo < first or (i == 0 and lo != F.HEADER_SIZE) or \
-                hi < lo + F.OVERHEAD + F.MIN_VALUE or hi > self._ip:
-            raise KilnError("FRAME", at, "%s: index entry %d (%d, next %d) is out of order or "
-                            "outside the records (%d..%d)" % (self.path, i, lo, hi,
-                                                             F.HEADER_SIZE, self._ip))
-        return lo, hi
-
     def _records(self, first: int, last: int, out: List[Any]) -> None:
         """Append records ``first..last`` to ``out``: the kernel's record loop
         checks each one (head, kind, length against the index, padding, CRC)
@@ -252,14 +251,21 @@ class RecordFile(Sequence[R]):
         if self._closed:
             raise ValueError("I/O on a closed RecordFile")
         view, offs = self._src.view, self._offs
-        if view is not None and offs is not None:
+        assert offs is not None
+        if view is not None:
             self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out)
             return
-        for i in range(first, last):
-            lo, hi = self._span(i)
-            data = view[lo:hi] if view is not None else self._src.read(lo, hi)
-            self._k.decode_records(self._prog, data, lo, array("Q", (lo, hi)), 0, 1,
+        # remote: consecutive records in reads of up to _REMOTE_READ bytes (one
+        # record when it is longer), each byte of a record fetched once
+        i = first
+        while i < last:
+            j = i + 1
+            while j < last and offs[j + 1] - offs[i] <= _REMOTE_READ:
+                j += 1
+            lo = offs[i]
+            self._k.decode_records(self._prog, self._src.read(lo, offs[j]), lo, offs, i, j,
                                    self._verify, out)
+            i = j
 
     def _get(self, i: int) -> Any:
         out: List[Any] = []
@@ -357,7 +363,9 @@ class RecordFile(Sequence[R]):
         options = dict(options)
         if options.get("kernels") is not None:
             options["kernels"] = options["kernels"].__name__
-        return (_reopen, (os.fspath(source), type, recover, verify, so, options))
+        # a remote file's copy reads only the version this one was opened at
+        version = getattr(self._src, "version", None)
+        return (_reopen, (os.fspath(source), type, recover, verify, so, options, version))
 
     def __repr__(self) -> str:
         return "kiln.RecordFile(%r, %r, %d records)" % (self.path, getattr(self.type, "text", None),
@@ -368,6 +376,7 @@ class RecordFile(Sequence[R]):
 # quickly) up to _CHUNK at a time
 _FIRST_CHUNK = 16
 _CHUNK = 1024
+_REMOTE_READ = READ_AHEAD  # a remote file's records are fetched up to this many bytes at once
 
 
 def check_offsets(offs: Any, ip: int, entries_at: int, name: str) -> "array[int]":

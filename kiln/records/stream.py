@@ -14,7 +14,7 @@ from typing import Any, Generic, Iterator, List, Optional, TypeVar, Union, overl
 from typing import Type as _ClassOf
 
 from .. import _compat
-from .._api import Decoder
+from .._api import Annotation, Decoder
 from .._errors import KilnError
 from .._types import Type, as_type
 from . import _format as F
@@ -64,8 +64,9 @@ class StreamDecoder(Generic[R]):
         ...
 
     @overload
-    def __init__(self: "StreamDecoder[Any]", type: Union[Type, str], *, verify: bool = ...,
-                 max_record_bytes: int = ..., name: str = ..., **decode_options: Any) -> None:
+    def __init__(self: "StreamDecoder[Any]", type: Union[Type, str, Annotation], *,
+                 verify: bool = ..., max_record_bytes: int = ..., name: str = ...,
+                 **decode_options: Any) -> None:
         ...
 
     def __init__(self, type: Any, *, verify: bool = True,
@@ -259,6 +260,18 @@ class StreamDecoder(Generic[R]):
         what = "index" if st == _INDEX else "trailer"
         raise KilnError("EOF", self._pos + have, "%s: the stream ended inside the %s, at byte "
                         "%d" % (self.name, what, self._pos + have))
+
+
+@overload
+def iter_records(fileobj: Any, type: _ClassOf[R], *, verify: bool = ...,
+                 max_record_bytes: int = ..., chunk_size: int = ...,
+                 recover: bool = ..., **decode_options: Any) -> Iterator[R]: ...
+
+
+@overload
+def iter_records(fileobj: Any, type: Union[Type, str, Annotation], *, verify: bool = ...,
+                 max_record_bytes: int = ..., chunk_size: int = ...,
+                 recover: bool = ..., **decode_options: Any) -> Iterator[Any]: ...
 
 
 def iter_records(fileobj: Any, type: Any, *, verify: bool = True,

@@ -169,13 +169,28 @@ def _field_names(v: Any) -> Optional["tuple[str, ...]"]:
     return getattr(cls, "__kiln_fields__", None)
 
 
-def _lines(f: TextIO) -> Iterator[Any]:
+class JsonLinesError(ValueError):
+    """A line of a JSON Lines file that is not a record of the type: named by the
+    file, the line and the field (``$`` for the whole line), never a byte offset
+    of an output the line never became.  ``code`` is the encode error's code
+    (``TYPE``, ``UTF8``, ``LIMIT``), or ``JSON`` for a line that is not JSON."""
+
+    def __init__(self, path: str, line: int, error: Any, code: Optional[str] = None) -> None:
+        self.path, self.line = path, line
+        self.field = "$" + getattr(error, "path", "")
+        self.code = code or getattr(error, "code", "TYPE")
+        self.reason = str(getattr(error, "reason", error))
+        where = "" if self.field == "$" else ", field %s" % self.field[2:]
+        ValueError.__init__(self, "%s: line %d%s: %s" % (path, line, where, self.reason))
+
+
+def _lines(f: TextIO, path: str) -> Iterator[Any]:
     for n, line in enumerate(f, 1):
         if line.strip():
             try:
                 yield n, json.loads(line)
             except ValueError as e:
-                raise ValueError("line %d: not JSON: %s" % (n, e))
+                raise JsonLinesError(path, n, "not JSON: %s" % e, "JSON") from None
 
 
 def jsonl_to_records(src: str, dst: str, type: Any, round_floats: bool = False) -> int:
@@ -188,11 +203,11 @@ def jsonl_to_records(src: str, dst: str, type: Any, round_floats: bool = False) 
     with open(src, encoding="utf-8") as f, AtomicFile(dst) as out:
         w = RecordWriter(out.f, t, round_floats=round_floats)
         count = 0
-        for n, doc in _lines(f):
+        for n, doc in _lines(f, src):
             try:
                 w.write(from_json(doc, t))
             except (KilnError, ValueError) as e:
-                raise ValueError("%s line %d: %s" % (src, n, e))
+                raise JsonLinesError(src, n, e) from None
             count += 1
         w.close()
     return count

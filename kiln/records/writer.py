@@ -14,7 +14,7 @@ from typing import Any, Dict, Generic, Optional, TypeVar, Union, overload
 from typing import Type as _ClassOf
 
 from .. import _compat
-from .._api import Encoder
+from .._api import Annotation, Encoder
 from .._errors import EncodeError
 from .._wire import U32_MAX
 from .._types import Type, as_type
@@ -126,7 +126,7 @@ class RecordWriter(Generic[T]):
                  round_floats: bool = ..., kernels: Any = ...) -> None: ...
 
     @overload
-    def __init__(self: "RecordWriter[Any]", target: Any, type: Union[Type, str], *,
+    def __init__(self: "RecordWriter[Any]", target: Any, type: Union[Type, str, Annotation], *,
                  align: bool = ..., round_floats: bool = ..., kernels: Any = ...) -> None: ...
 
     def __init__(self, target: Any, type: Any, *, align: bool = True, round_floats: bool = False,

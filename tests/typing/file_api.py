@@ -5,7 +5,7 @@ import dataclasses
 import pathlib
 import sys
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,9 @@ def mapping_api(path: pathlib.Path) -> None:
         d: kiln.TensorDirectory = f.tensors()
         assert d.keys() == names
         meta: Optional[Dict[str, object]] = local.metadata
+        if TYPE_CHECKING:   # a dict or None, not Any
+            from typing_extensions import assert_type
+            assert_type(local.metadata, Optional[Dict[str, Any]])
         assert meta == {"epoch": 2}
         as_dict: Dict[str, kiln.Tensor] = dict(f)
         assert sorted(as_dict) == names

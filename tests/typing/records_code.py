@@ -4,7 +4,7 @@ import dataclasses
 import io
 import os
 import tempfile
-from typing import Any, Iterator, List
+from typing import TYPE_CHECKING, Any, Iterator, List
 
 import kiln
 
@@ -15,8 +15,8 @@ class Sample:
     name: str
 
 
-def main() -> None:
-    path = os.path.join(tempfile.mkdtemp(), "s.kilnr")
+def main(folder: str) -> None:
+    path = os.path.join(folder, "s.kilnr")
     with kiln.RecordWriter(path, Sample) as w:
         first: int = w.write(Sample(1, "a"))
         w.write(Sample(2, "b"))
@@ -36,9 +36,13 @@ def main() -> None:
     got: List[Sample] = d.feed(data)
     d.eof()
     streamed = [s.id for s in kiln.iter_records(io.BytesIO(data), Sample)]
+    if TYPE_CHECKING:   # the record type, not Any
+        from typing_extensions import assert_type
+        assert_type(kiln.iter_records(io.BytesIO(data), Sample), Iterator[Sample])
     assert [s.id for s in got] == streamed == [1, 2]
     print("ok")
 
 
 if __name__ == "__main__":
-    main()
+    with tempfile.TemporaryDirectory() as folder:
+        main(folder)
