@@ -58,8 +58,8 @@ class Encoder(Generic[T]):
             NamedTuple bound to a struct.
         frame: prefix every encoding with the 16-byte frame that carries the
             type's schema hash.
-        round_floats: let a float array of a wider dtype round to the element
-            type (see :func:`kiln.encode`).
+        round_floats: let a value a float field or element cannot hold
+            exactly round to the nearest (see :func:`kiln.encode`).
 
     The compiled program has two methods:
 
@@ -71,8 +71,10 @@ class Encoder(Generic[T]):
       unspecified.
 
     Raises:
-        KilnError: ``TYPE`` for malformed type text or an annotation with no
-            Kiln type, ``DEPTH`` for a type nesting more than 64 containers.
+        KilnError: ``TYPE`` for malformed type text, ``DEPTH`` for a type
+            nesting more than 64 containers.
+        TypeError: for an annotation with no Kiln wire form (a union other
+            than ``T | None``), naming the field.
         EncodeError: from ``encode``/``encode_into``, as :func:`kiln.encode`.
 
     Example:
@@ -263,9 +265,10 @@ def encode(value: Any, type: TypeLike, *, frame: bool = False,
         type: a :class:`kiln.Type`, type text, or a dataclass / NamedTuple
             bound to a struct.
         frame: prefix the 16-byte frame carrying the type's schema hash.
-        round_floats: let a float array of a wider dtype (float64 for a
-            ``list<f32>``) round to the element type; by default a value that
-            would change is an :class:`~kiln.EncodeError`.
+        round_floats: let a value an ``f32`` or ``f64`` field or element
+            cannot hold exactly (0.1 as ``f32``, from a float, an int, a numpy
+            scalar, a list or an array) round to the nearest; by default a
+            value that would change is an :class:`~kiln.EncodeError`.
 
     Returns:
         bytes: the encoding; ``kiln.decode`` of it gives the value back.

@@ -10,12 +10,20 @@ range; float elements take anything with ``__float__`` or ``__index__`` whose
 value fits (an f32 that would overflow is refused); bool elements take only
 ``True``, ``False`` and numpy bools.  A numpy array is judged by its dtype
 instead: integers (or bools) for integer elements, checked against the range;
-numbers for float elements; bools for bool elements.  An array of a wider
-float dtype (f64 for an f32 element) is refused when a value would change,
-unless the caller passes ``round_floats=True``; items from a Python sequence
-round as a scalar field rounds them.
+numbers for float elements; bools for bool elements.
+
+The rounding rule, one for every source (a scalar field, a list's items, a
+numpy scalar or array, JSON Lines): a value written as ``f32`` or ``f64``
+must be exactly the value given.  One that would change (0.1 as f32, an
+integer past 2**24 as f32 or past 2**53 as f64, a float64 array's values as
+f32) is refused with ``TYPE``, saying ``pass round_floats=True``; with
+``round_floats=True`` it rounds to the nearest.  A finite value too large
+for the element (a float64 past f32's range) is refused either way; NaN and
+the infinities are written as they are.
 """
 
+import numbers
+import operator
 import struct as _struct
 
 import numpy as np
@@ -23,13 +31,55 @@ import numpy as np
 from . import _wire as W
 from ._errors import EncodeError
 
-def pack_scalar(op):
+class Inexact(ValueError):
+    """A float field's value would change (raised by the exact packers)."""
+
+
+def float_changed(v, stored):
+    """Is ``stored`` (the float written for ``v``) another value than ``v``?
+    Compared exactly: an integer as an integer, a numpy or other number as
+    itself, anything else by what its ``__float__`` gives.  NaN is NaN."""
+    if stored != stored:
+        return False
+    if type(v) is float or type(v) is int:
+        return stored != v
+    try:
+        if isinstance(v, (np.integer, numbers.Integral)):
+            return stored != operator.index(v)
+        if isinstance(v, numbers.Number):
+            return bool(stored != v)
+    except (TypeError, ValueError):
+        pass
+    return stored != float(v)
+
+
+def inexact_error(v, op, offset):
+    """The EncodeError for a value a float field would change."""
+    stored = _struct.unpack("<" + W.SCALAR_FORMAT[op][0],
+                            _struct.pack("<" + W.SCALAR_FORMAT[op][0], v))[0]
+    return EncodeError("TYPE", offset, "%s would change as %s (%r); pass round_floats=True "
+                       "to round" % (short_repr(v), W.SCALAR_NAME[op], stored))
+
+
+def pack_scalar(op, round_floats=True):
     """``pack(v) -> bytes`` for one non-bool scalar field: struct's conversions
     (``__index__`` for integers, ``__float__`` for floats), plus numpy's bool
-    as an integer like Python's bool; raises struct.error and friends."""
+    as an integer like Python's bool; raises struct.error and friends, and
+    :class:`Inexact` for a float field's value that would change unless
+    ``round_floats``."""
     pack = _struct.Struct("<" + W.SCALAR_FORMAT[op][0]).pack
     if op not in W.INT_RANGE:
-        return pack
+        if round_floats:
+            return pack
+        unpack = _struct.Struct("<" + W.SCALAR_FORMAT[op][0]).unpack
+        f64 = op == W.OP_F64
+
+        def pack_exact(v):
+            b = pack(v)
+            if (type(v) is not float or not f64) and float_changed(v, unpack(b)[0]):
+                raise Inexact()
+            return b
+        return pack_exact
     np_bool = np.bool_
 
     def pack_int(v):
@@ -42,7 +92,8 @@ def pack_scalar(op):
     return pack_int
 
 
-_PACKERS = {op: pack_scalar(op) for op in W.SCALAR_FORMAT if op != W.OP_BOOL}
+_PACKERS = {(op, rf): pack_scalar(op, rf) for op in W.SCALAR_FORMAT if op != W.OP_BOOL
+            for rf in (False, True)}
 
 
 def as_bytes_view(buf):
@@ -184,9 +235,12 @@ def as_pod_array(v, op, offset=0, round_floats=False):
         arr = np.asarray(items)
     except (ValueError, TypeError, OverflowError):
         arr = None
-    if arr is not None and arr.ndim == 1 and _plain_kind(arr.dtype, op):
-        return _array_run(arr, op, le, text, offset, True)
-    return _item_run(items, op, le, text, offset)
+    if arr is not None and arr.ndim == 1 and _plain_kind(arr.dtype, op) and not (
+            # numpy makes mixed or huge ints floats: judged item by item then
+            arr.dtype.kind == "f" and not round_floats
+            and any(type(x) is not float for x in items)):
+        return _array_run(arr, op, le, text, offset, round_floats, True)
+    return _item_run(items, op, le, text, offset, round_floats)
 
 
 _ELEM_TEXT = W.SCALAR_NAME
@@ -201,7 +255,7 @@ def _plain_kind(dt, op):
     return dt.kind in "iubf"
 
 
-def _item_run(items, op, le, text, offset):
+def _item_run(items, op, le, text, offset, round_floats=False):
     """Convert item by item with the scalar rule (mixed or unusual items)."""
     out = bytearray()
     if op == W.OP_BOOL:
@@ -214,15 +268,29 @@ def _item_run(items, op, le, text, offset):
                 e.add_path("[%d]" % i)
                 raise e
     else:
-        pack = _PACKERS[op]
+        pack = _PACKERS[op, bool(round_floats)]
         for i, x in enumerate(items):
             try:
                 out += pack(x)
+            except Inexact:
+                e = inexact_error(x, op, offset)
+                e.add_path("[%d]" % i)
+                raise e from None
             except (_struct.error, TypeError, OverflowError, ValueError):
                 e = scalar_error(x, op, _ELEM_TEXT[op], offset)
                 e.add_path("[%d]" % i)
                 raise e from None
     return np.frombuffer(bytes(out), le)
+
+
+def _array_changed(arr, out, changed, op, offset, items):
+    i = int(np.argmax(changed))
+    x = arr[i].item()
+    where = "" if items else " in a %s array" % arr.dtype   # (items: a list's, as given)
+    e = EncodeError("TYPE", offset, "%s%s would change as %s (%r); pass round_floats=True "
+                    "to round" % (short_repr(x), where, _ELEM_TEXT[op], float(out[i])))
+    e.add_path("[%d]" % i)
+    return e
 
 
 def describe_dtype(dt):
@@ -233,7 +301,7 @@ def describe_dtype(dt):
     return words.get(dt.kind, "a %s array" % dt.name)
 
 
-def _array_run(arr, op, le, text, offset, round_floats):
+def _array_run(arr, op, le, text, offset, round_floats, items=False):
     """Judge an ndarray by its dtype (see module doc)."""
     if arr.ndim != 1:
         raise EncodeError("TYPE", offset, "%s takes a 1-D array, got shape %s"
@@ -271,12 +339,18 @@ def _array_run(arr, op, le, text, offset, round_floats):
                 if not round_floats:
                     changed = (out.astype(arr.dtype) != arr) & ~np.isnan(arr)
                     if changed.any():
-                        i = int(np.argmax(changed))
-                        e = EncodeError("TYPE", offset, "%r in a %s array would change as %s "
-                                        "(%r); pass round_floats=True to round"
-                                        % (float(arr[i]), arr.dtype, _ELEM_TEXT[op],
-                                           float(out[i])))
-                        e.add_path("[%d]" % i)
-                        raise e
+                        raise _array_changed(arr, out, changed, op, offset, items)
+            return out
+        if kind in "iu" and not round_floats and arr.size and \
+                8 * arr.dtype.itemsize - (kind == "i") > (24 if op == W.OP_F32 else 53):
+            # an integer past the element's 24 or 53 bits of mantissa may round
+            out = arr.astype(le)
+            top = 2.0 ** (8 * arr.dtype.itemsize - (kind == "i"))
+            with np.errstate(over="ignore", invalid="ignore"):
+                big = out >= top   # rounded up past the integer type: changed
+                back = np.where(big, 0, out).astype(arr.dtype)
+            changed = big | (back != arr)
+            if changed.any():
+                raise _array_changed(arr, out, changed, op, offset, items)
             return out
     return np.ascontiguousarray(arr, dtype=le)

@@ -12,7 +12,7 @@ import dataclasses
 
 from ._wire import (  # noqa: F401  (the op codes, re-exported for the plan's readers)
     OP_BOOL, OP_I8, OP_U8, OP_I16, OP_U16, OP_I32, OP_U32, OP_I64, OP_U64, OP_F32, OP_F64,
-    OP_STR, OP_BYTES, OP_PODLIST, OP_LIST, OP_OPT, OP_DICT, OP_STRUCT, OP_TENSORS)
+    OP_STR, OP_BYTES, OP_PODLIST, OP_LIST, OP_OPT, OP_DICT, OP_STRUCT, OP_TENSORS, OP_CONV)
 
 
 from ._wire import FORM_DEFAULT, FORM_LIST, FORM_ARRAY  # noqa: F401  (Plan.form)
@@ -28,8 +28,12 @@ class Plan:
     fields:    tuple of field plans (struct), else ().
     names:     tuple of field names (struct), else ().
     cls:       None for a struct decoded to a dict, else the bound class.
-    make:      callable(*values) -> object for a class-bound struct.
-    get:       callable(obj) -> tuple of field values for a class-bound struct.
+    make:      callable(*values) -> object for a class-bound struct; for
+               OP_CONV, callable(wire value) -> Python value (decode's post-step).
+    get:       callable(obj) -> tuple of field values for a class-bound struct;
+               for OP_CONV, callable(Python value) -> wire value (encode's pre-step).
+               An OP_CONV callable refuses a value by raising :class:`ConvError`,
+               which the kernels turn into ``TYPE`` at the value's first byte.
     form:      for OP_PODLIST and OP_BYTES, the Python value a decode gives:
                FORM_DEFAULT (an ndarray for OP_PODLIST, bytes for OP_BYTES),
                FORM_LIST (a Python list) or FORM_ARRAY (an ndarray).
@@ -188,6 +192,13 @@ def _same_code(a, b):
     return all(getattr(a, k) == getattr(b, k) for k in (
         "co_code", "co_consts", "co_names", "co_varnames", "co_freevars", "co_cellvars",
         "co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_flags"))
+
+
+class ConvError(Exception):
+    """Raised by an OP_CONV plan's ``make`` or ``get`` for a value with no
+    form on the other side (an integer that is no member of the enum, a naive
+    datetime); the kernels raise ``TYPE`` with this reason at the offset of
+    the value (decode: its first byte; encode: where it would be written)."""
 
 
 class Some:

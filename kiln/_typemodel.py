@@ -295,6 +295,38 @@ class Struct(Type):
                       names=names, cls=cls, make=make, get=get)
 
 
+class Mapped(Type):
+    """A Python type carried by a wire type: an enum, ``Literal``, datetime,
+    UUID, Decimal or ``tuple[T, ...]`` (see :mod:`kiln._pyconv`).
+
+    Its text, bytes and schema hash are those of ``wire``; only the Python
+    value differs.  ``to_wire(value)`` runs before encode, ``from_wire(value)``
+    after decode (either may be None: the value passes as it is); ``key``
+    names the conversion (it is part of the type's equality) and ``name`` is
+    what ``repr`` shows."""
+
+    __slots__ = ("wire", "name", "key", "to_wire", "from_wire", "json_in", "json_out")
+
+    def __init__(self, wire, name, key, to_wire, from_wire, json_in=None, json_out=None):
+        wire = _need(wire)
+        Type.__init__(self, wire.tokens, wire.min_size, wire.depth)
+        self.wire = wire
+        self.name = name
+        self.key = key
+        self.to_wire = to_wire
+        self.from_wire = from_wire
+        # a JSON value as what to_wire takes, and a decoded value as JSON data
+        self.json_in = json_in
+        self.json_out = json_out
+
+    def _binding(self):
+        return ("mapped", self.key, self.wire._binding())
+
+    def _build_plan(self):
+        return P.Plan(P.OP_CONV, self.min_size, self.text, elem=self.wire.plan(),
+                      make=self.from_wire, get=self.to_wire)
+
+
 def _python(t):
     """What ``t`` decodes to, where that is not its text's: ``list[T]`` for a
     Python list, ``ndarray[u8]`` for a uint8 array, a bound struct's class."""
@@ -305,9 +337,11 @@ def _python(t):
         return "opt<%s>" % _python(t.elem)
     if isinstance(t, Dict):
         return "dict<str,%s>" % _python(t.value)
+    if isinstance(t, Mapped):
+        return t.name
     if isinstance(t, Struct):
         if t.cls is not None:
-            return t.cls.__qualname__
+            return getattr(t.cls, "__qualname__", repr(t.cls))
         return "struct{%s}" % "".join("%s:%s," % (n, _python(f)) for n, f in t.fields)
     return t.text
 

@@ -44,8 +44,8 @@ def list_(elem: "TypeArg") -> "List":
         ``bytes`` from type text).
 
     Raises:
-        KilnError: ``DEPTH`` past 64 nested containers, ``TYPE`` for an
-            annotation with no Kiln type.
+        KilnError: ``DEPTH`` past 64 nested containers.
+        TypeError: for an annotation with no Kiln wire form.
 
     Example:
         >>> kiln.list_(kiln.f32)
@@ -111,10 +111,11 @@ def struct(fields: Any, cls: Optional[type] = None) -> "Struct":
         The struct type; fields are written in declaration order.
 
     Raises:
+        TypeError: for a class that is neither a dataclass nor a NamedTuple,
+            or a field whose annotation has no Kiln wire form (a union other
+            than ``T | None``, a class that contains itself), naming the field.
         KilnError: ``TYPE`` for a field name that is not an identifier or
-            repeats, a class that is neither a dataclass nor a NamedTuple, an
-            annotation with no Kiln type; ``DEPTH`` past 64 nested containers
-            or for a class that contains itself.
+            repeats; ``DEPTH`` past 64 nested containers.
 
     Example:
         >>> kiln.struct({"id": kiln.i64, "name": kiln.opt(kiln.str_)})

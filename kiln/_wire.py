@@ -43,6 +43,7 @@ OP_OPT = 16
 OP_DICT = 17
 OP_STRUCT = 18
 OP_TENSORS = 19
+OP_CONV = 20       # a Python-level conversion over the wire type of elem (kiln._pyconv)
 
 OPS = {name: value for name, value in globals().items() if name.startswith("OP_")}
 LAST_SCALAR = OP_F64    # ops OP_BOOL..LAST_SCALAR are the fixed-width scalars

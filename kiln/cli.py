@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "when the file stores no type text)")
     c.add_argument("--checksum", action="store_true",
                    help="record a CRC-32 of every tensor in a .kiln destination")
+    c.add_argument("--round-floats", action="store_true",
+                   help=".jsonl -> .kilnr: round numbers an f32 or f64 field cannot hold "
+                        "exactly (0.1 as f32) to the nearest, instead of refusing them")
     c.set_defaults(fn=cmd_convert)
     c = sub.add_parser("cases", help="run the golden cases against the active implementation")
     c.add_argument("file", nargs="?", help="case file (default: the cases shipped with kiln)")

@@ -49,6 +49,9 @@ def _scalar_schema(t: Scalar) -> Dict[str, Any]:
 
 
 def _schema_of(t: Type, pointer: str, field: bool = False) -> Dict[str, Any]:
+    wire = getattr(t, "wire", None)
+    if wire is not None:   # a Python type carried by a wire type: the wire's schema
+        return _schema_of(wire, pointer, field)
     if isinstance(t, Scalar):
         return _scalar_schema(t)
     if isinstance(t, Str):

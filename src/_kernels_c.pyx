@@ -50,8 +50,10 @@ from _thread import get_ident as _get_ident
 
 from ._errors import KilnError, EncodeError, frame_hint
 from . import _plan as _P
+from ._plan import ConvError as _ConvError
 from . import _wire as _W
 from ._convert import as_pod_array, as_byte_run, scalar_error, as_bytes_view, count_lied
+from ._convert import float_changed, inexact_error
 from ._convert import missing_field, unknown_fields as _unknown_fields, mapping_changed
 
 __all__ = ["compile_decoder", "compile_encoder", "validate_directory", "validate_directory_copy",
@@ -111,6 +113,7 @@ cdef extern from "Python.h":
     object PyNumber_Index(object o)
     object PyFloat_FromDouble(double v)
     bint PyFloat_CheckExact(PyObject *o)
+    bint PyFloat_Check(PyObject *o)
     double PyFloat_AS_DOUBLE(PyObject *o)
     double PyFloat_AsDouble(object o) noexcept
 
@@ -248,6 +251,7 @@ include "kernels/nodes.pxi"
 include "kernels/numpy.pxi"
 include "kernels/decode.pxi"
 include "kernels/encode.pxi"
+include "kernels/conv.pxi"
 include "kernels/directory.pxi"
 include "kernels/directory_rows.pxi"
 include "kernels/dirwrite.pxi"

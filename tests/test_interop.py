@@ -228,9 +228,13 @@ def test_narrowing_that_changes_a_value_is_refused(impl):
     rounded = impl.decoder("list<f32>").decode(
         kiln.Encoder("list<f32>", round_floats=True, kernels=impl.kernels).encode(wide))
     assert rounded.tolist() == wide.astype(np.float32).tolist()
-    # Python floats round as a scalar f32 field does
-    assert impl.decode(impl.encode([0.1] * 100, "list<f32>"), "list<f32>")[0] == \
-        np.float32(0.1)
+    # Python floats follow the same rule as arrays and scalar fields (issue 40 item 2)
+    with pytest.raises(kiln.EncodeError, match="pass round_floats=True"):
+        impl.encode([0.1] * 100, "list<f32>")
+    with pytest.raises(kiln.EncodeError, match="pass round_floats=True"):
+        impl.encode(0.1, "f32")
+    assert impl.decode(kiln.Encoder("list<f32>", round_floats=True, kernels=impl.kernels)
+                       .encode([0.1] * 100), "list<f32>")[0] == np.float32(0.1)
     with pytest.raises(kiln.EncodeError, match="does not fit i32"):
         impl.encode(np.array([2 ** 40]), "list<i32>")
 

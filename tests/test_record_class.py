@@ -469,7 +469,7 @@ def test_encode_fast_paths_write_what_the_general_path_writes(impl):
     t_text = "struct{a:i32,b:str,c:f32,d:bool,e:list<i64>,}"
     good = [(1, "ab", 0.5, True, [1, -2]), (-(1 << 31), "é€", -2.5, False, []),
             (np.int32(7), "x", np.float32(1.5), np.bool_(True), [np.int64(3), True]),
-            (True, "", 1e38, False, [(1 << 63) - 1])]
+            (True, "", float(np.float32(1e38)), False, [(1 << 63) - 1])]   # (an exact f32)
     for vals in good:
         want = _expect(*[int(v) if i == 0 else v for i, v in enumerate(vals)])
         keys = ("a", "b", "c", "d", "e")

@@ -106,15 +106,19 @@ def convert_records(args: Any) -> int:
         except kiln.KilnError as e:   # the command's argument, not the file, is wrong
             raise Fail("--type %r: %s" % (t, e.reason), EXIT_USAGE)
     start = time.perf_counter()
-    go = jsonl_to_records if to_records else records_to_jsonl
+    rounding = bool(getattr(args, "round_floats", False))
     try:
-        n = go(args.src, args.dst, t)
+        if to_records:
+            n = jsonl_to_records(args.src, args.dst, t, round_floats=rounding)
+        else:
+            n = records_to_jsonl(args.src, args.dst, t)
     except TypeError as e:      # a record file that stores no type text, and none given
         raise Fail("%s; --schema FILE or --type TEXT gives it" % e)
     except kiln.KilnError as e:   # the record file's fault, where it is
         raise Fail(located(args.src, e), 1)
     except ValueError as e:   # a JSON Lines line: the file, the line and the field
-        raise Fail(str(e), 1)
+        # (the library's option is this command's flag)
+        raise Fail(str(e).replace("pass round_floats=True", "pass --round-floats"), 1)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d record%s in %.2f s" % (args.src, args.dst, n, "" if n == 1 else "s",

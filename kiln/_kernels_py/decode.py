@@ -11,7 +11,7 @@ import numpy as np
 from .. import _wire as W
 from .._convert import as_bytes_view
 from .._errors import KilnError, frame_hint
-from .._plan import FORM_ARRAY, FORM_LIST, Some
+from .._plan import FORM_ARRAY, FORM_LIST, ConvError, Some
 from .reader import (U32, budget, check_count, check_frame, eof, err, has_zero_lists,
                      read_length, zero_budget_error)
 from .directory import validate_directory
@@ -226,6 +226,21 @@ def _dict(plan, o):
     return dec_dict
 
 
+def _conv(plan, o):
+    inner = build(plan.elem, o)
+    from_wire = plan.make
+    if from_wire is None:
+        return inner
+
+    def dec_conv(d, p):
+        v, e = inner(d, p)
+        try:
+            return from_wire(v), e
+        except ConvError as ex:
+            raise err("TYPE", p, str(ex)) from None
+    return dec_conv
+
+
 def _tensors(plan, o):
     hooks = plan.tensors
 
@@ -350,6 +365,7 @@ def _run_eof(p, sizes, n):
 _BUILDERS = {
     W.OP_STR: _str, W.OP_BYTES: _bytes, W.OP_PODLIST: _podlist, W.OP_OPT: _opt,
     W.OP_LIST: _list, W.OP_DICT: _dict, W.OP_STRUCT: _struct_dec, W.OP_TENSORS: _tensors,
+    W.OP_CONV: _conv,
 }
 
 

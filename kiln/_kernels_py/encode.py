@@ -10,10 +10,11 @@ import struct as _struct
 import numpy as np
 
 from .. import _wire as W
-from .._convert import (as_byte_run, as_pod_array, count_lied, mapping_changed, missing_field,
-                        pack_scalar, scalar_error, type_name, unknown_fields)
+from .._convert import (Inexact, as_byte_run, as_pod_array, count_lied, inexact_error,
+                        mapping_changed, missing_field, pack_scalar, scalar_error, type_name,
+                        unknown_fields)
 from .._errors import EncodeError, KilnError
-from .._plan import Some
+from .._plan import ConvError, Some
 from .directory import validate_directory
 from .dirwrite import write_directory
 
@@ -24,8 +25,9 @@ NOT_LISTS = (str, bytes, bytearray, dict, set, frozenset)
 
 
 def build(plan, round_floats=False):
-    """The encoder of ``plan``; ``round_floats`` lets float arrays of a wider
-    dtype round to a narrower element (else values that change are refused)."""
+    """The encoder of ``plan``; ``round_floats`` lets a value round to a float
+    field or element that cannot hold it exactly (else it is refused: the rule
+    of kiln._convert)."""
     if plan.op == W.OP_BOOL:
         return _bool(plan, round_floats)
     if plan.op in W.SCALAR_FORMAT:
@@ -50,11 +52,13 @@ def _bool(plan, rf):
 
 def _scalar(plan, rf):
     op, text = plan.op, plan.text
-    pack = pack_scalar(op)
+    pack = pack_scalar(op, rf)
 
     def enc_scalar(v, out):
         try:
             out += pack(v)
+        except Inexact:
+            raise inexact_error(v, op, len(out)) from None
         except (_struct.error, TypeError, OverflowError, ValueError):
             raise scalar_error(v, op, text, len(out)) from None
     return enc_scalar
@@ -90,7 +94,10 @@ def _podlist(plan, rf):
     eop = plan.elem.op
     fmt = W.SCALAR_FORMAT[eop][0]
     packers = {}
-    short = eop != W.OP_BOOL
+    # (struct rounds floats: f32 items, and f64 items other than floats, go
+    # the checked way unless round_floats)
+    short = eop != W.OP_BOOL and (rf or eop != W.OP_F32)
+    floats_only = not rf and eop == W.OP_F64
 
     def enc_pod(v, out):
         if short and type(v) is list and len(v) <= 64:
@@ -102,8 +109,10 @@ def _podlist(plan, rf):
             if pk is None:
                 pk = packers[n] = _struct.Struct("<I%d%s" % (n, fmt)).pack
             try:
-                out += pk(n, *v)
-                return
+                b = pk(n, *v)
+                if not floats_only or all(type(x) is float for x in v):
+                    out += b
+                    return
             except (_struct.error, TypeError, OverflowError, ValueError):
                 pass
         arr = as_pod_array(v, eop, len(out), rf)
@@ -200,6 +209,21 @@ def _dict(plan, rf):
     return enc_dict
 
 
+def _conv(plan, rf):
+    inner = build(plan.elem, rf)
+    to_wire = plan.get
+    if to_wire is None:
+        return inner
+
+    def enc_conv(v, out):
+        try:
+            w = to_wire(v)
+        except ConvError as e:
+            raise EncodeError("TYPE", len(out), str(e)) from None
+        inner(w, out)
+    return enc_conv
+
+
 def _first(t):
     return t[0]
 
@@ -234,7 +258,7 @@ def check_written_directory(out, start):
 def _struct_enc(plan, rf):
     names, nf = plan.names, len(plan.names)
     encs = tuple(build(f, rf) for f in plan.fields)
-    fast = _fused_runs(plan)
+    fast = _fused_runs(plan, rf)
     values_of = _values_getter(plan)
     exact = _EXACT
 
@@ -247,21 +271,25 @@ def _struct_enc(plan, rf):
 
     def enc_struct(v, out):
         vals = values_of(v, out)
-        for pack, idx in fast:
+        for pack, idx, checks in fast:
             if pack is None:
                 one(idx[0], vals, out)
                 continue
             # a run of fixed scalars in one struct.pack when every value is an
             # exact int, float or bool (converting them runs no code, so trying
-            # twice changes nothing); else, or when it fails, field by field:
-            # each value converted once, as the compiled kernel does (numpy
-            # scalars, values with __index__ or __float__), the precise error
+            # twice changes nothing) and each float field's value is exactly
+            # what its width holds (``checks``, unless round_floats); else, or
+            # when it fails, field by field: each value converted once, as the
+            # compiled kernel does (numpy scalars, values with __index__ or
+            # __float__), with the precise error and its path
             run = [vals[i] for i in idx]
             for x in run:
                 if type(x) not in exact:
                     break
             else:
                 try:
+                    for i, ck in checks:
+                        ck(vals[i])
                     out += pack(*run)
                     continue
                 except (_struct.error, OverflowError, TypeError, ValueError):
@@ -274,24 +302,38 @@ def _struct_enc(plan, rf):
 _EXACT = frozenset((int, float, bool))
 
 
-def _fused_runs(plan):
-    """(packer, field indexes) for runs of non-bool fixed scalars; (None, (i,)) otherwise."""
+def _fused_runs(plan, rf):
+    """(packer, field indexes, checks) for runs of non-bool fixed scalars;
+    (None, (i,), ()) otherwise.  Checks: (index, exact packer) of each float
+    field of the run unless ``rf`` (struct's packer rounds them)."""
     fast = []
     run = []
 
     def flush():
         if run:
             fmt = "<" + "".join(W.SCALAR_FORMAT[f.op][0] for _, f in run)
-            fast.append((_struct.Struct(fmt).pack, tuple(i for i, _ in run)))
+            exact = () if rf else tuple((i, _exact_check(f.op)) for i, f in run
+                                        if f.op in (W.OP_F32, W.OP_F64))
+            fast.append((_struct.Struct(fmt).pack, tuple(i for i, _ in run), exact))
             del run[:]
     for i, f in enumerate(plan.fields):
         if f.op in W.SCALAR_FORMAT and f.op != W.OP_BOOL:
             run.append((i, f))
         else:
             flush()
-            fast.append((None, (i,)))
+            fast.append((None, (i,), ()))
     flush()
     return tuple(fast)
+
+
+def _exact_check(op):
+    pack = pack_scalar(op, False)
+    if op == W.OP_F64:
+        def check_f64(v):
+            if type(v) is not float:
+                pack(v)
+        return check_f64
+    return pack
 
 
 def _values_getter(plan):
@@ -329,6 +371,7 @@ def _values_getter(plan):
 _BUILDERS = {
     W.OP_STR: _str, W.OP_BYTES: _bytes, W.OP_PODLIST: _podlist, W.OP_OPT: _opt,
     W.OP_LIST: _list, W.OP_DICT: _dict, W.OP_STRUCT: _struct_enc, W.OP_TENSORS: _tensors,
+    W.OP_CONV: _conv,
 }
 
 

@@ -7,7 +7,12 @@ and that each value starts with a Kiln frame of the header's schema hash.
 """
 
 import base64
+import dataclasses
+import datetime
+import decimal
+import enum
 import json
+import uuid
 from typing import Any, Dict, Iterator, Optional, TextIO
 
 import numpy as np
@@ -111,6 +116,14 @@ def check_all(path: str, type: Optional[str] = None,
 def from_json(v: Any, t: Any) -> Any:
     """A JSON value as the Python value ``kiln.encode`` takes for type ``t``
     (``list<u8>`` from a base64 string, ``opt`` from ``null``)."""
+    wire = getattr(t, "wire", None)
+    if wire is not None:   # a Python type carried by a wire type (kiln._pyconv)
+        if isinstance(v, list) and wire.text.startswith("struct{"):   # tuple[A, B]
+            return tuple(from_json(x, ft) for x, (_, ft) in zip(v, wire.fields)) \
+                if len(v) == len(wire.fields) else v
+        if isinstance(v, list) and wire.text.startswith("list<") and t.from_wire is tuple:
+            return [from_json(x, wire.elem) for x in v]
+        return t.json_in(v) if t.json_in is not None else v
     text = t.text
     if text == "list<u8>" and isinstance(v, str):
         return base64.b64decode(v, validate=True)
@@ -137,13 +150,31 @@ def to_json(v: Any) -> Any:
         return base64.b64encode(v).decode("ascii")
     if isinstance(v, dict):
         return {k: to_json(x) for k, x in v.items()}
+    names = _field_names(v)
+    if names is not None:   # an instance of a bound class: its fields, as an object
+        return {k: to_json(getattr(v, k)) for k in names}
     if isinstance(v, (list, tuple)):
         return [to_json(x) for x in v]
     if isinstance(v, Some):
         return to_json(v.value)
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, (datetime.date, uuid.UUID, decimal.Decimal)):   # datetimes too
+        return v.isoformat() if isinstance(v, datetime.date) else str(v)
+    if isinstance(v, datetime.timedelta):
+        return v // datetime.timedelta(microseconds=1)
     if isinstance(v, TensorDirectory):
         raise ValueError("a tensors field cannot be written as JSON")
     return v
+
+
+def _field_names(v: Any) -> Optional["tuple[str, ...]"]:
+    cls = type(v)
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    if isinstance(v, tuple) and hasattr(cls, "_fields"):
+        return tuple(cls._fields)
+    return getattr(cls, "__kiln_fields__", None)
 
 
 class JsonLinesError(ValueError):
@@ -170,13 +201,15 @@ def _lines(f: TextIO, path: str) -> Iterator[Any]:
                 raise JsonLinesError(path, n, "not JSON: %s" % e, "JSON") from None
 
 
-def jsonl_to_records(src: str, dst: str, type: Any) -> int:
-    """Write each line of a JSON Lines file as one record of ``type``."""
+def jsonl_to_records(src: str, dst: str, type: Any, round_floats: bool = False) -> int:
+    """Write each line of a JSON Lines file as one record of ``type``.  A
+    number an f32 or f64 field cannot hold exactly (0.1 as f32) is refused,
+    naming the line, unless ``round_floats`` (as for :func:`kiln.encode`)."""
     t = as_type(type)
     # through the atomic replace: a failure leaves dst as it was (an existing
     # file is kept, no half-converted output is left)
     with open(src, encoding="utf-8") as f, AtomicFile(dst) as out:
-        w = RecordWriter(out.f, t)
+        w = RecordWriter(out.f, t, round_floats=round_floats)
         count = 0
         for n, doc in _lines(f, src):
             try:

@@ -500,7 +500,10 @@ cdef object dec(Node nd, DCtx *c):
         return dec_dict(nd, c)
     if op == OP_TENSORS:
         return dec_tensors(nd, c, False)
+    if op == OP_CONV:
+        return dec_conv(nd, c)
     raise AssertionError("unknown op %r" % op)
+
 
 
 cdef class DecodeProgram:

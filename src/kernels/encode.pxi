@@ -123,7 +123,10 @@ cdef int enc(Node nd, Writer *w, object v) except -1:
         return enc_dict(nd, w, v)
     if op == OP_TENSORS:
         return enc_tensors(nd, w, v)
+    if op == OP_CONV:
+        return enc_conv(nd, w, v)
     raise AssertionError("unknown op %r" % op)
+
 
 
 cdef class EncodeProgram:

@@ -1,9 +1,10 @@
 # Frozen encode, part: lists of fixed-width numbers (see encode.pxi).
 
-cdef int pod_store(int op, char *q, PyObject *o) noexcept:
+cdef int pod_store(int op, char *q, PyObject *o, bint rf) noexcept:
     """Store one exact int, float or bool list item at ``q`` in wire form.
 
-    Returns 1 when stored, 0 when the item is anything else or out of range:
+    Returns 1 when stored, 0 when the item is anything else, out of range or
+    (unless ``rf``, round_floats) a float that f32 would change:
     the caller then takes kiln._convert.as_pod_array, which applies the full
     item rule.  No Python code runs here.
     """
@@ -21,6 +22,8 @@ cdef int pod_store(int op, char *q, PyObject *o) noexcept:
             return 1
         y = <float>f
         if isinf(y) and not isinf(f):
+            return 0
+        if <double>y != f and f == f and not rf:
             return 0
         kiln_st_f32(q, y)
         return 1
@@ -73,7 +76,7 @@ cdef int pod_fast_seq(Node nd, Writer *w, object seq, Py_ssize_t n) except -1:
     q = w.data + w.pos + 4
     for i in range(n):
         o = PyList_GET_ITEM(seq, i) if is_list else PyTuple_GET_ITEM(seq, i)
-        if not pod_store(op, q, o):
+        if not pod_store(op, q, o, w.round_floats):
             return 0
         q += w8
     kiln_st_u32(w.data + w.pos, <uint32_t>n)

@@ -66,8 +66,11 @@ cdef inline int w_put_le(Writer *w, uint64_t x, int width) except -1:
 
 
 cdef int enc_float(Node nd, Writer *w, object v) except -1:
+    # (the rounding rule of kiln._convert: a value that would change is
+    # refused unless round_floats; a float's own double is exact)
     cdef double x
     cdef float y
+    cdef bint is_float = PyFloat_Check(<PyObject *>v)
     if PyFloat_CheckExact(<PyObject *>v):
         x = PyFloat_AS_DOUBLE(<PyObject *>v)
     else:
@@ -76,6 +79,8 @@ cdef int enc_float(Node nd, Writer *w, object v) except -1:
             PyErr_Clear()
             return scalar_fail(nd, w, v)
     if nd.op == OP_F64:
+        if not is_float and not w.round_floats and float_changed(v, x):
+            raise inexact_error(v, OP_F64, w.pos)
         w_reserve(w, 8)
         kiln_st_f64(w.data + w.pos, x)
         w.pos += 8
@@ -83,6 +88,9 @@ cdef int enc_float(Node nd, Writer *w, object v) except -1:
     y = <float>x
     if isinf(y) and not isinf(x):
         return scalar_fail(nd, w, v)
+    if not w.round_floats and ((<double>y != x and x == x) if is_float
+                               else float_changed(v, <double>y)):
+        raise inexact_error(v, OP_F32, w.pos)
     w_reserve(w, 4)
     kiln_st_f32(w.data + w.pos, y)
     w.pos += 4

@@ -226,6 +226,8 @@ cdef inline int put_exact(FieldInfo *f, Writer *w, PyObject *o) except -1:
         y = <float>fx
         if isinf(y) and not isinf(fx):
             return 0
+        if <double>y != fx and fx == fx and not w.round_floats:
+            return 0   # (enc_float refuses it: it would change)
         kiln_st_f32(w.data + w.pos, y)
         w.pos += 4
         return 1

@@ -215,6 +215,11 @@ cdef Node compile_node(object plan):
         if nd.cls is not None:
             field_kinds(nd)
             build_kind(nd)
+    elif op == OP_CONV:
+        # a Python-level conversion over the wire type (kiln._pyconv)
+        nd.elem = compile_node(plan.elem)
+        nd.make = plan.make
+        nd.get = plan.get
     elif op == OP_TENSORS:
         nd.hooks = plan.tensors
         nd.has_tensors = True

@@ -25,6 +25,7 @@ cdef extern from "kiln_wire.h":
         OP_DICT "KILN_OP_DICT"
         OP_STRUCT "KILN_OP_STRUCT"
         OP_TENSORS "KILN_OP_TENSORS"
+        OP_CONV "KILN_OP_CONV"
         LAST_SCALAR "KILN_LAST_SCALAR"
         FORM_DEFAULT "KILN_FORM_DEFAULT"
         FORM_LIST "KILN_FORM_LIST"

@@ -4,7 +4,11 @@ It also runs: test_typing.py executes it, so every line is real usage.
 """
 
 import dataclasses
-from typing import NamedTuple, Optional
+import datetime as dt
+import decimal
+import enum
+import uuid
+from typing import Annotated, Literal, NamedTuple, Optional
 
 import numpy as np
 
@@ -90,11 +94,41 @@ def files_and_schemas(folder: str) -> None:
     assert kiln.files.load_metadata(path) == {"v": 1}
 
 
+class Color(enum.IntEnum):
+    RED = 1
+    GREEN = 2
+
+
+@dataclasses.dataclass
+class Event:
+    color: Color
+    kind: Literal["a", "b"]
+    at: dt.datetime
+    pair: tuple[int, str]
+    many: tuple[float, ...]
+    id: uuid.UUID
+    price: decimal.Decimal
+    small: Annotated[Color, kiln.u8]
+    note: str | None = None
+
+
+def python_types() -> None:
+    e = Event(Color.GREEN, "b", dt.datetime(2020, 1, 2, tzinfo=dt.timezone.utc), (1, "x"),
+              (0.5,), uuid.UUID(int=1), decimal.Decimal("1.10"), Color.RED)
+    back: Event = kiln.decode(kiln.encode(e, Event), Event)
+    assert back == e and back.color is Color.GREEN
+    c: Color = kiln.decode(kiln.encode(Color.RED, Color), Color)
+    when: dt.datetime = kiln.decode(kiln.encode(e.at, dt.datetime), dt.datetime)
+    pair: tuple[int, int] = kiln.decode(kiln.encode((1, 2), tuple[int, int]), tuple[int, int])
+    assert (c, when, pair) == (Color.RED, e.at, (1, 2))
+
+
 if __name__ == "__main__":
     import tempfile
     round_trip()
     dynamic()
     tensors()
+    python_types()
     with tempfile.TemporaryDirectory() as folder:
         files_and_schemas(folder)
     print("ok")
