@@ -320,6 +320,17 @@ def _kiln_tensors(d, path):
     if names and names[0] is not None and _ml is None and \
             any(t.code in _ML or t.code in FOUR_BIT for t in ts):
         _need_no_ml(d.to_dict, path + ".to_dict()")
+    elif names and names[0] is not None and any(
+            t.code not in FOUR_BIT and t.code < 4096 and
+            _numpy_cannot_shape(t.shape, _tensor_dtype(t.code))
+            for t in ts):
+        # a tensor with no numpy form: to_dict() refuses as its numpy() does
+        try:
+            d.to_dict()
+        except ValueError:
+            pass
+        else:
+            raise Mismatch("%s.to_dict(): a tensor has no numpy form, yet no ValueError" % path)
     elif names and names[0] is not None:
         got = d.to_dict()
         _need(list(got) == names and all(type(a) is np.ndarray and a.dtype == b.dtype and

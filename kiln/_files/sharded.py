@@ -78,6 +78,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError("%s is not JSON" % name)
 
 
+def strict_json(text: str) -> Any:
+    """``json.loads`` as a hostile file's header or index is read: a key that
+    repeats in one object and NaN/Infinity are ValueErrors (safetensors' own
+    parser refuses both; so does kiln for a set's index)."""
+    import json
+    return json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
+
+
 def _at(raw: bytes, text: str) -> int:
     """The byte offset of the JSON string ``text`` in the index (0 when not found)."""
     import json
@@ -110,7 +118,7 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
         raise KilnError("LIMIT", 0, "%s: the index may hold more than %d JSON values"
                         % (path, MAX_INDEX_VALUES))
     try:
-        doc = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
+        doc = strict_json(text)
     except json.JSONDecodeError as e:
         raise KilnError("FRAME", len(text[:e.pos].encode("utf-8")),
                         "%s: the index is not JSON (%s)" % (path, e.msg)) from None

@@ -61,19 +61,6 @@ MAX_VALUES = 1 << 18
 TYPED_KEY = "kiln.metadata"   # __metadata__'s key for the typed Kiln metadata (module doc)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError("%s is not JSON" % name)
-
-
-def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError("the key %r repeats in one object" % k)
-        out[k] = v
-    return out
-
-
 def _count(x: Any) -> bool:
     """A JSON number safetensors reads as a usize: an int (not a bool) in 0..2**64-1."""
     return type(x) is int and 0 <= x <= W.U64_MAX
@@ -91,7 +78,7 @@ def _parse(path: str, raw: Any) -> Dict[str, Any]:
         raise ConvertError(path, 8, "the header may hold %d JSON values, above kiln's cap of "
                            "%d" % (values, MAX_VALUES), "LIMIT")
     try:
-        header = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        header = _access.strict_json(text)
     except json.JSONDecodeError as e:
         raise ConvertError(path, 8 + len(text[:e.pos].encode("utf-8")),
                            "the header is not JSON (%s)" % e.msg) from None
