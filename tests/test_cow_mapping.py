@@ -28,9 +28,15 @@ import numpy as np
 import kiln
 
 path, how = sys.argv[1], sys.argv[2]
-f = kiln.open(path) if how != "load_tensors" else kiln.load_tensors(path)
-t = f["w"]
-if how == "numpy":          # numpy's from_dlpack: the array's address
+if how == "record":         # a record file's tensor views its mapping too
+    rf = kiln.RecordFile(path, "struct{id:i64,t:tensors,}")
+    t = rf[0]["t"]["w"]
+    opened = lambda: kiln.RecordFile(path, "struct{id:i64,t:tensors,}")[0]["t"]
+else:
+    f = kiln.open(path) if how != "load_tensors" else kiln.load_tensors(path)
+    t = f["w"]
+    opened = lambda: kiln.open(path)
+if how in ("numpy", "record"):   # numpy's from_dlpack: the array's address
     a = np.from_dlpack(t)
     writable, addr, n = a.flags.writeable, a.ctypes.data, a.nbytes
     keep = a
@@ -43,7 +49,7 @@ else:                       # the capsule's own DLTensor data pointer
     writable = not flags & 1
     addr, n = ctypes.c_void_p.from_address(m + 32).value, t.nbytes
 ctypes.memset(addr, 0x7F, n)   # a consumer that ignores the read-only flag
-again = kiln.open(path)["w"]
+again = opened()["w"]
 print(kiln.IMPLEMENTATION, writable, bytes(t.data).hex(), bytes(again.data).hex(),
       t.numpy().flags.writeable)
 """
@@ -62,12 +68,17 @@ def _run(impl, code, *args):
     return p.returncode, out, err
 
 
-@pytest.mark.parametrize("how", ["numpy", "capsule", "load_tensors"])
+@pytest.mark.parametrize("how", ["numpy", "capsule", "load_tensors", "record"])
 def test_a_write_through_the_dlpack_pointer_changes_private_pages_only(impl, tmp_path, how):
-    if how != "numpy" and ctypes_pointer_size() != 8:   # pragma: no cover - 32-bit hosts
+    if how not in ("numpy", "record") and ctypes_pointer_size() != 8:   # pragma: no cover
         pytest.skip("the capsule's field offsets here are a 64-bit host's")
     path = tmp_path / "small.kiln"
-    kiln.save_tensors(path, {"w": np.arange(8, dtype=np.uint8)})
+    if how == "record":
+        path = tmp_path / "small.kilnr"
+        with kiln.RecordWriter(path, "struct{id:i64,t:tensors,}") as w:
+            w.write({"id": 1, "t": {"w": np.arange(8, dtype=np.uint8)}})
+    else:
+        kiln.save_tensors(path, {"w": np.arange(8, dtype=np.uint8)})
     before = path.read_bytes()
     rc, out, err = _run(impl, WRITE, path, how)
     assert rc == 0, "the writer died (%s): %s" % (rc, err[-2000:])

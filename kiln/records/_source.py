@@ -5,17 +5,19 @@ a memoryview of the whole mapping, for the zero-copy fast path.
 """
 
 import builtins
-import mmap
 import os
 import threading
 from typing import Any, Dict, Optional, Tuple
+
+from .._files.local import map_fd
 
 
 READ_AHEAD = 64 << 10
 
 
 class LocalSource:
-    """A read-only mapping of a file (or the bytes of a file object that has none).
+    """A file mapped copy-on-write and viewed read-only (or the bytes of a file object
+    that has none).
 
     A file object's container starts at its current position, whatever the
     object: an open file is mapped and read from ``tell()`` on, as the bytes
@@ -40,7 +42,11 @@ class LocalSource:
             self.name = os.fspath(source)
             with builtins.open(self.name, "rb") as f:
                 self._map(f.fileno())
-        self.view = memoryview(self.mm) if self.mm is not None else memoryview(b"")
+        # read-only views of a copy-on-write mapping (kiln._files.local.map_fd):
+        # a consumer that writes through a tensor's DLPack pointer anyway
+        # (torch.from_dlpack) changes private pages, never the file
+        self.view = memoryview(self.mm).toreadonly() if self.mm is not None \
+            else memoryview(b"")
         if start:
             start = min(start, self.size)
             self.view = self.view[start:]
@@ -48,7 +54,7 @@ class LocalSource:
 
     def _map(self, fd: int) -> None:
         self.size = os.fstat(fd).st_size
-        self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
+        self.mm = map_fd(fd, self.name) if self.size else None
 
     bytes_fetched = 0
 
