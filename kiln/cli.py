@@ -47,6 +47,8 @@ exit codes: 0 ok, 1 invalid, foreign or unconvertible input or a failed case,
 
 
 
+FILE_HELP = "a path or a URL (http(s)://, s3://, file://)"
+
 INSPECT = """Print what a file is and what it holds, without decoding more than that:
 
   .kiln (tensor directory)  the header, the tensor table (name, dtype, shape, offset,
@@ -107,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata",
                        description=INSPECT, formatter_class=raw)
-    c.add_argument("file", help="a path or a URL (http(s)://, s3://, file://)")
+    c.add_argument("file", help=FILE_HELP)
     c.add_argument("--type", metavar="TEXT",
                    help="the type text to decode a record (a bare or framed value) as; for a "
                         "record file (.kilnr), the type its records are checked against")
@@ -119,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_inspect)
     c = sub.add_parser("check", help="exit 0 when the file is valid",
                        description=CHECK, formatter_class=raw)
-    c.add_argument("file", help="a path or a URL (http(s)://, s3://, file://)")
+    c.add_argument("file", help=FILE_HELP)
     c.add_argument("--type", metavar="TEXT",
                    help="check as a value of this type text (a record); for a record file "
                         "(.kilnr), also decode every record as it")

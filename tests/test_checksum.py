@@ -195,7 +195,7 @@ def test_kiln_convert_checksum(tmp_path):
 
 
 def test_remote_files_verify_too(api, tmp_path):
-    pytest.importorskip("fsspec")
+    pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     pytest.importorskip("aiohttp")
     from _servers import RangeServer
     p = tmp_path / "m.kiln"
@@ -256,7 +256,7 @@ def test_verification_by_default_reads_an_intact_file_as_before(api, tmp_path):
 
 
 def test_a_remote_file_is_verified_by_default(api, tmp_path):
-    pytest.importorskip("fsspec")
+    pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     from _servers import RangeServer
     p = tmp_path / "m.kiln"
     kiln.save_tensors(p, _tensors(), checksum=True)

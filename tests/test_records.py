@@ -529,7 +529,7 @@ def test_iter_records_memory_stays_flat(impl):
 # --- remote files --------------------------------------------------------------------
 
 def test_remote_reads_move_only_what_they_need(impl, tmp_path):
-    fsspec = pytest.importorskip("fsspec")
+    fsspec = pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     vals = [{"id": i, "name": "r" * 900} for i in range(3000)]
     out = io.BytesIO()
     write(impl, out, vals)
@@ -749,7 +749,7 @@ def test_alignment_needs_no_dtype_support_and_covers_packed_tensors(impl, tmp_pa
 
 
 def test_remote_index_frame_is_checked_and_remote_recovery(impl):
-    fsspec = pytest.importorskip("fsspec")
+    fsspec = pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     fr = [framed(v) for v in values(3)]
     good, offs = U.container(H, fr)
     ip = offs[-1] + 20 + len(fr[-1])
@@ -771,7 +771,7 @@ def test_remote_index_frame_is_checked_and_remote_recovery(impl):
 
 
 def test_remote_over_http_counts_the_bytes_on_the_wire(impl, tmp_path):
-    pytest.importorskip("fsspec")
+    pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     pytest.importorskip("aiohttp")
     from _servers import RangeServer
     from kiln.remote import RemoteFileChanged

@@ -53,7 +53,7 @@ def body_bytes(server):
 
 @pytest.fixture
 def memfs():
-    fsspec = pytest.importorskip("fsspec")
+    fsspec = pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     fs = fsspec.filesystem("memory")
     yield fs
     if fs.exists("/rr"):

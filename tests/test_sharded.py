@@ -194,7 +194,7 @@ def test_shards_must_hold_exactly_what_the_index_maps_to_them(api, tmp_path):
 
 
 def test_a_remote_set_opens_each_shard_on_first_use(api, tmp_path):
-    pytest.importorskip("fsspec")
+    pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     from _servers import RangeServer
     t = _tensors()
     kiln.save_sharded(t, tmp_path, max_shard_size=8000, checksum=True)

@@ -9,7 +9,7 @@ is byte 0 of a file written by :class:`kiln.RecordWriter`.
 
 import struct
 import zlib
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from .._errors import KilnError
 from .._types import as_type
@@ -258,3 +258,23 @@ def rewrap(e: KilnError, pos: int, number: int) -> KilnError:
     if e.reason.startswith("record "):
         return e
     return KilnError(e.code, pos + e.offset, "record %d: %s" % (number, e.reason))
+
+
+def first_bad_entry(o: Any, prev: int, k: int, start: int, ip: int) -> Optional[int]:
+    """Where in ``o`` (index entries ``k``, ``k + 1``, ... as a numpy ``uint64``
+    array; ``prev`` the entry before them, unused when ``k`` is 0) the first
+    entry breaks the index's rules: entry 0 at the first record (``start``),
+    each at least one record after the one before, none past the index at
+    ``ip``.  None when all hold.  The one rule of a file's reader and a
+    stream's, which reads the entries a piece at a time."""
+    import numpy as np
+    before = np.empty_like(o)
+    before[1:] = o[:-1]
+    before[0] = prev
+    # an entry past the index is caught first: the sum's wrap that matters
+    # comes only after one
+    wrong = (o > np.uint64(ip)) | (o < before + np.uint64(OVERHEAD + MIN_VALUE))
+    if k == 0:
+        wrong[0] = int(o[0]) != start
+    hits = np.flatnonzero(wrong)
+    return int(hits[0]) if len(hits) else None

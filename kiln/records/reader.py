@@ -419,18 +419,11 @@ def check_offsets(offs: Any, ip: int, entries_at: int, name: str,
     stay before the index (FRAME at the first bad entry)."""
     import numpy as np
     o = np.asarray(offs, dtype=np.uint64)
-    least = F.OVERHEAD + F.MIN_VALUE
     bad = None
     if len(o):
-        if int(o[0]) != start:
-            bad = 0
-        else:
-            ext = np.append(o, np.uint64(ip))
-            step = ext[1:] < ext[:-1] + np.uint64(least)   # no overflow: entries < ip here
-            big = ext[:-1] > np.uint64(ip)
-            wrong = np.flatnonzero(step | big)
-            if len(wrong):
-                bad = int(wrong[0]) + (1 if not big[wrong[0]] and wrong[0] + 1 < len(o) else 0)
+        bad = F.first_bad_entry(o, 0, 0, start, ip)
+        if bad is None and ip < int(o[-1]) + F.OVERHEAD + F.MIN_VALUE:
+            bad = len(o) - 1                   # the last record runs into the index
     elif ip != start:
         raise KilnError("FRAME", ip, "%s: an empty index but the records end at byte %d"
                         % (name, ip))

@@ -227,17 +227,8 @@ class StreamDecoder(Generic[R]):
         if bad is None and whole:
             import numpy as np
             o = np.frombuffer(raw, dtype="<u8", count=whole // 8)
-            before = np.empty_like(o)
-            before[1:] = o[:-1]
-            before[0] = prev
-            # each entry at least one record after the one before (no overflow
-            # that matters: an entry past the index is caught first)
-            wrong = (o > np.uint64(self._index_pos)) | (o < before + np.uint64(least))
-            if k == 0:
-                wrong[0] = int(o[0]) != self._start   # after the head's type text
-            hits = np.flatnonzero(wrong)
-            if len(hits):
-                j = int(hits[0])
+            j = F.first_bad_entry(o, prev, k, self._start, self._index_pos)
+            if j is not None:
                 bad = (k + j, int(o[j]))
             prev = int(o[-1])
         k += whole // 8
