@@ -188,3 +188,11 @@ def file_base(table: Sequence[tuple]) -> int:
     heap = table.heap_bytes() if isinstance(table, LazyRows) else \
         sum(len(r[W.R_NAME] or b"") + len(r[W.R_LAYOUT] or b"") for r in table)
     return W.dir_align(W.HEADER_SIZE + W.DESC_SIZE * len(table) + heap)
+
+
+def row_bound(i: Any) -> Any:
+    """A ``rows()`` bound read once (``operator.index``), so that what is
+    checked is what is sliced (a drifting ``__index__`` cannot differ between
+    the two); None stays None."""
+    import operator
+    return None if i is None else operator.index(i)

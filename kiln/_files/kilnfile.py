@@ -5,7 +5,6 @@ file, or leaving its ``with`` block, while views live never raises and never
 unmaps under them; the mapping goes when the last view goes.
 """
 
-import operator
 import os
 from typing import Any, Dict, List, Optional, Union
 
@@ -14,7 +13,7 @@ import numpy as np
 from .. import _wire as W
 from .._errors import KilnError
 from . import checksum as _checksum
-from .base import TensorFile, open_table, split_metadata
+from .base import TensorFile, open_table, row_bound, split_metadata
 from .local import PayloadChecks, file_name, map_file, unmap
 from .tables import Tensor, TensorDirectory, tensor_offset, tensor_row
 
@@ -162,7 +161,7 @@ class KilnFile(TensorFile):
         ``verify=True`` the whole tensor is read to compare its CRC-32, as
         it is by default when the rows are the whole tensor).
         ``start`` and ``stop`` are read once, as integers, before any check."""
-        start, stop = _bound(start), _bound(stop)
+        start, stop = row_bound(start), row_bound(stop)
         if self.checksums is not None and (self._verify_rows or (
                 self._verify and _whole(self._d()[name], start, stop))):
             return self._checked(name).numpy()[start:stop]
@@ -200,9 +199,3 @@ def _whole(t: Tensor, start: Optional[int], stop: Optional[int]) -> bool:
         return True
     a, b, _ = slice(start, stop).indices(shape[0])
     return a == 0 and b == shape[0]
-
-
-def _bound(i: Any) -> Any:
-    """A row bound read once (``operator.index``), so that what is checked is
-    what is sliced; None stays None."""
-    return None if i is None else operator.index(i)

@@ -17,7 +17,7 @@ from .. import _api, _compat
 from .. import _wire as W
 from .._errors import KilnError, frame_hint
 from . import checksum as _checksum
-from .base import TensorFile, has_metadata, open_table, split_metadata
+from .base import TensorFile, has_metadata, open_table, row_bound, split_metadata
 from .fetch import RemoteError, RemoteFileChanged, source
 from .local import unmap as _close
 from .tables import Tensor, TensorDirectory, element_count, rows as _rows, without_last
@@ -259,8 +259,7 @@ class RemoteFile(TensorFile):
     def rows(self, name: Any, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of a tensor's leading axis, fetching only those rows
         (``start`` and ``stop`` read once, as integers, before any check)."""
-        start = None if start is None else operator.index(start)
-        stop = None if stop is None else operator.index(stop)
+        start, stop = row_bound(start), row_bound(stop)
         d = self._tensors_view()
         i = self._index(name)
         row = self._table_rows[i]
