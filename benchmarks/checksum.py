@@ -24,11 +24,9 @@ and the ratio to its unverified row.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -36,15 +34,9 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
+from benchmarks.harness import median_time  # noqa: E402
 
-def _time(fn, repeat):
-    fn()   # warm: page cache, imports
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), min(times), max(times)
+
 
 
 def _measure(path, repeat):
@@ -62,7 +54,7 @@ def _measure(path, repeat):
         "views, verified": lambda: kiln.load_tensors(path),
         "views + one read, verify=False": lambda: touch(kiln.load_tensors(path, verify=False)),
     }
-    return kiln.IMPLEMENTATION, {k: _time(fn, repeat) for k, fn in rows.items()}
+    return kiln.IMPLEMENTATION, {k: median_time(fn, repeat) for k, fn in rows.items()}
 
 
 def main(argv=None):

@@ -228,3 +228,16 @@ def measure(contenders, cfg, label=""):
 
 def progress(msg):
     print("  .. " + msg, file=sys.stderr, flush=True)
+
+
+def median_time(fn, repeat):
+    """(median, min, max) seconds of ``repeat`` calls of ``fn`` after one warm
+    call (page cache, imports): for the whole-operation benchmarks that time
+    one call at a time (checksum, sharded)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = perf_counter()
+        fn()
+        times.append(perf_counter() - t)
+    return statistics.median(times), min(times), max(times)

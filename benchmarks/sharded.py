@@ -32,21 +32,13 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
+from benchmarks.harness import median_time  # noqa: E402
+
 import kiln  # noqa: E402
 
 
-def _time(fn, repeat):
-    fn()   # warm: page cache, imports
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), min(times), max(times)
-
-
 def _pair(fa, fb, repeat):
-    """``_time`` of two functions run in turns (drift on a shared machine hits both)."""
+    """``median_time`` of two functions run in turns (drift on a shared machine hits both)."""
     fa(), fb()
     ta, tb = [], []
     for _ in range(repeat):
@@ -97,7 +89,7 @@ def main(argv=None):
             def st_first():
                 with safetensors.safe_open(sp, "np") as f:
                     float(f.get_tensor(names[0]).sum())
-            st = _time(st_first, args.repeat)
+            st = median_time(st_first, args.repeat)
         except ImportError:
             pass
     print("%d f32 tensors, %.0f MiB; the set: %d shards; kiln %s" % (
