@@ -299,3 +299,89 @@ def test_the_kernel_crc32_is_zlibs(api):
     for n in (0, 1, 7, 63, 64, 65, 1000, 4099):
         data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
         assert checksum.crc32(data) == crc32_oracle(data)
+
+
+# --- a file read into memory is summed while it is read (checksum.Overlapped) ---
+
+def _big(tmp_path, name="big.kiln"):
+    """A checksummed file past OVERLAP_MIN, random payloads (so that each is found
+    once in the file), and each tensor's (start, length) per the reference decoder."""
+    from kiln._files import checksum
+    rng = np.random.default_rng(39)
+    n = checksum.OVERLAP_MIN // 4
+    tensors = {"a": rng.random(n // 2, dtype=np.float32),
+               "b": rng.integers(0, 1 << 30, n // 2, dtype=np.int64),
+               "c": rng.random(3, dtype=np.float32)}
+    p = tmp_path / name
+    kiln.save_tensors(p, tensors, metadata={"step": 1}, checksum=True)
+    buf = p.read_bytes()
+    ts, _ = kiln_ref.read_directory(buf, 0)
+    spans = {t["name"]: (buf.find(t["payload"]), len(t["payload"])) for t in ts}
+    assert all(at > 0 for at, _ in spans.values()) and len(buf) > checksum.OVERLAP_MIN
+    return p, tensors, buf, spans
+
+
+def _crc_threads():
+    import threading
+    return [t for t in threading.enumerate() if t.name == "kiln-crc32"]
+
+
+def test_the_crcs_computed_during_the_read_are_those_of_the_bytes_kept(api, tmp_path):
+    import zlib
+    from kiln._files import checksum, local
+    p, _, buf, spans = _big(tmp_path)
+    early = checksum.Overlapped(False, 1 << 20, 1 << 20)
+    out = local.read_owned(str(p), None, early)
+    assert bytes(out) == buf and not _crc_threads()
+    # every payload, the metadata's too, summed by the thread (zlib as the oracle)
+    assert early.known == {s: zlib.crc32(buf[s[0]:s[0] + s[1]]) for s in spans.values()}
+
+
+def test_a_read_that_stops_leaves_only_whole_payloads_summed(api, tmp_path):
+    import zlib
+    from kiln._files import checksum
+    _, _, buf, spans = _big(tmp_path)
+    a_end = sum(spans["a"])
+    early = checksum.Overlapped(False, 1 << 20, 1 << 20)
+    out = np.zeros(len(buf), np.uint8)
+    early.start(out)
+    out[:a_end + 100] = np.frombuffer(buf, np.uint8)[:a_end + 100]
+    early.advance(a_end + 100)   # "a" in, "b" begun: then the read ends (an error, say)
+    early.finish()
+    assert not _crc_threads()
+    assert early.known == {spans["a"]: zlib.crc32(buf[spans["a"][0]:a_end])}
+
+
+def test_a_flipped_byte_in_a_large_file_read_into_memory_is_checksum(api, tmp_path):
+    p, tensors, buf, spans = _big(tmp_path)
+    d = kiln.load_tensors(p, copy=True)
+    assert np.array_equal(d["b"].numpy(), tensors["b"]) and not _crc_threads()
+    for name, back in (("a", 9), ("b", 1), ("c", 1)):   # near each payload's end
+        at = sum(spans[name]) - back
+        bad = bytearray(buf)
+        bad[at] ^= 0x01
+        p.write_bytes(bytes(bad))
+        with pytest.raises(kiln.KilnError) as e:
+            kiln.load_tensors(p, copy=True)
+        assert e.value.code == "CHECKSUM" and "%r" % name in e.value.reason
+        assert e.value.offset == spans[name][0]
+        other = "a" if name != "a" else "c"
+        assert np.array_equal(kiln.load_tensors(p, copy=True, verify=False)[other].numpy(),
+                              tensors[other])
+        assert not _crc_threads()
+
+
+def test_a_hostile_table_in_a_large_file_is_the_decoders_error(api, tmp_path):
+    import struct
+    p, _, buf, _ = _big(tmp_path)
+    for at, value in ((24, (1 << 64) - 1), (24, len(buf) - 64), (8, 1 << 31), (16, 1 << 40)):
+        bad = bytearray(buf)
+        bad[at:at + 8 if at != 8 else at + 4] = struct.pack("<Q" if at != 8 else "<I", value)
+        p.write_bytes(bytes(bad))
+        with pytest.raises(kiln.KilnError) as e:
+            kiln.load_tensors(p, copy=True)
+        want = kiln.KilnError
+        with pytest.raises(want) as ref:
+            kiln.decode_tensors(bytes(bad))       # what the decoder says of the same bytes
+        assert (e.value.code, e.value.offset) == (ref.value.code, ref.value.offset)
+        assert not _crc_threads()

@@ -162,8 +162,13 @@ def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
                 prog.add(n)
             return d
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
-        owned = read_owned(os.fspath(local_path(path)), prog)
-        return _tensors_of(_api.decode_tensors(owned, **options), file_name(path), verify)
+        early = _checksum.Overlapped(options.get("trusted", False),
+                                     options.get("max_count", W.DEFAULT_MAX_COUNT),
+                                     options.get("max_bytes", W.DEFAULT_MAX_BYTES)) \
+            if verify else None   # the CRCs computed while the file is read
+        owned = read_owned(os.fspath(local_path(path)), prog, early)
+        return _tensors_of(_api.decode_tensors(owned, **options), file_name(path), verify,
+                           None if early is None else early.known)
     mm = map_file(path)
     try:
         d = _tensors_of(_api.decode_tensors(mm, copy=copy, **options), file_name(path), verify)
@@ -175,11 +180,12 @@ def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
         unmap(mm)   # unmapped now when copied; with views, when the last view goes
 
 
-def _tensors_of(d: TensorDirectory, path: str, verify: bool) -> TensorDirectory:
+def _tensors_of(d: TensorDirectory, path: str, verify: bool,
+                known: Optional[Dict[Any, int]] = None) -> TensorDirectory:
     base = file_base(rows(d))   # before the split: the metadata's name is in the heap
     d, _, sums = split_metadata(d, path)
     if verify and sums is not None:   # offsets in the file, whichever buffer d copied into
-        _checksum.check_directory(sums, d, path, base=base)
+        _checksum.check_directory(sums, d, path, base=base, known=known)
     return d
 
 

@@ -207,8 +207,14 @@ def map_fd(fd: int, name: str) -> "mmap.mmap":
 _NO_COMMIT = (8, 14, 1455)
 
 
-def read_owned(p: str, prog: Optional[Progress] = None) -> np.ndarray:
-    """The whole file in a read-only array this process owns."""
+def read_owned(p: str, prog: Optional[Progress] = None, follower: Any = None) -> np.ndarray:
+    """The whole file in a read-only array this process owns.
+
+    ``follower`` (an object with ``start(array)``, ``advance(n)`` and
+    ``finish()``, such as :class:`kiln._files.checksum.Overlapped`) is told
+    each time more of the array holds the file's bytes, so that a second
+    thread can work on the first bytes while the rest is read; ``finish()``
+    runs whatever happens, before this returns or raises."""
     with builtins.open(open_regular(p), "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -216,17 +222,25 @@ def read_owned(p: str, prog: Optional[Progress] = None) -> np.ndarray:
         out = np.empty(size, np.uint8)
         view = memoryview(out)
         got = 0
-        step = size if prog is None else STEP
+        step = STEP if prog is not None or follower is not None else size
         if prog is not None:
             prog.start(size)
-        while got < size:
-            n = f.readinto(view[got:got + step])
-            if n and prog is not None:
-                prog.add(n)
-            if not n:
-                raise KilnError("EOF", got, "%s: the file ended at byte %d while being read"
-                                % (p, got))
-            got += n
+        if follower is not None:
+            follower.start(out)
+        try:
+            while got < size:
+                n = f.readinto(view[got:got + step])
+                if n and prog is not None:
+                    prog.add(n)
+                if not n:
+                    raise KilnError("EOF", got, "%s: the file ended at byte %d while being read"
+                                    % (p, got))
+                got += n
+                if follower is not None:
+                    follower.advance(got)
+        finally:
+            if follower is not None:
+                follower.finish()
         view.release()
     out.flags.writeable = False
     return out

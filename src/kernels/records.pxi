@@ -28,12 +28,25 @@ cdef enum:
     REC_KIND_INDEX = 1
 
 
+# From this many bytes on, crc32 lets other threads run while it computes (a
+# file's reader overlaps it with the read: kiln/_files/checksum.Overlapped).
+DEF CRC_NOGIL = 1 << 16
+
+
 def crc32(data, uint32_t value=0):
     """zlib's CRC-32 of ``data`` (any contiguous buffer), continued from ``value``."""
     cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef size_t n
     get_view(data, &view)
     try:
-        return kiln_crc32(value, <const uint8_t *>view.buf, <size_t>view.len)
+        p = <const uint8_t *>view.buf
+        n = <size_t>view.len
+        if n < CRC_NOGIL:
+            return kiln_crc32(value, p, n)
+        with nogil:   # the view holds the buffer: it cannot move or shrink meanwhile
+            value = kiln_crc32(value, p, n)
+        return value
     finally:
         PyBuffer_Release(&view)
 
