@@ -66,11 +66,13 @@ def parse_size(size: Any) -> int:
 # --- the index ---------------------------------------------------------------
 
 def _unique(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError("the key %r repeats in one object" % k)
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):   # a key repeats: find the first
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError("the key %r repeats in one object" % k)
+            seen.add(k)
     return out
 
 
@@ -142,11 +144,12 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
     if len(wm) > max_count:
         raise KilnError("LIMIT", _at(raw, "weight_map"), "%s: the index lists %d tensors, above "
                         "max_count=%d" % (path, len(wm), max_count))
-    good = set()   # shard names already checked (a set has a few, named many times)
-    for name, shard in wm.items():
-        if not name or name == _meta.META_NAME:
+    for name in ("", _meta.META_NAME):
+        if name in wm:
             raise KilnError("TYPE", _at(raw, name), "%s: the index lists the tensor name %r "
                             "(empty or reserved)" % (path, name))
+    good = set()   # shard names already checked (a set has a few, named many times)
+    for name, shard in wm.items():
         if type(shard) is str and shard in good:
             continue
         if not plain_file_name(shard):
@@ -169,6 +172,8 @@ def check_shard(names: List[str], wanted: List[str], shard: str, index: str) -> 
     """``TYPE`` unless shard ``shard`` holds exactly the tensors ``wanted`` (the
     names the index maps to it): offsets are of the shard's descriptors."""
     want = set(wanted)
+    if len(names) == len(want) == len(wanted) and want.issuperset(names):
+        return   # as many names, none twice, each wanted: exactly the wanted ones
     seen = set()
     for i, n in enumerate(names):
         at = W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF
@@ -213,12 +218,26 @@ def is_sharded(path: Any) -> bool:
 # --- reading ---------------------------------------------------------------
 
 def read_index(path: str) -> bytes:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    """The index file's bytes (a regular file: a FIFO or a device is refused
+    before anything waits on it, as for a tensor file)."""
+    from .local import open_regular
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
         if size > MAX_INDEX:
             raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
                             % (path, size, MAX_INDEX))
-        return f.read(size + 1)   # (what it holds now: one more byte than fstat saw is cut)
+        parts = []
+        left = size + 1   # (what it holds now: one more byte than fstat saw is cut)
+        while left > 0:
+            b = os.read(fd, left)
+            if not b:
+                break
+            parts.append(b)
+            left -= len(b)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def _read_remote(url: str, storage_options: Optional[Dict[str, Any]]) -> bytes:
@@ -280,10 +299,7 @@ class ShardedFile(Mapping[str, Tensor]):
         self._map, meta = parse_index(raw, p, ".kiln",
                                       options.get("max_count", W.DEFAULT_MAX_COUNT))
         self.total_size = meta.get("total_size")
-        self._groups: Dict[str, List[str]] = {}   # shard -> its names, the index's order
-        for name, shard in self._map.items():
-            self._groups.setdefault(shard, []).append(name)
-        self.shards = list(self._groups)
+        self.shards = shard_order(self._map)
         self._names = list(self._map)
         self._options = options
         self._storage = storage
@@ -310,7 +326,7 @@ class ShardedFile(Mapping[str, Tensor]):
             f = self._open.get(shard)
             if f is not None:
                 return f
-            if shard not in self._groups:
+            if shard not in self.shards:
                 raise KeyError(shard)
             where = self._where(shard)
             if self._remote:
@@ -320,7 +336,8 @@ class ShardedFile(Mapping[str, Tensor]):
                 from .kilnfile import KilnFile
                 f = KilnFile(where, **self._options)
             try:
-                check_shard(f.keys(), self._groups[shard], where, self.path)
+                check_shard(f.keys(), [n for n, s in self._map.items() if s == shard],
+                            where, self.path)
             except BaseException:
                 f.close()
                 raise
