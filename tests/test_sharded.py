@@ -308,3 +308,16 @@ def test_kiln_check_of_a_set_checks_every_shard(tmp_path):
     p.write_bytes(bytes(buf))
     r = _cli("check", tmp_path / "model.kiln.index.json")
     assert r.returncode == 1 and "CHECKSUM at byte" in r.stdout and "'z.big'" in r.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_an_index_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "model.kiln.index.json"
+    os.mkfifo(fifo)
+    child = ("import sys, kiln\n"
+             "try:\n    kiln.open(sys.argv[1])\n"
+             "except OSError as e:\n    print(type(e).__name__, e)\n")
+    r = subprocess.run([sys.executable, "-c", child, str(fifo)], capture_output=True,
+                       text=True, timeout=30)   # a blocked open is killed here, and fails
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("NotAFile") and "a FIFO, not a regular file" in r.stdout, r.stdout
