@@ -301,12 +301,12 @@ def test_the_kernel_crc32_is_zlibs(api):
         assert checksum.crc32(data) == crc32_oracle(data)
 
 
-# --- a file read into memory is summed while it is read (checksum.Overlapped) ---
+# --- a file read into memory is summed while it is read (overlap.Overlapped) ---
 
 def _big(tmp_path, name="big.kiln"):
     """A checksummed file past OVERLAP_MIN, random payloads (so that each is found
     once in the file), and each tensor's (start, length) per the reference decoder."""
-    from kiln._files import checksum
+    from kiln._files import overlap as checksum
     rng = np.random.default_rng(39)
     n = checksum.OVERLAP_MIN // 4
     tensors = {"a": rng.random(n // 2, dtype=np.float32),
@@ -328,7 +328,7 @@ def _crc_threads():
 
 def test_the_crcs_computed_during_the_read_are_those_of_the_bytes_kept(api, tmp_path):
     import zlib
-    from kiln._files import checksum, local
+    from kiln._files import local, overlap as checksum
     p, _, buf, spans = _big(tmp_path)
     early = checksum.Overlapped(False, 1 << 20, 1 << 20)
     out = local.read_owned(str(p), None, early)
@@ -339,7 +339,7 @@ def test_the_crcs_computed_during_the_read_are_those_of_the_bytes_kept(api, tmp_
 
 def test_a_read_that_stops_leaves_only_whole_payloads_summed(api, tmp_path):
     import zlib
-    from kiln._files import checksum
+    from kiln._files import overlap as checksum
     _, _, buf, spans = _big(tmp_path)
     a_end = sum(spans["a"])
     early = checksum.Overlapped(False, 1 << 20, 1 << 20)

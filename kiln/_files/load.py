@@ -15,6 +15,7 @@ from . import checksum as _checksum, progress as _progress
 from .base import add_foreign_hint, file_base, split_metadata
 from .kilnfile import KilnFile
 from .local import file_name, map_file, read_owned, unmap
+from .overlap import Overlapped
 from .paths import local_path
 from .progress import Progress, ProgressLike
 from .tables import TensorDirectory, rows
@@ -162,9 +163,9 @@ def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
                 prog.add(n)
             return d
     if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
-        early = _checksum.Overlapped(options.get("trusted", False),
-                                     options.get("max_count", W.DEFAULT_MAX_COUNT),
-                                     options.get("max_bytes", W.DEFAULT_MAX_BYTES)) \
+        early = Overlapped(options.get("trusted", False),
+                           options.get("max_count", W.DEFAULT_MAX_COUNT),
+                           options.get("max_bytes", W.DEFAULT_MAX_BYTES)) \
             if verify else None   # the CRCs computed while the file is read
         owned = read_owned(os.fspath(local_path(path)), prog, early)
         return _tensors_of(_api.decode_tensors(owned, **options), file_name(path), verify,

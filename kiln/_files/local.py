@@ -211,7 +211,7 @@ def read_owned(p: str, prog: Optional[Progress] = None, follower: Any = None) ->
     """The whole file in a read-only array this process owns.
 
     ``follower`` (an object with ``start(array)``, ``advance(n)`` and
-    ``finish()``, such as :class:`kiln._files.checksum.Overlapped`) is told
+    ``finish()``, such as :class:`kiln._files.overlap.Overlapped`) is told
     each time more of the array holds the file's bytes, so that a second
     thread can work on the first bytes while the rest is read; ``finish()``
     runs whatever happens, before this returns or raises."""
