@@ -25,13 +25,13 @@ from ._files.progress import make as check_progress, session as progress_session
 from ._files.save import write_payload
 from ._files.tables import tensor_offset, tensor_row
 from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
-                             shard_order, strict_json, write_index)
+                             strict_json, write_index)
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "file_size", "table", "file_offset",
            "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
-           "parse_index", "read_index", "shard_order", "write_index", "metadata_blob",
+           "parse_index", "read_index", "write_index", "metadata_blob",
            "metadata_of_blob", "strict_json"]
 
 

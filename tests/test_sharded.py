@@ -193,6 +193,33 @@ def test_shards_must_hold_exactly_what_the_index_maps_to_them(api, tmp_path):
             f["u"]
 
 
+def test_reopening_an_index_rewritten_in_place_reads_the_new_one(api, tmp_path):
+    # kiln remembers the last indexes it parsed by their bytes: an index another
+    # process rewrote (same path, same size, same second) must be read anew
+    kiln.save_tensors(tmp_path / "a.kiln", {"u": np.ones(2)})
+    kiln.save_tensors(tmp_path / "b.kiln", {"v": np.full(3, 2.0)})
+    kiln.save_tensors(tmp_path / "c.kiln", {"v": np.full(3, 7.0)})
+    p = _index(tmp_path, {"u": "a.kiln", "v": "b.kiln"})
+    first = p.read_bytes()
+    with kiln.open(p) as f:
+        assert f["v"].numpy().tolist() == [2.0, 2.0, 2.0]
+        f.weight_map["v"] = "a.kiln"   # a copy: changes neither this open nor the next
+        f.shards.append("x.kiln")
+        f.keys().append("x")
+    with open(p, "r+b") as out:   # in place: same inode, same length
+        out.write(first.replace(b'"b.kiln"', b'"c.kiln"'))
+    assert len(p.read_bytes()) == len(first)
+    with kiln.open(p) as f:
+        assert f["v"].numpy().tolist() == [7.0, 7.0, 7.0]
+        assert f.weight_map == {"u": "a.kiln", "v": "c.kiln"}
+        assert f.shards == ["a.kiln", "c.kiln"] and f.keys() == ["u", "v"]
+    with open(p, "r+b") as out:
+        out.write(first)
+    with kiln.open(p) as f:
+        assert f["v"].numpy().tolist() == [2.0, 2.0, 2.0]
+        assert f.shards == ["a.kiln", "b.kiln"] and len(f) == 2
+
+
 def test_a_remote_set_opens_each_shard_on_first_use(api, tmp_path):
     pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
     from _servers import RangeServer

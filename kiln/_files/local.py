@@ -22,7 +22,7 @@ import mmap
 import os
 import stat
 import sys
-from typing import Any, Optional, Set
+from typing import Any, Optional, Set, Tuple
 
 import numpy as np
 
@@ -68,15 +68,20 @@ def check_regular(fd: int, name: str) -> os.stat_result:
 def open_regular(path: str) -> int:
     """A read-only descriptor of the regular file ``path`` (the caller closes
     it).  Never blocks on a FIFO: opened with ``O_NONBLOCK``, then checked."""
+    return open_regular_stat(path)[0]
+
+
+def open_regular_stat(path: str) -> Tuple[int, os.stat_result]:
+    """``open_regular(path)`` and the descriptor's ``fstat``."""
     fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC | _BINARY)
     try:
-        check_regular(fd, path)
+        st = check_regular(fd, path)
         if _NONBLOCK:
             os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 def read_head(path: str, n: int) -> bytes:

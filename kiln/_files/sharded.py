@@ -104,10 +104,9 @@ def plain_file_name(name: Any) -> bool:
 
 
 def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_MAX_COUNT
-                ) -> Tuple[Dict[str, str], Dict[str, Any]]:
-    """(weight_map in the index's order, the index's metadata object) of the
-    index bytes ``raw``, checked (see the module doc); ``suffix``: the shards'
-    extension (``.kiln`` or ``.safetensors``)."""
+                ) -> "Index":
+    """The :class:`Index` of the index bytes ``raw``, checked (see the module
+    doc); ``suffix``: the shards' extension (``.kiln`` or ``.safetensors``)."""
     import json   # here: kiln.open of a plain file loads no JSON parser
     if len(raw) > MAX_INDEX:
         raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
@@ -116,7 +115,9 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise KilnError("UTF8", e.start, "%s: the index is not UTF-8" % path) from None
-    if text.count(",") + text.count("{") + text.count("[") + 1 > MAX_INDEX_VALUES:
+    # (a JSON value takes a byte at least: an index no longer than the cap needs no count)
+    if len(raw) > MAX_INDEX_VALUES and \
+            text.count(",") + text.count("{") + text.count("[") + 1 > MAX_INDEX_VALUES:
         raise KilnError("LIMIT", 0, "%s: the index may hold more than %d JSON values"
                         % (path, MAX_INDEX_VALUES))
     try:
@@ -148,24 +149,60 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
         if name in wm:
             raise KilnError("TYPE", _at(raw, name), "%s: the index lists the tensor name %r "
                             "(empty or reserved)" % (path, name))
-    good = set()   # shard names already checked (a set has a few, named many times)
+    groups: Dict[str, List[str]] = {}   # shard file -> its tensors (a set has few shards)
     for name, shard in wm.items():
-        if type(shard) is str and shard in good:
-            continue
-        if not plain_file_name(shard):
-            raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not a "
-                            "file name in the index's folder (no path, nothing outside it)"
-                            % (path, name, shard))
-        if not shard.endswith(suffix) or shard == suffix:
-            raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not a "
-                            "%s shard" % (path, name, shard, suffix))
-        good.add(shard)
-    return wm, meta
+        g = groups.get(shard) if type(shard) is str else None
+        if g is None:
+            if not plain_file_name(shard):
+                raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not "
+                                "a file name in the index's folder (no path, nothing outside it)"
+                                % (path, name, shard))
+            if not shard.endswith(suffix) or shard == suffix:
+                raise KilnError("TYPE", _at(raw, name), "%s: tensor %r maps to %r, which is not "
+                                "a %s shard" % (path, name, shard, suffix))
+            groups[shard] = g = []
+        g.append(name)
+    return Index(wm, meta, groups)
 
 
-def shard_order(wm: Mapping[str, str]) -> List[str]:
-    """The shard files in the order the index first names them."""
-    return list(dict.fromkeys(wm.values()))
+class Index:
+    """A checked index (made by :func:`parse_index`; shared between opens of
+    the same bytes, so never changed): ``weight_map`` (name -> shard file, the
+    index's order), ``meta`` (its metadata object), ``groups`` (shard file ->
+    its names, in the order the index first names the shards), ``names``."""
+
+    __slots__ = ("weight_map", "meta", "groups", "names")
+
+    def __init__(self, weight_map: Dict[str, str], meta: Dict[str, Any],
+                 groups: Dict[str, List[str]]) -> None:
+        self.weight_map, self.meta, self.groups = weight_map, meta, groups
+        self.names = list(weight_map)
+
+
+# The last few indexes parsed, by their exact bytes: reopening a set whose
+# index has not changed skips the JSON parse (a rewritten index has other bytes,
+# so it is parsed again).  An index above _MEMO_MAX bytes is never kept.
+_MEMO: Dict[Tuple[bytes, str, int], Index] = {}
+_MEMO_MAX = 1 << 22
+_MEMO_KEEP = 4
+
+
+def load_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_MAX_COUNT
+               ) -> Index:
+    """:func:`parse_index`, remembered for the last few index contents."""
+    key = (raw, suffix, max_count)
+    found = _MEMO.get(key)
+    if found is not None:
+        return found
+    found = parse_index(raw, path, suffix, max_count)
+    if len(raw) <= _MEMO_MAX:
+        while len(_MEMO) >= _MEMO_KEEP:
+            try:
+                del _MEMO[next(iter(_MEMO))]   # the oldest (another thread may race it)
+            except (KeyError, StopIteration, RuntimeError):
+                break
+        _MEMO[key] = found
+    return found
 
 
 def check_shard(names: List[str], wanted: List[str], shard: str, index: str) -> None:
@@ -220,10 +257,10 @@ def is_sharded(path: Any) -> bool:
 def read_index(path: str) -> bytes:
     """The index file's bytes (a regular file: a FIFO or a device is refused
     before anything waits on it, as for a tensor file)."""
-    from .local import open_regular
-    fd = open_regular(path)
+    from .local import open_regular_stat
+    fd, st = open_regular_stat(path)
     try:
-        size = os.fstat(fd).st_size
+        size = st.st_size
         if size > MAX_INDEX:
             raise KilnError("LIMIT", 0, "%s: an index of %d bytes is above kiln's cap of %d"
                             % (path, size, MAX_INDEX))
@@ -287,7 +324,7 @@ class ShardedFile(Mapping[str, Tensor]):
         storage = options.pop("storage_options", None)
         p = path if isinstance(path, str) else os.fspath(path)
         self._remote = "://" in p
-        if not self._remote and os.path.isdir(p):
+        if not self._remote and not p.endswith(".index.json") and os.path.isdir(p):
             p = find_index(p)
         if not p.endswith(KILN_INDEX):
             raise KilnError("FRAME", 0, "%s is not a kiln index (*%s)%s" % (
@@ -296,11 +333,10 @@ class ShardedFile(Mapping[str, Tensor]):
                 else ""))
         self.path = p
         raw = _read_remote(p, storage) if self._remote else read_index(p)
-        self._map, meta = parse_index(raw, p, ".kiln",
-                                      options.get("max_count", W.DEFAULT_MAX_COUNT))
-        self.total_size = meta.get("total_size")
-        self.shards = shard_order(self._map)
-        self._names = list(self._map)
+        index = load_index(raw, p, ".kiln", options.get("max_count", W.DEFAULT_MAX_COUNT))
+        self._map, self._groups, self._names = index.weight_map, index.groups, index.names
+        self.total_size = index.meta.get("total_size")
+        self.shards = list(index.groups)
         self._options = options
         self._storage = storage
         self._open: Dict[str, Any] = {}
@@ -326,7 +362,8 @@ class ShardedFile(Mapping[str, Tensor]):
             f = self._open.get(shard)
             if f is not None:
                 return f
-            if shard not in self.shards:
+            wanted = self._groups.get(shard)
+            if wanted is None:
                 raise KeyError(shard)
             where = self._where(shard)
             if self._remote:
@@ -336,8 +373,7 @@ class ShardedFile(Mapping[str, Tensor]):
                 from .kilnfile import KilnFile
                 f = KilnFile(where, **self._options)
             try:
-                check_shard(f.keys(), [n for n, s in self._map.items() if s == shard],
-                            where, self.path)
+                check_shard(f.keys(), wanted, where, self.path)
             except BaseException:
                 f.close()
                 raise

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _wire as W
 from .._access import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
-                       shard_order, table, tensor_offset, tensor_row, write_index)
+                       table, tensor_offset, tensor_row, write_index)
 from .._errors import KilnError
 from ._common import ConvertError, UnsupportedConversion
 
@@ -35,12 +35,12 @@ def index_kind(path: str) -> Optional[str]:
 def _index(path: str, suffix: str) -> Tuple[Dict[str, str], Dict[str, Any], List[str]]:
     """(weight_map, index metadata, shard files) of the index at ``path``."""
     try:
-        wm, meta = parse_index(read_index(path), path, suffix)
+        ix = parse_index(read_index(path), path, suffix)
     except KilnError as e:
         if isinstance(e, ConvertError):
             raise
         raise ConvertError(path, e.offset, e.reason, e.code) from None
-    return wm, meta, shard_order(wm)
+    return ix.weight_map, ix.meta, list(ix.groups)
 
 
 def _checked(wm: Dict[str, str], shard: str, names: List[str], where: str, index: str) -> None:
