@@ -252,34 +252,46 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu"
 
 
 def _check_model(model: Any, f: Any, sd: Dict[str, Any], aliases: Dict[str, str],
-                 strict: bool) -> Tuple[List[str], List[str]]:
+                 strict: bool) -> Tuple[List[str], List[str], List[Tuple[Any, Any, Any]]]:
+    """(missing, unexpected, the copies to make: (target, file tensor, torch
+    dtype), a tied target once), every name, shape and dtype checked first."""
     torch = _torch()
     have = set(f.keys()) | set(aliases)
     missing = [k for k in sd if k not in have]
     unexpected = sorted(k for k in have if k not in sd)
     mismatched = []
+    copies = []
+    done = set()
+    dtypes: Dict[str, Any] = {}   # kiln dtype text -> torch dtype (None: torch has none)
     for k, target in sd.items():
         if k not in have:
             continue
         t = f[aliases.get(k, k)]
-        shape = tuple(target.shape)
-        if target.device.type == "meta":
+        if target.is_meta:
             mismatched.append((k, "no memory for %s: the model's tensor is on the meta "
                                   "device (load_file and load_state_dict(assign=True) "
                                   "give it one)" % k))
             continue
-        dt = _TORCH_DTYPES.get(str(t.dtype))
-        if tuple(t.shape) != shape:
+        kd = str(t.dtype)
+        dt = dtypes.get(kd, dtypes)
+        if dt is dtypes:
+            name = _TORCH_DTYPES.get(kd)
+            dtypes[kd] = dt = getattr(torch, name, None) if name is not None else None
+        if t.shape != tuple(target.shape):
             mismatched.append((k, "size mismatch for %s: copying a param with shape %s from checkpoint, "
-                                  "the shape in current model is %s" % (k, list(t.shape), list(shape))))
-        elif dt is None or getattr(torch, dt, None) != target.dtype:
+                                  "the shape in current model is %s"
+                               % (k, list(t.shape), list(target.shape))))
+        elif dt is None or dt != target.dtype:
             mismatched.append((k, "dtype mismatch for %s: the checkpoint's tensor is %s, the "
                                   "model's is %s (no conversion is made)"
                                % (k, t.dtype, str(target.dtype).replace("torch.", ""))))
+        elif id(target) not in done:
+            done.add(id(target))
+            copies.append((target, t, dt))
     if mismatched or (strict and (missing or unexpected)):
         raise LoadError(type(model).__name__, missing if strict else [],
                         unexpected if strict else [], mismatched)
-    return missing, unexpected
+    return missing, unexpected, copies
 
 
 def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
@@ -317,12 +329,9 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
     sd = model.state_dict(keep_vars=True)
     with kiln.open(path) as f:
         aliases = _aliases(f)
-        missing, unexpected = _check_model(model, f, sd, aliases, strict)
-        done, skip = set(), set(missing)
+        missing, unexpected, copies = _check_model(model, f, sd, aliases, strict)
         with torch.no_grad():
-            for k, target in sd.items():
-                if k in skip or id(target) in done:
-                    continue
-                done.add(id(target))
-                target.copy_(_view(torch, f[aliases.get(k, k)], f.path))
+            for target, t, dt in copies:
+                x = torch.from_dlpack(t.bits())   # a view of the mapping, no copy
+                target.copy_(x if x.dtype == dt else x.view(dt))
     return IncompatibleKeys(missing, unexpected)
