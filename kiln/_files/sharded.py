@@ -183,7 +183,7 @@ class Index:
 # index has not changed skips the JSON parse (a rewritten index has other bytes,
 # so it is parsed again).  An index above _MEMO_MAX bytes is never kept.
 _MEMO: Dict[Tuple[bytes, str, int], Index] = {}
-_MEMO_MAX = 1 << 22
+_MEMO_MAX = 1 << 20   # about 10,000 names; kept: at most 4 MiB of index text and its dicts
 _MEMO_KEEP = 4
 
 
