@@ -351,8 +351,8 @@ def test_save_file_refuses_what_is_not_a_state_dict(api, torch, tmp_path):
 
 
 def test_load_model_reads_into_every_kind_of_target(api, torch, tmp_path):
-    # contiguous CPU targets are read with preadv; a bool, a non-contiguous
-    # target and a file:// URL go through the mapping: the same values each way
+    # a bf16, a bool and a non-contiguous target, from a Path, a str and a
+    # file:// URL: each copied from the mapping with the values saved
     import kiln.torch as kt
     src = {"w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4),
            "flag": torch.tensor([True, False, True]), "t": torch.arange(6.0).reshape(2, 3)}
