@@ -32,20 +32,22 @@ def index_kind(path: str) -> Optional[str]:
     return None
 
 
-def _index(path: str, suffix: str) -> Tuple[Dict[str, str], Dict[str, Any], List[str]]:
-    """(weight_map, index metadata, shard files) of the index at ``path``."""
+def _index(path: str, suffix: str
+           ) -> Tuple[Dict[str, str], Dict[str, Any], Dict[str, List[str]]]:
+    """(weight_map, index metadata, shard file -> its names in the order the
+    index first names the shards) of the index at ``path``."""
     try:
         ix = parse_index(read_index(path), path, suffix)
     except KilnError as e:
         if isinstance(e, ConvertError):
             raise
         raise ConvertError(path, e.offset, e.reason, e.code) from None
-    return ix.weight_map, ix.meta, list(ix.groups)
+    return ix.weight_map, ix.meta, ix.groups
 
 
-def _checked(wm: Dict[str, str], shard: str, names: List[str], where: str, index: str) -> None:
+def _checked(wanted: List[str], names: List[str], where: str, index: str) -> None:
     try:
-        check_shard(names, [n for n, s in wm.items() if s == shard], where, index)
+        check_shard(names, wanted, where, index)
     except KilnError as e:
         raise ConvertError(where, e.offset, e.reason, e.code) from None
 
@@ -88,7 +90,7 @@ def convert_set(src: str, dst: str, a: str, b: str, checksum: bool, progress: An
     for s in shards:   # every shard checked against the index before anything is written
         where = os.path.join(folder, s)
         names, n = names_of(where)
-        _checked(wm, s, names, where, src)
+        _checked(shards[s], names, where, src)
         total += n
     renamed = {s: s[:-len(suffix)] + out_ext for s in shards}
     os.makedirs(out_folder, exist_ok=True)
@@ -119,7 +121,7 @@ def _to_one_kiln(src: str, a: str, dst: str, checksum: bool, progress: Any) -> i
     for s in shards:
         where = os.path.join(folder, s)
         meta, entries, summed = _entries(where, a)
-        _checked(wm, s, [e.name for e in entries], where, src)
+        _checked(shards[s], [e.name for e in entries], where, src)
         checksum = checksum or summed
         metas.append(meta)
         plan.append((where, entries))
