@@ -189,18 +189,25 @@ def save_file(state_dict: Mapping[str, "torch.Tensor"], path: PathLike,
 
 # --- loading ------------------------------------------------------------------
 
+def _dtype_of(torch: Any, label: str) -> Any:
+    """torch's dtype for the Kiln dtype ``label`` (``"bf16"``), None if it has none."""
+    name = _TORCH_DTYPES.get(label)
+    return getattr(torch, name, None) if name is not None else None
+
+
 def _torch_dtype(torch: Any, t: kiln.Tensor, path: str) -> Any:
-    name = _TORCH_DTYPES.get(str(t.dtype))
-    dt = getattr(torch, name, None) if name is not None else None
+    dt = _dtype_of(torch, str(t.dtype))
     if dt is None:
         raise KilnError("TYPE", 0, "%s: tensor %r is %s, which torch has no dtype for (read "
                         "it with kiln.open)" % (path, t.name, t.dtype))
     return dt
 
 
-def _view(torch: Any, t: kiln.Tensor, path: str) -> Any:
-    """A CPU torch tensor over ``t``'s payload, no copy (its bits as torch's dtype)."""
-    dt = _torch_dtype(torch, t, path)
+def _view(torch: Any, t: kiln.Tensor, path: str, dt: Any = None) -> Any:
+    """A CPU torch tensor over ``t``'s payload, no copy (its bits as torch's
+    dtype, ``dt`` when the caller already looked it up)."""
+    if dt is None:
+        dt = _torch_dtype(torch, t, path)
     x = torch.from_dlpack(t.bits())   # numpy's capsule; the view keeps the mapping alive
     return x if x.dtype == dt else x.view(dt)
 
@@ -275,8 +282,7 @@ def _check_model(model: Any, f: Any, sd: Dict[str, Any], aliases: Dict[str, str]
         kd = str(t.dtype)
         dt = dtypes.get(kd, dtypes)
         if dt is dtypes:
-            name = _TORCH_DTYPES.get(kd)
-            dtypes[kd] = dt = getattr(torch, name, None) if name is not None else None
+            dtypes[kd] = dt = _dtype_of(torch, kd)
         if t.shape != tuple(target.shape):
             mismatched.append((k, "size mismatch for %s: copying a param with shape %s from checkpoint, "
                                   "the shape in current model is %s"
@@ -332,6 +338,5 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
         missing, unexpected, copies = _check_model(model, f, sd, aliases, strict)
         with torch.no_grad():
             for target, t, dt in copies:
-                x = torch.from_dlpack(t.bits())   # a view of the mapping, no copy
-                target.copy_(x if x.dtype == dt else x.view(dt))
+                target.copy_(_view(torch, t, f.path, dt))
     return IncompatibleKeys(missing, unexpected)
