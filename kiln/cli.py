@@ -57,6 +57,8 @@ INSPECT = """Print what a file is and what it holds, without decoding more than 
   bare value                needs --type TEXT: the value, decoded
   .kilnr (record file)      the record count, the type hash, where the index is
                             (or, with --recover, where a torn file's records end)
+  a sharded set             its index (*.kiln.index.json) or folder: each shard's
+                            tensor count and size, one table with a shard column
 
 Exit 1 when the file is invalid or foreign, or --type does not match it."""
 

@@ -337,6 +337,41 @@ def test_kiln_check_of_a_set_checks_every_shard(tmp_path):
     assert r.returncode == 1 and "CHECKSUM at byte" in r.stdout and "'z.big'" in r.stdout
 
 
+def test_kiln_inspect_of_a_set_lists_every_shard_and_tensor(tmp_path):
+    t = _tensors()
+    kiln.save_sharded(t, tmp_path, max_shard_size=8000, metadata={"step": 3})
+    wm = json.loads((tmp_path / "model.kiln.index.json").read_text())["weight_map"]
+    r = _cli("inspect", tmp_path, "--json")
+    assert r.returncode == 0, r.stderr     # before: "sh is a directory, not a Kiln file"
+    rep = json.loads(r.stdout)
+    assert rep["kind"] == "sharded set" and rep["metadata"] == {"step": 3}
+    assert [(x["name"], x["shard"], x["bytes"]) for x in rep["tensors"]] == \
+        [(n, wm[n], t[n].nbytes) for n in wm]
+    assert [(s["file"], s["tensors"], s["size"]) for s in rep["shards"]] == [
+        (s, list(wm.values()).count(s), os.path.getsize(tmp_path / s))
+        for s in dict.fromkeys(wm.values())]
+    r = _cli("inspect", tmp_path / "model.kiln.index.json")
+    assert r.returncode == 0 and "6 tensors in 4 shards, 40000 payload bytes" in r.stdout
+    for n, s in wm.items():
+        assert any(ln.split()[0] == n and ln.split()[-1] == s for ln in r.stdout.splitlines())
+    # a URL: each shard's first 64 KiB fetched (its header and table), not its payloads
+    pytest.importorskip("fsspec", reason="needs fsspec, the [remote] extra")
+    from _servers import RangeServer
+    big = {"w%d" % i: np.full(1 << 18, i, dtype=np.uint8) for i in range(3)}
+    kiln.save_sharded(big, tmp_path / "big", max_shard_size=300_000)
+    with RangeServer(tmp_path / "big") as server:
+        r = _cli("inspect", server.url + "model.kiln.index.json", "--json")
+        assert r.returncode == 0, r.stderr
+        assert [(x["name"], x["shard"]) for x in json.loads(r.stdout)["tensors"]] == [
+            ("w%d" % i, "model-%05d-of-00003.kiln" % (i + 1)) for i in range(3)]
+        assert server.sent < 3 * (64 << 10) + 8192, server.sent   # of 786,432 payload bytes
+    # a shard that holds other names than the index says: exit 1 naming it
+    os.remove(tmp_path / "model-00002-of-00004.kiln")
+    kiln.save_tensors(tmp_path / "model-00002-of-00004.kiln", {"other": np.ones(2)})
+    r = _cli("inspect", tmp_path)
+    assert r.returncode == 1 and "model-00002-of-00004.kiln" in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_an_index_that_is_a_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "model.kiln.index.json"

@@ -114,7 +114,8 @@ def short(v: Any, width: int = 8) -> Any:
     return v
 
 
-def table_text(rows: List[Dict[str, Any]]) -> str:
+def table_text(rows: List[Dict[str, Any]], shard: bool = False) -> str:
+    """The tensor table as aligned columns (with ``shard``: the file holding each)."""
     from .._access import dtype_label
     cols = ["name", "dtype", "shape", "offset", "bytes", "layout", "quant"]
     lines = []
@@ -126,7 +127,10 @@ def table_text(rows: List[Dict[str, Any]]) -> str:
             if r["outer_index"] is not None:
                 q += " outer %s" % r["outer_index"]
         lines.append([str(r["name"]), dtype_label(r["dtype"], r["layout"]),
-                      "x".join(map(str, r["shape"])) or "()", str(r["offset"]), str(r["bytes"]), r["layout"] or "-", q])
+                      "x".join(map(str, r["shape"])) or "()", str(r["offset"]), str(r["bytes"]),
+                      r["layout"] or "-", q] + ([r["shard"]] if shard else []))
+    if shard:
+        cols.append("shard")
     widths = [max([len(c)] + [len(ln[i]) for ln in lines]) for i, c in enumerate(cols)]
     out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     out += ["  ".join(x.ljust(w) for x, w in zip(ln, widths)) for ln in lines]

@@ -15,6 +15,8 @@ def cmd_inspect(args: Any) -> int:
     import kiln
     if records_file(args.file):
         return inspect_records(args)
+    if not args.type and _sharded(args.file):
+        return _inspect_set(args)
     what = kind(args.file)
     report: Dict[str, Any] = {"file": args.file, "size": read(size, args.file)}
     try:
@@ -57,6 +59,46 @@ def cmd_inspect(args: Any) -> int:
         print(json.dumps(report["value"], indent=1, default=str))
     else:
         print("schema hash %s (%s)" % (report["schema_hash"], report["note"]))
+    return 0
+
+
+def _inspect_set(args: Any) -> int:
+    """``kiln inspect`` of a sharded set: the index, then each shard's header and
+    table (no payload read, nor fetched from a URL), one table across the set."""
+    import json
+    import kiln
+    from .._access import table
+    try:
+        with kiln.open(args.file) as f:
+            shards, rows = [], []
+            for s in f.shards:
+                sf = f.shard(s)   # opened and checked against the index
+                raw = table(sf)
+                shards.append({"file": s, "tensors": len(raw), "size": size(sf.path)})
+                rows.extend(dict(row(k, t), shard=s) for k, t in raw.items())
+            order = {n: i for i, n in enumerate(f.keys())}
+            rows.sort(key=lambda r: order[r["name"]])   # the index's order
+            report = {"file": args.file, "kind": "sharded set", "index": f.path,
+                      "total_size": f.total_size, "shards": shards, "tensors": rows,
+                      "metadata": f.metadata}
+    except kiln.KilnError as e:
+        raise Fail(located(getattr(e, "path", None) or args.file, e), EXIT_INVALID)
+    except OSError as e:
+        raise Fail("cannot read %s: %s" % (getattr(e, "filename", None) or args.file,
+                                           oserror(e)))
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    print("%s: sharded set, %d tensors in %d shards, %d payload bytes (index %s, "
+          "total_size %s)" % (args.file, len(rows), len(shards),
+                              sum(r["bytes"] for r in rows), report["index"],
+                              report["total_size"]))
+    for s in shards:
+        print("  %s: %d tensor%s, %d bytes" % (s["file"], s["tensors"],
+                                               "" if s["tensors"] == 1 else "s", s["size"]))
+    print(table_text(rows, shard=True))
+    if report["metadata"] is not None:
+        print("metadata: " + json.dumps(report["metadata"], default=str))
     return 0
 
 
