@@ -385,3 +385,56 @@ def test_a_hostile_table_in_a_large_file_is_the_decoders_error(api, tmp_path):
             kiln.decode_tensors(bytes(bad))       # what the decoder says of the same bytes
         assert (e.value.code, e.value.offset) == (ref.value.code, ref.value.offset)
         assert not _crc_threads()
+
+
+# --- from 8 MiB, two threads each sum half of the bytes (checksum.crcs) ---------
+
+def test_crc32_combine_joins_two_crcs_as_zlib_does(api):
+    from kiln._files import checksum
+    rng = np.random.default_rng(7)
+    for n1, n2 in ((0, 0), (0, 5), (5, 0), (1, 1), (3, 64), (1000, 4099), (77, 1 << 12)):
+        a = rng.integers(0, 256, n1, dtype=np.uint8).tobytes()
+        b = rng.integers(0, 256, n2, dtype=np.uint8).tobytes()
+        assert checksum.crc32_combine(crc32_oracle(a), crc32_oracle(b), n2) == \
+            crc32_oracle(a + b)
+
+
+@pytest.mark.parametrize("sizes", [[9 << 20], [1, 9 << 20, 3], [4 << 20, 4 << 20, 1],
+                                   [0, 5 << 20, 0, 5 << 20], [(4 << 20) + 1] * 2, [7, 2, 3]])
+def test_crcs_of_many_buffers_are_zlibs_wherever_the_half_falls(api, sizes):
+    import zlib
+    from kiln._files import checksum
+    rng = np.random.default_rng(len(sizes))
+    views = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    assert checksum.crcs(views) == [zlib.crc32(v) for v in views]
+    assert not _crc_threads()
+
+
+def test_a_flipped_byte_anywhere_in_a_large_file_read_as_views_is_checksum(api, tmp_path):
+    """10 MiB: the half of the bytes falls 2 MiB into "b", so "a" and b's head are
+    summed by the caller's thread, b's tail and "c" by the second one."""
+    rng = np.random.default_rng(8)
+    tensors = {"a": rng.integers(0, 256, 3 << 20, dtype=np.uint8),
+               "b": rng.integers(0, 256, 6 << 20, dtype=np.uint8),
+               "c": rng.integers(0, 256, 1 << 20, dtype=np.uint8)}
+    p = tmp_path / "big.kiln"
+    kiln.save_tensors(p, tensors, checksum=True)
+    buf = p.read_bytes()
+    ts, _ = kiln_ref.read_directory(buf, 0)
+    spans = {t["name"]: buf.find(t["payload"]) for t in ts}
+    assert np.array_equal(kiln.load_tensors(p)["b"].numpy(), tensors["b"])
+    for name, into in (("a", 100), ("b", 1 << 20), ("b", 5 << 20), ("c", 9)):
+        bad = bytearray(buf)
+        bad[spans[name] + into] ^= 0x04
+        p.write_bytes(bytes(bad))
+        for read in (lambda: kiln.load_tensors(p), lambda: kiln.open(p).verify(),
+                     lambda: kiln.open(p)[name].numpy(),
+                     lambda: kiln.open(p).tensors()):
+            with pytest.raises(kiln.KilnError) as e:
+                read()
+            assert e.value.code == "CHECKSUM" and "%r" % name in e.value.reason
+            assert e.value.offset == spans[name]
+        with kiln.open(p) as f:   # the others still read, each checked
+            for other in set(tensors) - {name}:
+                assert np.array_equal(f[other].numpy(), tensors[other])
+        assert not _crc_threads()
