@@ -323,6 +323,101 @@ def _bytes_view(data: Any) -> memoryview:
     return view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")
 
 
+HUGE_PAGE = 2 << 20   # the runs of a file Linux's page cache can map with one entry
+_pwritev = getattr(os, "pwritev", None)
+_IOV_MAX = 1024       # buffers in one pwritev (Linux's limit)
+_SMALL_GAP = 4096     # a gap this short is written as zeros, not left as a hole
+
+
+class AlignedWriter:
+    """Bytes written at increasing offsets of an :class:`AtomicFile`, gathered as
+    views (no copy) so that every write but the last ends on a 2 MiB boundary
+    of the file (``os.pwritev`` of the pieces).
+
+    Linux (ext4, XFS, tmpfs) caches a file written in large runs in large
+    folios, but a write gets a 2 MiB folio only for a whole aligned run it
+    covers: the run two writes share stays in small ones.  A file whose
+    payloads were written one ``write`` each then maps, in a reader's mapping,
+    half in 2 MiB pages and half in 4 KiB pages faulted 16 at a time; written
+    in aligned runs it maps with one fault per 2 MiB.  Gaps of at most 4 KiB
+    (alignment padding) are written as zeros; a longer one ends the run and
+    is left as a hole.  Where ``os.pwritev`` is missing, each piece is
+    written as it comes."""
+
+    def __init__(self, out: "AtomicFile") -> None:
+        self._out = out
+        self._start = 0            # the file offset of the first pending byte
+        self._views: List[Any] = []
+        self._n = 0                # pending bytes
+
+    def seek(self, at: int) -> None:
+        """Go on at byte ``at`` (never backwards): zeros up to it, or a hole."""
+        end = self._start + self._n
+        if at == end:
+            return
+        if at < end:
+            raise ValueError("AlignedWriter: offset %d is behind %d" % (at, end))
+        if self._views and at - end <= _SMALL_GAP:
+            self._views.append(bytes(at - end))
+            self._n += at - end
+        else:
+            self.flush()
+            self._start = at
+
+    def write(self, data: Any) -> None:
+        """``data`` after what was written or skipped so far."""
+        view = _bytes_view(data)
+        if _pwritev is None:  # pragma: no cover - Windows
+            self._out._put(view, self._start)
+            self._start += len(view)
+            self._out.wrote(len(view))
+            return
+        self._views.append(view)
+        self._n += len(view)
+        stop = self._start + self._n
+        cut = stop - stop % HUGE_PAGE
+        if cut > self._start:
+            self._write(cut - self._start)
+
+    def flush(self) -> None:
+        """Write what is pending (at the end, or before a hole)."""
+        if self._n:
+            self._write(self._n)
+
+    def _write(self, k: int) -> None:
+        """Write the first ``k`` pending bytes."""
+        take: List[Any] = []
+        left = k
+        views = self._views
+        i = 0
+        while left:
+            v = views[i]
+            if len(v) <= left:
+                take.append(v)
+                left -= len(v)
+                i += 1
+            else:
+                take.append(v[:left])
+                views[i] = v[left:]
+                left = 0
+        del views[:i]
+        at = self._start
+        for j in range(0, len(take), _IOV_MAX):
+            part = take[j:j + _IOV_MAX]
+            want = sum(len(v) for v in part)
+            while want:
+                got = _pwritev(self._out.fd, part, at)
+                at, want = at + got, want - got
+                while part and got >= len(part[0]):   # a short write: on from where it stopped
+                    got -= len(part[0])
+                    part = part[1:]
+                if got:
+                    part[0] = part[0][got:]
+        self._start += k
+        self._n -= k
+        self._out.wrote(k)
+
+
 def pwrite_all(fd: int, data: Any, at: int) -> int:
     """All of ``data`` at byte ``at`` of ``fd``; returns its length."""
     view = _bytes_view(data)

@@ -19,7 +19,7 @@ from .. import _wire as W
 from .._dirhead import block_head
 from .._errors import EncodeError
 from . import checksum as _checksum, progress as _progress
-from .atomic import AtomicFile, WRITEBACK_STEP
+from .atomic import AlignedWriter, AtomicFile, WRITEBACK_STEP
 from .declare import _check_file, _check_meta
 from .progress import Progress, ProgressLike
 from .tables import normalize_tensors
@@ -43,21 +43,18 @@ def write_payload(write: Any, payload: Any, prog: Optional[Progress]) -> None:
 
 def write_block(out: AtomicFile, metas: Sequence[tuple], payloads: Sequence[Any],
                 prog: Optional[Progress] = None) -> None:
-    """Head, then each payload straight from its buffer (None: left as zeros)."""
+    """Head, then each payload straight from its buffer (None: left as zeros), in
+    writes that end on 2 MiB boundaries (:class:`AlignedWriter`)."""
     head, places, total = block_head(metas, 0)
-    f = out.f
-    f.write(head)
+    w = AlignedWriter(out)
+    w.write(head)
     base = len(head)
-    pos = 0
-    for place, payload, meta in zip(places, payloads, metas):
-        if payload is None:
-            continue
-        if place > pos:
-            f.seek(base + place)
-        write_payload(f.write, payload, prog)
-        out.wrote(meta[_P])
-        pos = place + meta[_P]
-    f.truncate(base + total)   # a trailing hole or gap reads as zeros
+    for place, payload in zip(places, payloads):
+        if payload is not None:
+            w.seek(base + place)
+            write_payload(w.write, payload, prog)
+    w.flush()
+    out.f.truncate(base + total)   # a trailing hole or gap reads as zeros
 
 
 def write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any],
