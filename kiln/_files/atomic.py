@@ -324,7 +324,7 @@ def _bytes_view(data: Any) -> memoryview:
 
 
 HUGE_PAGE = 2 << 20   # the runs of a file Linux's page cache can map with one entry
-_pwritev = getattr(os, "pwritev", None)
+_pwritev: Any = getattr(os, "pwritev", None)
 _IOV_MAX = 1024       # buffers in one pwritev (Linux's limit)
 _SMALL_GAP = 4096     # a gap this short is written as zeros, not left as a hole
 
