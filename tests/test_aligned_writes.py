@@ -14,8 +14,8 @@ import kiln
 from kiln._files import atomic
 from _util import kiln_ref
 
-pytestmark = pytest.mark.skipif(getattr(os, "pwritev", None) is None,
-                                reason="no os.pwritev here: pieces are written as they come")
+needs_pwritev = pytest.mark.skipif(getattr(os, "pwritev", None) is None,
+                                   reason="no os.pwritev here: pieces are written as they come")
 
 MiB = 1 << 20
 
@@ -61,6 +61,7 @@ def _recording(monkeypatch, cap=None):
     return calls
 
 
+@needs_pwritev
 def test_every_write_but_the_last_ends_on_a_2_mib_boundary(api, tmp_path, monkeypatch):
     calls = _recording(monkeypatch)
     t = _tensors()
@@ -73,6 +74,7 @@ def test_every_write_but_the_last_ends_on_a_2_mib_boundary(api, tmp_path, monkey
     assert ends[-1] <= os.path.getsize(p)
 
 
+@needs_pwritev
 def test_short_writes_go_on_where_they_stopped(api, tmp_path, monkeypatch):
     calls = _recording(monkeypatch, cap=4099)
     t = _tensors()
@@ -82,6 +84,7 @@ def test_short_writes_go_on_where_they_stopped(api, tmp_path, monkeypatch):
     assert len(calls) > 1000 and all(n <= 4099 for _, n, _ in calls)
 
 
+@needs_pwritev
 def test_more_pieces_than_one_pwritev_takes(api, tmp_path, monkeypatch):
     calls = _recording(monkeypatch)
     t = {"t%04d" % i: np.full(3, i, np.int16) for i in range(1500)}
@@ -90,3 +93,31 @@ def test_more_pieces_than_one_pwritev_takes(api, tmp_path, monkeypatch):
     kiln.save_tensors(p, t)
     assert _check(p, t) == _expected(t)
     assert max(k for _, _, k in calls) <= 1024 and len(calls) >= 3
+
+
+def test_without_pwritev_each_piece_is_written_as_it_comes(api, tmp_path, monkeypatch):
+    monkeypatch.setattr(atomic, "_pwritev", None)   # as on Windows
+    t = _tensors()
+    p = tmp_path / "m.kiln"
+    kiln.save_tensors(p, t, metadata={"step": 1})
+    assert _check(p, t) == _expected(t, metadata={"step": 1})
+
+
+@needs_pwritev
+def test_a_long_gap_is_a_hole_and_a_short_one_zeros(tmp_path, monkeypatch):
+    calls = _recording(monkeypatch)
+    p = tmp_path / "raw"
+    with atomic.AtomicFile(p) as out:
+        w = atomic.AlignedWriter(out)
+        w.write(b"a" * (2 * MiB))            # ends on the boundary: written at once
+        w.seek(2 * MiB + 100)                # short: zeros, in the next run
+        w.write(b"b" * 10)
+        w.seek(2 * MiB + 110 + 5000)         # long: the run ends, a hole
+        w.write(b"c")
+        w.flush()
+        with pytest.raises(ValueError):
+            w.seek(0)
+    want = b"a" * (2 * MiB) + bytes(100) + b"b" * 10 + bytes(5000) + b"c"
+    assert p.read_bytes() == want
+    assert [(at, n) for at, n, _ in calls] == [(0, 2 * MiB), (2 * MiB, 110),
+                                               (2 * MiB + 5110, 1)]

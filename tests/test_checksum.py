@@ -399,6 +399,25 @@ def test_crc32_combine_joins_two_crcs_as_zlib_does(api):
             crc32_oracle(a + b)
 
 
+def test_crc32_combine_of_lengths_past_32_bits_is_zlibs(api):
+    import ctypes
+    import ctypes.util
+    from kiln._files import checksum
+    name = ctypes.util.find_library("z")
+    if name is None:
+        pytest.skip("no libz to ask here (zlib's crc32_combine64 is the oracle)")
+    z = ctypes.CDLL(name)
+    z.crc32_combine64.restype = ctypes.c_ulong
+    z.crc32_combine64.argtypes = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_int64]
+    rng = np.random.default_rng(11)
+    for n in [0, 1, (1 << 32) - 1, 1 << 32, (1 << 32) + 1, (1 << 40) + 12345, (1 << 63) - 1] + \
+            [int(x) for x in rng.integers(1, 1 << 62, 20)]:
+        a, b = (int(x) for x in rng.integers(0, 1 << 32, 2))
+        assert checksum.crc32_combine(a, b, n) == z.crc32_combine64(a, b, n), n
+    with pytest.raises(ValueError):
+        checksum.crc32_combine(1, 2, -1)
+
+
 @pytest.mark.parametrize("sizes", [[9 << 20], [1, 9 << 20, 3], [4 << 20, 4 << 20, 1],
                                    [0, 5 << 20, 0, 5 << 20], [(4 << 20) + 1] * 2, [7, 2, 3]])
 def test_crcs_of_many_buffers_are_zlibs_wherever_the_half_falls(api, sizes):

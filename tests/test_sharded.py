@@ -370,6 +370,20 @@ def test_kiln_inspect_of_a_set_lists_every_shard_and_tensor(tmp_path):
     kiln.save_tensors(tmp_path / "model-00002-of-00004.kiln", {"other": np.ones(2)})
     r = _cli("inspect", tmp_path)
     assert r.returncode == 1 and "model-00002-of-00004.kiln" in r.stderr, r.stderr
+    # a shard whose header is damaged: the fault named in that shard, at its byte
+    raw = bytearray((tmp_path / "model-00003-of-00004.kiln").read_bytes())
+    raw[24:32] = (1 << 40).to_bytes(8, "little")
+    (tmp_path / "model-00002-of-00004.kiln").write_bytes(bytes(raw))
+    r = _cli("inspect", tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith(
+        "kiln inspect: %s: " % (tmp_path / "model-00002-of-00004.kiln")) and \
+        " at byte " in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # a folder holding two indexes: which one is asked, no traceback
+    (tmp_path / "other.kiln.index.json").write_text("{}")
+    for cmd in ("inspect", "check"):
+        r = _cli(cmd, tmp_path)
+        assert r.returncode == 2 and "holds 2" in r.stderr and "Traceback" not in r.stderr, \
+            r.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")

@@ -66,26 +66,33 @@ def _inspect_set(args: Any) -> int:
     """``kiln inspect`` of a sharded set: the index, then each shard's header and
     table (no payload read, nor fetched from a URL), one table across the set."""
     import json
+    import os
     import kiln
     from .._access import table
+    where = args.file   # the file a fault is in: the index, then each shard
     try:
         with kiln.open(args.file) as f:
             shards, rows = [], []
             for s in f.shards:
+                where = f.shard_path(s)
                 sf = f.shard(s)   # opened and checked against the index
                 raw = table(sf)
-                shards.append({"file": s, "tensors": len(raw), "size": size(sf.path)})
+                n = getattr(sf, "size", None)   # a URL's, from its first answer
+                shards.append({"file": s, "tensors": len(raw),
+                               "size": os.path.getsize(sf.path) if n is None else n})
                 rows.extend(dict(row(k, t), shard=s) for k, t in raw.items())
+            where = args.file
             order = {n: i for i, n in enumerate(f.keys())}
             rows.sort(key=lambda r: order[r["name"]])   # the index's order
             report = {"file": args.file, "kind": "sharded set", "index": f.path,
                       "total_size": f.total_size, "shards": shards, "tensors": rows,
                       "metadata": f.metadata}
     except kiln.KilnError as e:
-        raise Fail(located(getattr(e, "path", None) or args.file, e), EXIT_INVALID)
+        raise Fail(located(where, e), EXIT_INVALID)
     except OSError as e:
-        raise Fail("cannot read %s: %s" % (getattr(e, "filename", None) or args.file,
-                                           oserror(e)))
+        raise Fail("cannot read %s: %s" % (getattr(e, "filename", None) or where, oserror(e)))
+    except ValueError as e:   # a folder holding several indexes
+        raise Fail(str(e), EXIT_USAGE)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -148,6 +155,8 @@ def _check_set(path: str) -> int:
         return EXIT_INVALID
     except OSError as e:
         raise Fail("cannot read %s: %s" % (getattr(e, "filename", None) or path, oserror(e)))
+    except ValueError as e:   # a folder holding several indexes
+        raise Fail(str(e), EXIT_USAGE)
     print("%s: valid: a set of %d shards, the index's names matched; %s"
           % (path, shards, _check_words(count, summed)))
     return 0

@@ -325,7 +325,15 @@ def _bytes_view(data: Any) -> memoryview:
 
 HUGE_PAGE = 2 << 20   # the runs of a file Linux's page cache can map with one entry
 _pwritev: Any = getattr(os, "pwritev", None)
-_IOV_MAX = 1024       # buffers in one pwritev (Linux's limit)
+def _iov_max() -> int:
+    try:
+        n = os.sysconf("SC_IOV_MAX")
+    except (AttributeError, ValueError, OSError):
+        n = -1
+    return n if n > 0 else 16   # POSIX's least
+
+
+_IOV_MAX = _iov_max()  # buffers in one pwritev (1024 on Linux)
 _SMALL_GAP = 4096     # a gap this short is written as zeros, not left as a hole
 
 
@@ -357,7 +365,9 @@ class AlignedWriter:
             return
         if at < end:
             raise ValueError("AlignedWriter: offset %d is behind %d" % (at, end))
-        if self._views and at - end <= _SMALL_GAP:
+        if _pwritev is None:   # Windows: each piece at its offset, gaps left as holes
+            self._start = at
+        elif at - end <= _SMALL_GAP:
             self._views.append(bytes(at - end))
             self._n += at - end
         else:
@@ -367,7 +377,7 @@ class AlignedWriter:
     def write(self, data: Any) -> None:
         """``data`` after what was written or skipped so far."""
         view = _bytes_view(data)
-        if _pwritev is None:  # pragma: no cover - Windows
+        if _pwritev is None:  # Windows
             self._out._put(view, self._start)
             self._start += len(view)
             self._out.wrote(len(view))
@@ -407,6 +417,8 @@ class AlignedWriter:
             want = sum(len(v) for v in part)
             while want:
                 got = _pwritev(self._out.fd, part, at)
+                if got <= 0:
+                    raise OSError(errno.EIO, "pwritev wrote nothing", self._out.path)
                 at, want = at + got, want - got
                 while part and got >= len(part[0]):   # a short write: on from where it stopped
                     got -= len(part[0])

@@ -70,6 +70,8 @@ _X2N = _powers()
 def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC-32 of ``A + B`` from ``crc1`` of A, ``crc2`` of B and B's length
     (zlib's ``crc32_combine``): crc1 times x^(8 len2), plus crc2."""
+    if len2 < 0:
+        raise ValueError("crc32_combine: a length of %d bytes" % len2)
     p, k = 1 << 31, 3   # x^0; 2^3 bits a byte
     while len2:
         if len2 & 1:
@@ -111,6 +113,7 @@ def crcs(views: Sequence[Any]) -> List[int]:
         head = crc32(cut[:k])
     finally:
         helper.join()
+        cut.release()
     if len(second) == 1 and isinstance(second[0], BaseException):
         raise second[0]
     return first + [crc32_combine(head, second[0], lengths[j] - k)] + second[1:]
@@ -183,8 +186,9 @@ def check_directory(sums: bytes, d: Any, path: str, done: Optional[set] = None,
     table = rows(d)
     todo = [i for i, row in enumerate(table) if (done is None or i not in done) and (
         known is None or (pb + row[W.R_BYTE_OFFSET], row[W.R_BYTE_LENGTH]) not in known)]
-    views = [payload(d, i) for i in todo]
+    views: List[memoryview] = []
     try:
+        views.extend(payload(d, i) for i in todo)
         got = dict(zip(todo, crcs(views)))   # two threads from 8 MiB, then compared in order
     finally:
         for v in views:

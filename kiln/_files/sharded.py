@@ -347,7 +347,8 @@ class ShardedFile(Mapping[str, Tensor]):
     def weight_map(self) -> Dict[str, str]:
         return dict(self._map)
 
-    def _where(self, shard: str) -> str:
+    def shard_path(self, shard: str) -> str:
+        """Where the shard file ``shard`` is: a path beside the index, or a URL."""
         if self._remote:
             return self.path.rsplit("/", 1)[0] + "/" + shard
         return os.path.join(os.path.dirname(self.path), shard)
@@ -365,7 +366,7 @@ class ShardedFile(Mapping[str, Tensor]):
             wanted = self._groups.get(shard)
             if wanted is None:
                 raise KeyError(shard)
-            where = self._where(shard)
+            where = self.shard_path(shard)
             if self._remote:
                 from .remote import RemoteFile
                 f = RemoteFile(where, storage_options=self._storage, **self._options)
