@@ -49,6 +49,15 @@ def _kiln_entries():
 _BEFORE = _kiln_entries()
 
 
+@pytest.fixture(scope="session")
+def mypy_cache(tmp_path_factory):
+    """One mypy cache for the run's type checks of user code against the
+    checkout: the first check analyses numpy's and kiln's stubs (about 20 s),
+    the others reuse them (about 1 s).  mypy re-reads a module whose file, path
+    or size changed, and reports the errors of the files checked each time."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tempfile_under_basetemp(tmp_path_factory):
     """``tempfile`` (in this process and, through ``TMPDIR``, in every child a

@@ -365,13 +365,13 @@ def test_mixed_bases(impl):
         assert impl.decoder(list[Point3]).decode(buf) == v
 
 
-def test_mypy_accepts_records_and_reports_mistakes(tmp_path):
+def test_mypy_accepts_records_and_reports_mistakes(mypy_cache):
     parent = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
     env = dict(os.environ, MYPYPATH=mypy_path())
 
     def mypy(name):
         return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                               "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary",
+                               "--cache-dir", str(mypy_cache), "--no-error-summary",
                                os.path.join(HERE, "typing", name)],
                               capture_output=True, text=True, env=env, timeout=300)
     ok = mypy("record_code.py")

@@ -21,9 +21,10 @@ def test_user_code_runs():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
-def test_mypy(tmp_path):
-    assert TT._mypy(USER, tmp_path).returncode == 0, TT._mypy(USER, tmp_path).stdout
-    r = TT._mypy(MISTAKES, tmp_path)
+def test_mypy(mypy_cache):
+    ok = TT._mypy(USER, mypy_cache)
+    assert ok.returncode == 0, ok.stdout
+    r = TT._mypy(MISTAKES, mypy_cache)
     assert {int(m) for m in re.findall(r"records_mistakes\.py:(\d+): error", r.stdout)} \
         == _marked(), r.stdout
 

@@ -127,7 +127,7 @@ def _load_module(path):
     return mod
 
 
-def test_kiln_gen_writes_dataclasses_with_the_same_types(api, tmp_path):
+def test_kiln_gen_writes_dataclasses_with_the_same_types(api, tmp_path, mypy_cache):
     schema = tmp_path / "reading.json"
     schema.write_text(json.dumps(DOC))
     out = tmp_path / "records.py"
@@ -145,7 +145,7 @@ def test_kiln_gen_writes_dataclasses_with_the_same_types(api, tmp_path):
     assert kiln.decode(kiln.encode(rec, mod.Reading), mod.Reading) == rec
     env = dict(os.environ, MYPYPATH=mypy_path())
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                        "--cache-dir", str(tmp_path / "mypy"), str(out)],
+                        "--cache-dir", str(mypy_cache), str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout
 

@@ -182,7 +182,7 @@ def test_generated_modules_pass_pyflakes(generated):
     assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
 
 
-def test_generated_modules_and_their_use_pass_mypy_strict(generated, tmp_path):
+def test_generated_modules_and_their_use_pass_mypy_strict(generated, mypy_cache):
     pytest.importorskip("mypy")   # the [test] extra
     d, _ = generated
     use = d / "use_generated.py"
@@ -199,7 +199,7 @@ def test_generated_modules_and_their_use_pass_mypy_strict(generated, tmp_path):
                    "a = gen_optional.Rec(7, None, 0.5)\n")   # score is keyword-only
     env = dict(os.environ, MYPYPATH=mypy_path(d))
     cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-           "--cache-dir", str(tmp_path / "mypy")]
+           "--cache-dir", str(mypy_cache)]
     r = subprocess.run(cmd + _source_files(d) + [str(use)], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -151,7 +151,7 @@ def test_generated_types_hash_as_the_schema(api, tmp_path, case):
     assert kiln.decode(buf, mod.ROOT, frame=True) == rec
 
 
-def test_kiln_gen_on_hostile_names_imports_and_type_checks(tmp_path):
+def test_kiln_gen_on_hostile_names_imports_and_type_checks(tmp_path, mypy_cache):
     doc = {"type": "object", "title": "rec", "$defs": dict(DOCS["collisions"][0]["$defs"]),
            "properties": {}}
     for case in ("collisions", "dunders", "keywords", "case", "module-names"):
@@ -173,7 +173,7 @@ def test_kiln_gen_on_hostile_names_imports_and_type_checks(tmp_path):
     pytest.importorskip("mypy")   # the [test] extra; the wheel jobs count it as skipped
     env = dict(os.environ, MYPYPATH=mypy_path())
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                        "--cache-dir", str(tmp_path / "mypy"), str(out)],
+                        "--cache-dir", str(mypy_cache), str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout
 

@@ -301,7 +301,7 @@ def test_load_file_of_a_dtype_torch_lacks_names_the_tensor(api, torch, tmp_path)
 
 # --- typed: mypy --strict on user code ----------------------------------------------------
 
-def test_mypy_strict_checks_kiln_torch_user_code(torch, tmp_path):
+def test_mypy_strict_checks_kiln_torch_user_code(torch, mypy_cache):
     import importlib.util
     from _util import mypy_path
     if importlib.util.find_spec("mypy") is None:
@@ -309,7 +309,7 @@ def test_mypy_strict_checks_kiln_torch_user_code(torch, tmp_path):
     here = os.path.join(ROOT, "tests", "typing")
     code, mistakes = os.path.join(here, "torch_code.py"), os.path.join(here, "torch_mistakes.py")
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                        "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary", code,
+                        "--cache-dir", str(mypy_cache), "--no-error-summary", code,
                         mistakes], capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, MYPYPATH=mypy_path()))
     errors = [line for line in r.stdout.splitlines() if ": error:" in line]

@@ -45,21 +45,21 @@ def _need(module, dist):
         pytest.skip(msg)
 
 
-def _mypy(path, tmp_path):
+def _mypy(path, cache):
     _need("mypy", "mypy")
     env = dict(os.environ, MYPYPATH=mypy_path())
     return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                           "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary", path],
+                           "--cache-dir", str(cache), "--no-error-summary", path],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_mypy_strict_accepts_typical_user_code(tmp_path):
-    r = _mypy(USER, tmp_path)
+def test_mypy_strict_accepts_typical_user_code(mypy_cache):
+    r = _mypy(USER, mypy_cache)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_mypy_reports_each_mistake(tmp_path):
-    r = _mypy(MISTAKES, tmp_path)
+def test_mypy_reports_each_mistake(mypy_cache):
+    r = _mypy(MISTAKES, mypy_cache)
     lines = {int(m) for m in re.findall(r"user_mistakes\.py:(\d+): error", r.stdout)}
     assert lines == set(_mistake_lines()), r.stdout
 

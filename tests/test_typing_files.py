@@ -20,8 +20,8 @@ def test_the_file_api_code_runs():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
-def test_mypy_strict_accepts_the_file_api_code(tmp_path):
-    r = _mypy(FILE_API, tmp_path)
+def test_mypy_strict_accepts_the_file_api_code(mypy_cache):
+    r = _mypy(FILE_API, mypy_cache)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
