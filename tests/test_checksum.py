@@ -337,6 +337,28 @@ def test_the_crcs_computed_during_the_read_are_those_of_the_bytes_kept(api, tmp_
     assert early.known == {s: zlib.crc32(buf[s[0]:s[0] + s[1]]) for s in spans.values()}
 
 
+def test_a_file_with_metadata_but_no_checksums_is_not_summed(api, tmp_path):
+    """The thread reads the metadata ahead of the read and sums nothing when it
+    holds no checksum entry; a user value that only looks like the key makes
+    it sum (a cache: the file still loads, with nothing to compare)."""
+    import zlib
+    from kiln._files import local, overlap as checksum
+    rng = np.random.default_rng(3)
+    t = {"a": rng.random(checksum.OVERLAP_MIN // 8)}
+    for meta, summed in (({"step": 1}, False), ({"note": "__kiln_checksum__"}, True)):
+        p = tmp_path / "m.kiln"
+        kiln.save_tensors(p, t, metadata=meta)
+        early = checksum.Overlapped(False, 1 << 20, 1 << 20)
+        out = local.read_owned(str(p), None, early)
+        buf = p.read_bytes()
+        assert bytes(out) == buf and not _crc_threads()
+        ts, _ = kiln_ref.read_directory(buf, 0)
+        want = {(buf.find(x["payload"]), len(x["payload"])): zlib.crc32(x["payload"])
+                for x in ts}
+        assert early.known == (want if summed else {})
+        assert np.array_equal(kiln.load_tensors(p, copy=True)["a"].numpy(), t["a"])
+
+
 def test_a_read_that_stops_leaves_only_whole_payloads_summed(api, tmp_path):
     import zlib
     from kiln._files import overlap as checksum

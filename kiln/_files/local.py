@@ -215,7 +215,7 @@ _NO_COMMIT = (8, 14, 1455)
 def read_owned(p: str, prog: Optional[Progress] = None, follower: Any = None) -> np.ndarray:
     """The whole file in a read-only array this process owns.
 
-    ``follower`` (an object with ``start(array)``, ``advance(n)`` and
+    ``follower`` (an object with ``start(array, fd)``, ``advance(n)`` and
     ``finish()``, such as :class:`kiln._files.overlap.Overlapped`) is told
     each time more of the array holds the file's bytes, so that a second
     thread can work on the first bytes while the rest is read; ``finish()``
@@ -231,7 +231,7 @@ def read_owned(p: str, prog: Optional[Progress] = None, follower: Any = None) ->
         if prog is not None:
             prog.start(size)
         if follower is not None:
-            follower.start(out)
+            follower.start(out, f.fileno())
         try:
             while got < size:
                 n = f.readinto(view[got:got + step])

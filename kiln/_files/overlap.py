@@ -2,15 +2,19 @@
 memory (``kiln.load_tensors(copy=True)`` with checksums verified): see
 :class:`Overlapped`."""
 
+import os
 import threading
 from typing import Any, Dict, Optional, Tuple
 
 from .. import _compat
 from .. import _wire as W
 from .base import has_metadata, open_table
+from .checksum import KEY
 from .tables import rows
 
 OVERLAP_MIN = 1 << 22   # files smaller than this are read, then summed, in one thread
+_META_PEEK = 16 << 20   # metadata longer than this is not read ahead: the payloads are summed
+CHECKSUM_KEY = KEY.encode()   # in the metadata's bytes whenever it holds the entry
 
 
 class Overlapped:
@@ -34,11 +38,15 @@ class Overlapped:
         self._got = 0
         self._stop = False
         self._out: Any = None
+        self._fd: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self.known: Dict[Tuple[int, int], int] = {}
 
-    def start(self, out: Any) -> None:
+    def start(self, out: Any, fd: Optional[int] = None) -> None:
+        """Follow the read into ``out`` of the file open as ``fd`` (which the
+        thread may ``pread`` the metadata from, ahead of the read)."""
         self._out = out
+        self._fd = fd
         if len(out) < OVERLAP_MIN:   # a thread costs more than it saves
             return
         self._thread = threading.Thread(target=self._run, name="kiln-crc32", daemon=True)
@@ -79,9 +87,26 @@ class Overlapped:
         if base > size or not self._wait(base):
             return ()
         d, _ = open_table(out, *self._caps)
-        if not has_metadata(rows(d), ""):   # no metadata, no checksums: nothing to compute
+        table = rows(d)
+        if not has_metadata(table, ""):   # no metadata, no checksums: nothing to compute
             return ()
-        return sorted((base + r[W.R_BYTE_OFFSET], r[W.R_BYTE_LENGTH]) for r in rows(d))
+        meta = table[-1]
+        if not self._may_hold_checksums(base + meta[W.R_BYTE_OFFSET], meta[W.R_BYTE_LENGTH]):
+            return ()
+        return sorted((base + r[W.R_BYTE_OFFSET], r[W.R_BYTE_LENGTH]) for r in table)
+
+    def _may_hold_checksums(self, at: int, n: int) -> bool:
+        """False only when the metadata's bytes, read from the file ahead of the
+        read (it is usually last), do not hold the checksum entry's key: then
+        the file records no checksums and nothing is summed.  True when they
+        do, or when they cannot be read here (the sums are only a cache)."""
+        if self._fd is None or n > _META_PEEK:
+            return True
+        try:
+            blob = os.pread(self._fd, n, at)
+        except OSError:
+            return True
+        return len(blob) < n or CHECKSUM_KEY in blob
 
     def _digest(self, spans: Any) -> None:
         view = memoryview(self._out)
