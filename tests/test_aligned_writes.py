@@ -121,3 +121,22 @@ def test_a_long_gap_is_a_hole_and_a_short_one_zeros(tmp_path, monkeypatch):
     assert p.read_bytes() == want
     assert [(at, n) for at, n, _ in calls] == [(0, 2 * MiB), (2 * MiB, 110),
                                                (2 * MiB + 5110, 1)]
+
+
+@needs_pwritev
+def test_progress_counts_a_piece_once_its_bytes_are_in_the_file(api, tmp_path, monkeypatch):
+    calls = _recording(monkeypatch)
+    t = _tensors()
+    seen = []
+    kiln.save_tensors(tmp_path / "m.kiln", t, progress=lambda done, total: seen.append(
+        (done, total, sum(n for _, n, _ in calls))))
+    total = sum(a.nbytes for a in t.values())
+    assert seen[-1][:2] == (total, total) and [d for d, _, _ in seen] == sorted(
+        d for d, _, _ in seen)
+    assert all(done <= in_file for done, _, in_file in seen), seen
+    small = []   # two small tensors: both counted at the one write that holds them
+    calls.clear()
+    kiln.save_tensors(tmp_path / "p.kiln", {"a": np.zeros(1000, np.float32),
+                                            "b": np.ones(24, np.int8)},
+                      progress=lambda done, total: small.append((done, total, len(calls))))
+    assert small == [(4000, 4024, 1), (4024, 4024, 1)]

@@ -37,7 +37,7 @@ import re
 import stat
 import sys
 import threading
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from .paths import local_path
 
@@ -325,6 +325,8 @@ def _bytes_view(data: Any) -> memoryview:
 
 HUGE_PAGE = 2 << 20   # the runs of a file Linux's page cache can map with one entry
 _pwritev: Any = getattr(os, "pwritev", None)
+
+
 def _iov_max() -> int:
     try:
         n = os.sysconf("SC_IOV_MAX")
@@ -350,13 +352,17 @@ class AlignedWriter:
     in aligned runs it maps with one fault per 2 MiB.  Gaps of at most 4 KiB
     (alignment padding) are written as zeros; a longer one ends the run and
     is left as a hole.  Where ``os.pwritev`` is missing, each piece is
-    written as it comes."""
+    written as it comes.  ``prog`` (a :class:`kiln._files.progress.Progress`)
+    is told of each piece written with ``counted=True`` once its last byte is
+    in the file."""
 
-    def __init__(self, out: "AtomicFile") -> None:
+    def __init__(self, out: "AtomicFile", prog: Any = None) -> None:
         self._out = out
+        self._prog = prog
         self._start = 0            # the file offset of the first pending byte
         self._views: List[Any] = []
         self._n = 0                # pending bytes
+        self._counted: List[Tuple[int, int]] = []   # (end offset, bytes) not yet reported
 
     def seek(self, at: int) -> None:
         """Go on at byte ``at`` (never backwards): zeros up to it, or a hole."""
@@ -374,17 +380,22 @@ class AlignedWriter:
             self.flush()
             self._start = at
 
-    def write(self, data: Any) -> None:
-        """``data`` after what was written or skipped so far."""
+    def write(self, data: Any, counted: bool = False) -> None:
+        """``data`` after what was written or skipped so far (``counted``: its
+        length reported to ``prog`` once it is written)."""
         view = _bytes_view(data)
         if _pwritev is None:  # Windows
             self._out._put(view, self._start)
             self._start += len(view)
             self._out.wrote(len(view))
+            if counted:
+                self._prog.add(len(view))
             return
         self._views.append(view)
         self._n += len(view)
         stop = self._start + self._n
+        if counted:
+            self._counted.append((stop, len(view)))
         cut = stop - stop % HUGE_PAGE
         if cut > self._start:
             self._write(cut - self._start)
@@ -428,6 +439,13 @@ class AlignedWriter:
         self._start += k
         self._n -= k
         self._out.wrote(k)
+        done = 0
+        for end, n in self._counted:
+            if end > self._start:
+                break
+            done += 1
+            self._prog.add(n)
+        del self._counted[:done]
 
 
 def pwrite_all(fd: int, data: Any, at: int) -> int:

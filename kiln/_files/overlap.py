@@ -14,7 +14,7 @@ from .tables import rows
 
 OVERLAP_MIN = 1 << 22   # files smaller than this are read, then summed, in one thread
 _META_PEEK = 16 << 20   # metadata longer than this is not read ahead: the payloads are summed
-CHECKSUM_KEY = KEY.encode()   # in the metadata's bytes whenever it holds the entry
+_KEY_BYTES = KEY.encode()     # in the metadata's bytes whenever it holds the entry
 
 
 class Overlapped:
@@ -106,7 +106,7 @@ class Overlapped:
             blob = os.pread(self._fd, n, at)
         except OSError:
             return True
-        return len(blob) < n or CHECKSUM_KEY in blob
+        return len(blob) < n or _KEY_BYTES in blob
 
     def _digest(self, spans: Any) -> None:
         view = memoryview(self._out)

@@ -28,17 +28,22 @@ PathLike = Union[str, "os.PathLike[str]"]
 _P = W.R_PAYLOAD   # a write record's payload (or, in a head's records, its length)
 
 
+def _pieces(payload: Any) -> Any:
+    """A payload's bytes in pieces of _progress.STEP, for counting progress."""
+    with memoryview(payload) as v:
+        b = v.cast("B") if v.ndim != 1 or v.format != "B" else v
+        for at in range(0, len(b), _progress.STEP):
+            yield b[at:at + _progress.STEP]
+
+
 def write_payload(write: Any, payload: Any, prog: Optional[Progress]) -> None:
     """One payload, in pieces of _progress.STEP bytes when progress is counted."""
     if prog is None:
         write(payload)
         return
-    with memoryview(payload) as v:
-        b = v.cast("B") if v.ndim != 1 or v.format != "B" else v
-        for at in range(0, len(b), _progress.STEP):
-            piece = b[at:at + _progress.STEP]
-            write(piece)
-            prog.add(len(piece))
+    for piece in _pieces(payload):
+        write(piece)
+        prog.add(len(piece))
 
 
 def write_block(out: AtomicFile, metas: Sequence[tuple], payloads: Sequence[Any],
@@ -46,13 +51,18 @@ def write_block(out: AtomicFile, metas: Sequence[tuple], payloads: Sequence[Any]
     """Head, then each payload straight from its buffer (None: left as zeros), in
     writes that end on 2 MiB boundaries (:class:`AlignedWriter`)."""
     head, places, total = block_head(metas, 0)
-    w = AlignedWriter(out)
+    w = AlignedWriter(out, prog)
     w.write(head)
     base = len(head)
     for place, payload in zip(places, payloads):
-        if payload is not None:
-            w.seek(base + place)
-            write_payload(w.write, payload, prog)
+        if payload is None:
+            continue
+        w.seek(base + place)
+        if prog is None:
+            w.write(payload)
+        else:   # each piece counted once its bytes are in the file
+            for piece in _pieces(payload):
+                w.write(piece, counted=True)
     w.flush()
     out.f.truncate(base + total)   # a trailing hole or gap reads as zeros
 
