@@ -434,22 +434,14 @@ def _gf2_times(mat, vec):
 def _combine_by_matrices(crc1, crc2, len2):
     """zlib 1.2.11's crc32_combine (32x32 bit matrices over GF(2), squared once a
     bit of the length): another method than kiln's powers of x, for an oracle."""
-    odd = [0xEDB88320] + [1 << n for n in range(31)]   # one zero bit
-    even = [_gf2_times(odd, odd[n]) for n in range(32)]   # two
-    odd = [_gf2_times(even, even[n]) for n in range(32)]  # four
-    while True:
-        even = [_gf2_times(odd, odd[n]) for n in range(32)]
+    mat = [0xEDB88320] + [1 << n for n in range(31)]   # appending one zero bit
+    for _ in range(3):                                    # ... then eight: one byte
+        mat = [_gf2_times(mat, mat[n]) for n in range(32)]
+    while len2:
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(mat, crc1)
         len2 >>= 1
-        if not len2:
-            break
-        odd = [_gf2_times(even, even[n]) for n in range(32)]
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
+        mat = [_gf2_times(mat, mat[n]) for n in range(32)]   # twice as many bytes
     return crc1 ^ crc2
 
 
