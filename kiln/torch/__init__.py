@@ -1,0 +1,30 @@
+"""PyTorch state dicts as Kiln tensor files: ``save_file``, ``load_file`` and
+``load_model``, the calls ``safetensors.torch`` users type.
+
+torch is imported when one of them is first called, never by ``import kiln``
+nor by ``import kiln.torch``; it is not in any of kiln's extras (install it
+as PyTorch says).  The files are plain Kiln tensor files: any Kiln reader
+(``kiln.open``, ``kiln.load_tensors``, ``kiln inspect``) reads them.
+
+- Every torch dtype with a Kiln twin is stored bit for bit, bf16 and the
+  float8 kinds included (no ml_dtypes needed); see ``kiln._tensors.foreign``.
+- ``load_file`` hands out CPU tensors that view the file's copy-on-write
+  mapping with no copy: an in-place change (``x.add_(1)``) changes this
+  process's private copy of those pages, never the file.
+- Shared tensors (tied weights: two names for the same memory, the same
+  shape, strides and dtype) are stored once, under the first of their names
+  in sorted order, and the other names are recorded in the metadata under
+  the reserved key ``__kiln_torch_aliases__`` (alias name -> stored name);
+  ``load_file`` gives every name back, the aliases as the same tensor
+  object, and ``load_model`` fills both.  Two tensors that overlap in memory
+  any other way (a slice of another) are refused naming both: store a
+  ``.clone()``.  Views of one storage that do not overlap are stored as
+  separate tensors (their values, not their common storage).
+"""
+
+from ._common import ALIASES_KEY, IncompatibleKeys, LoadError
+from ._save import save_file, shared_names
+from ._load import load_file, load_model
+
+__all__ = ["save_file", "load_file", "load_model", "IncompatibleKeys", "LoadError",
+           "ALIASES_KEY", "shared_names"]

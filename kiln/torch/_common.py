@@ -1,0 +1,74 @@
+"""What kiln.torch's modules share: torch imported on first use, the dtype
+table, the reserved metadata key and the errors of ``load_model``."""
+
+from typing import Any, List, NamedTuple, Tuple, Union
+import os
+
+__all__ = ["ALIASES_KEY", "PathLike", "IncompatibleKeys", "LoadError", "torch_module",
+           "TORCH_DTYPES", "dtype_of"]
+
+ALIASES_KEY = "__kiln_torch_aliases__"
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Kiln dtype name -> torch dtype name: the dtypes with the same bits on both sides
+TORCH_DTYPES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
+    "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "e8m0": "float8_e8m0fnu",
+    "bool": "bool", "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16",
+    "i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64",
+}
+
+
+class IncompatibleKeys(NamedTuple):
+    """What :func:`load_model` found on one side only (``strict=False``), as
+    ``torch.nn.Module.load_state_dict`` returns it."""
+
+    missing_keys: List[str]
+    unexpected_keys: List[str]
+
+
+class LoadError(RuntimeError):
+    """The file does not fit the model: nothing was copied.
+
+    A ``RuntimeError`` as ``torch.nn.Module.load_state_dict`` raises, whose
+    message lists every problem; the attributes hold them one by one.
+
+    Attributes:
+        missing_keys: names the model has and the file lacks (strict only).
+        unexpected_keys: names the file has and the model lacks (strict only).
+        mismatched: ``(name, message)`` of each tensor of another shape or dtype.
+    """
+
+    def __init__(self, model: str, missing_keys: List[str], unexpected_keys: List[str],
+                 mismatched: List[Tuple[str, str]]) -> None:
+        self.missing_keys = missing_keys
+        self.unexpected_keys = unexpected_keys
+        self.mismatched = mismatched
+        lines = ["Error(s) in loading state_dict for %s:" % model]
+        if missing_keys:
+            lines.append("Missing key(s) in state_dict: %s." % _quoted(missing_keys))
+        if unexpected_keys:
+            lines.append("Unexpected key(s) in state_dict: %s." % _quoted(unexpected_keys))
+        lines.extend(what + "." for _, what in mismatched)
+        RuntimeError.__init__(self, "\n\t".join(lines))
+
+
+def _quoted(names: List[str]) -> str:
+    return ", ".join('"%s"' % n for n in names)
+
+
+def torch_module() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("kiln.torch needs PyTorch, which is not installed "
+                          "(see https://pytorch.org for the command)") from None
+    return torch
+
+
+
+
+def dtype_of(torch: Any, label: str) -> Any:
+    """torch's dtype for the Kiln dtype ``label`` (``"bf16"``), None if it has none."""
+    name = TORCH_DTYPES.get(label)
+    return getattr(torch, name, None) if name is not None else None
