@@ -91,6 +91,52 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_addoption(parser):
     parser.addoption("--c-extensions", action="store_true", default=False,
                      help="the compiled kernels must be importable, and are tested")
+    parser.addoption("--require-torch", action="store_true", default=False,
+                     help="torch and transformers are installed: a test skipped for "
+                          "want of either fails (a skip naming CUDA stays a skip)")
+
+
+# The torch and transformers tests: every test of a module that imports or
+# asks for either.  `-m torch` selects them (.ci/run runs them with
+# --require-torch after installing both).
+_TORCH_WORDS = ("import torch", 'importorskip("torch"', "importorskip('torch'",
+                'importorskip("transformers"', "import transformers")
+_torch_modules = {}
+
+
+def _mentions_torch(path):
+    found = _torch_modules.get(path)
+    if found is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        found = _torch_modules[path] = any(w in text for w in _TORCH_WORDS)
+    return found
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "torch: needs torch or transformers (chosen by "
+                                       "tests/conftest.py from what the module imports)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _mentions_torch(str(item.fspath)):
+            item.add_marker(pytest.mark.torch)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and item.config.getoption("--require-torch"):
+        reason = str(rep.longrepr[-1] if isinstance(rep.longrepr, tuple) else rep.longrepr)
+        low = reason.lower()
+        if ("torch" in low or "transformers" in low) and "cuda" not in low:
+            rep.outcome = "failed"
+            rep.longrepr = "skipped under --require-torch: " + reason
 
 
 def _compiled_or_none():
