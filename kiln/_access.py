@@ -19,19 +19,20 @@ from ._compat import COMPILED_TENSOR_LAYER
 from ._tensors.dtypes import _dtype_code_of_numpy
 from ._tensors.tensor import dtype_label
 from ._files.atomic import AtomicFile
-from ._files.local import file_size, read_head
+from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, local_path
 from ._files.progress import make as check_progress, session as progress_session
 from ._files.save import write_payload
 from ._files.tables import tensor_offset, tensor_row
 from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
-                             strict_json, write_index)
+                             strict_json)
+from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
 
 __all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path",
-           "foreign_hint", "FOREIGN_HEAD", "read_head", "file_size", "table", "file_offset",
+           "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",
            "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
-           "parse_index", "read_index", "write_index", "metadata_blob",
+           "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "metadata_blob",
            "metadata_of_blob", "strict_json"]
 
 

@@ -21,6 +21,9 @@ def _what(v):
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _EPOCH_DAY = _dt.date(1970, 1, 1).toordinal()
 _US = _dt.timedelta(microseconds=1)
+# the microseconds from the epoch a reader can give back as an aware datetime
+_DT_MIN_US = (_dt.datetime.min.replace(tzinfo=_dt.timezone.utc) - _EPOCH) // _US
+_DT_MAX_US = (_dt.datetime.max.replace(tzinfo=_dt.timezone.utc) - _EPOCH) // _US
 
 
 def _dt_to(v):
@@ -29,7 +32,12 @@ def _dt_to(v):
     if v.tzinfo is None or v.utcoffset() is None:
         raise ConvError("datetime %s is naive: kiln writes instants in UTC, give it a tzinfo "
                         "(datetime.timezone.utc for UTC)" % v.isoformat())
-    return (v - _EPOCH) // _US
+    n = (v - _EPOCH) // _US
+    if not _DT_MIN_US <= n <= _DT_MAX_US:   # written, it could never be read back
+        raise ConvError("datetime %s is in UTC outside datetime's range (years 1 to 9999): "
+                        "kiln writes instants in UTC and reads them back as such"
+                        % v.isoformat())
+    return n
 
 
 def _dt_from(n):
@@ -72,7 +80,12 @@ def _iso(v):
 
 def _from_iso(cls):
     def parse(v):
-        return cls.fromisoformat(v) if isinstance(v, str) else v
+        if not isinstance(v, str):
+            return v
+        try:
+            return cls.fromisoformat(v)
+        except ValueError as e:
+            raise ConvError("%r is not an ISO 8601 %s (%s)" % (v[:40], cls.__name__, e)) from None
     return parse
 
 
@@ -81,7 +94,12 @@ def _us_json(v):
 
 
 def _td_json_in(v):
-    return _dt.timedelta(microseconds=v) if type(v) is int else v
+    if type(v) is not int:
+        return v
+    try:
+        return _dt.timedelta(microseconds=v)
+    except OverflowError:
+        raise ConvError("%d microseconds is outside timedelta's range" % v) from None
 
 
 DATETIME = Mapped(i64, "datetime", ("datetime",), _dt_to, _dt_from, _from_iso(_dt.datetime),
@@ -105,7 +123,12 @@ def _uuid_from(b):
 
 
 def _uuid_json_in(v):
-    return _uuid.UUID(v) if isinstance(v, str) else v
+    if not isinstance(v, str):
+        return v
+    try:
+        return _uuid.UUID(v)
+    except ValueError:
+        raise ConvError("%r is not a UUID" % (v[:40],)) from None
 
 
 _DECIMAL = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
@@ -122,11 +145,21 @@ def _dec_to(v):
 def _dec_from(s):
     if not _DECIMAL.match(s):
         raise ConvError("%r is not a decimal number" % (s[:40],))
-    return _decimal.Decimal(s)
+    return _decimal_of(s)
+
+
+def _decimal_of(v):
+    try:
+        return _decimal.Decimal(v)
+    except (ArithmeticError, ValueError):   # decimal.InvalidOperation: an exponent past
+        raise ConvError("%r is not a decimal number Python's Decimal can hold"
+                        % (str(v)[:40],)) from None
 
 
 def _dec_json_in(v):
-    return _decimal.Decimal(v) if isinstance(v, (str, int)) and type(v) is not bool else v
+    if isinstance(v, str) and not _DECIMAL.match(v):
+        raise ConvError("%r is not a decimal number" % (v[:40],))
+    return _decimal_of(v) if isinstance(v, (str, int)) and type(v) is not bool else v
 
 
 UUID = Mapped(bytes_, "UUID", ("uuid",), _uuid_to, _uuid_from, _uuid_json_in, str)

@@ -28,7 +28,8 @@ docs/architecture.md); this module is its public face.
 from ._files.kilnfile import KilnFile
 from ._files.load import load, load_metadata, load_tensors, open  # noqa: A004
 from ._files.save import save, save_tensors
-from ._files.sharded import ShardedFile, save_sharded
+from ._files.sharded import ShardedFile
+from ._files.shardsave import save_sharded
 from ._files.writer import TensorWriter
 
 __all__ = ["save_tensors", "load_tensors", "load_metadata", "save", "load", "open", "KilnFile",

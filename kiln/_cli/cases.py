@@ -34,12 +34,13 @@ def run_case(case: Dict[str, Any], kiln: Any) -> Any:
 def cmd_cases(args: Any) -> int:
     import json
     import kiln
+    from .._access import open_regular_file
     path = args.file or _cases_path()
     try:
-        with open(path) as f:
+        with open_regular_file(path, text=True) as f:
             cases = json.load(f)["cases"]
     except OSError as e:
-        raise Fail("cannot read %s: %s" % (path, e.strerror))
+        raise Fail("cannot read %s: %s" % (path, e.strerror or e))
     except (ValueError, KeyError, TypeError):
         raise Fail("%s is not a Kiln case file (JSON with a \"cases\" list)" % path, EXIT_INVALID)
     failed = 0
@@ -68,12 +69,13 @@ def cmd_hash(args: Any) -> int:
     return 0
 def cmd_gen(args: Any) -> int:
     from ..schema import generate
+    from .._access import open_regular_file
     import kiln
     try:
-        with open(args.schema, "rb") as f:
+        with open_regular_file(args.schema) as f:
             text = f.read()
     except OSError as e:
-        raise Fail("cannot read %s: %s" % (args.schema, e.strerror))
+        raise Fail("cannot read %s: %s" % (args.schema, e.strerror or e))
     try:
         src = generate(text, args.root)   # the text is parsed once, by the reader
     except kiln.KilnError as e:   # SchemaError included: TYPE, DEPTH or LIMIT

@@ -11,9 +11,10 @@ def _record_type(args: Any) -> Optional[Any]:
     """The record type from --type or --schema (a JSON Schema file)."""
     import json
     import kiln
+    from .._access import open_regular_file
     if getattr(args, "schema", None):
         try:
-            with open(args.schema, encoding="utf-8") as f:
+            with open_regular_file(args.schema, text=True) as f:
                 # JSON's own values: arrays as lists (a uint8 array is no base64 text)
                 return kiln.schema_from_json(json.load(f), arrays="list")
         except OSError as e:
@@ -94,7 +95,7 @@ def convert_wanted(args: Any) -> bool:
 def convert_records(args: Any) -> int:
     import time
     import kiln
-    from ..records.tools import jsonl_to_records, records_to_jsonl
+    from ..records.tools import JsonLinesError, jsonl_to_records, records_to_jsonl
     t = _record_type(args)
     to_records = args.src.lower().endswith(".jsonl")
     if t is None and to_records:
@@ -114,8 +115,10 @@ def convert_records(args: Any) -> int:
             n = records_to_jsonl(args.src, args.dst, t)
     except TypeError as e:      # a record file that stores no type text, and none given
         raise Fail("%s; --schema FILE or --type TEXT gives it" % e)
-    except kiln.KilnError as e:   # the record file's fault, where it is
-        raise Fail(located(args.src, e), 1)
+    except kiln.KilnError as e:
+        if isinstance(e, JsonLinesError):   # a line: the file, the line and the field
+            raise Fail(str(e).replace("pass round_floats=True", "pass --round-floats"), 1)
+        raise Fail(located(args.src, e), 1)   # the record file's fault, where it is
     except ValueError as e:   # a JSON Lines line: the file, the line and the field
         # (the library's option is this command's flag)
         raise Fail(str(e).replace("pass round_floats=True", "pass --round-floats"), 1)

@@ -18,6 +18,19 @@ shards: that would open every shard).  When a shard is opened, its tensor
 names must be exactly those the index maps to it: a tensor the index does
 not list there (a name of another shard included: a name is in one shard
 only) or a listed tensor the shard lacks is ``KilnError`` ``TYPE``.
+
+A tensor saved under two names (tied weights) is stored once: the
+``weight_map`` names the stored tensors only, and the index's metadata maps
+each other name to its stored one under :data:`ALIASES_KEY`.  A shard name
+is checked as it is and again after percent-decoding, and is percent-encoded
+when it is joined to an index URL, so a name can never reach another path on
+a server that decodes paths.
+
+A set saved into a folder that holds a set is replaced whole: the new shards
+take names the old index does not use, the index is replaced last (one
+atomic rename), and only then are the old index's shards removed; a save that
+fails or is killed at any step leaves the complete old set or the complete
+new one (and at worst unused shard files).
 """
 
 import os
@@ -27,7 +40,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .. import _meta
 from .. import _wire as W
-from .._errors import EncodeError, KilnError
+from .._errors import KilnError
 from .tables import Tensor
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -36,6 +49,7 @@ MAX_INDEX = 100_000_000      # bytes of an index (safetensors' limit on its own 
 MAX_INDEX_VALUES = 1 << 21   # JSON values in an index (two a tensor: ~1M tensors)
 KILN_INDEX = ".kiln.index.json"
 ST_INDEX = ".safetensors.index.json"
+ALIASES_KEY = "__kiln_aliases__"   # in an index's metadata: alias name -> stored name
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
           "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
@@ -97,10 +111,40 @@ def _at(raw: bytes, text: str) -> int:
     return max(k, 0)
 
 
+def _plain(name: str) -> bool:
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\:\0") and \
+        name.strip() == name
+
+
 def plain_file_name(name: Any) -> bool:
-    """A file name in the index's own folder: no directory part, nothing outside."""
-    return isinstance(name, str) and name not in ("", ".", "..") and \
-        not any(c in name for c in "/\\:\0") and name.strip() == name
+    """A file name in the index's own folder: no directory part, nothing outside,
+    as it is and after percent-decoding (what a server that decodes paths sees)."""
+    if not isinstance(name, str) or not _plain(name):
+        return False
+    if "%" not in name:
+        return True
+    from urllib.parse import unquote
+    return _plain(unquote(name, errors="strict")) if _decodes(name) else False
+
+
+def _decodes(name: str) -> bool:
+    from urllib.parse import unquote
+    try:
+        unquote(name, errors="strict")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def url_parts(url: str) -> Tuple[str, str]:
+    """(the URL without its query or fragment, the ``?query`` kept for each shard)."""
+    cut = min([i for i in (url.find("?"), url.find("#")) if i >= 0] or [len(url)])
+    return url[:cut], url[cut:].split("#", 1)[0]
+
+
+def is_index_name(path: str) -> bool:
+    """Does ``path`` (a path or a URL, its query aside) name a set's index?"""
+    return (url_parts(path)[0] if "://" in path else path).endswith(".index.json")
 
 
 def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_MAX_COUNT
@@ -162,7 +206,29 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
                                 "a %s shard" % (path, name, shard, suffix))
             groups[shard] = g = []
         g.append(name)
-    return Index(wm, meta, groups)
+    return Index(wm, meta, groups, _aliases(raw, path, meta, wm))
+
+
+def _aliases(raw: bytes, path: str, meta: Dict[str, Any], wm: Dict[str, str]
+             ) -> Dict[str, str]:
+    found = meta.get(ALIASES_KEY)
+    if found is None:
+        return {}
+    bad = None
+    if not isinstance(found, dict):
+        bad = "is not an object"
+    else:
+        for alias, name in found.items():
+            if not isinstance(name, str) or name not in wm:
+                bad = "maps %r to %r, which the weight_map does not list" % (alias, name)
+            elif alias in wm or alias in ("", _meta.META_NAME):
+                bad = "maps %r, a stored (or reserved) name, to %r" % (alias, name)
+            if bad:
+                break
+    if bad:
+        raise KilnError("TYPE", _at(raw, ALIASES_KEY), "%s: the index's %s %s" % (
+            path, ALIASES_KEY, bad))
+    return found
 
 
 class Index:
@@ -171,12 +237,13 @@ class Index:
     index's order), ``meta`` (its metadata object), ``groups`` (shard file ->
     its names, in the order the index first names the shards), ``names``."""
 
-    __slots__ = ("weight_map", "meta", "groups", "names")
+    __slots__ = ("weight_map", "meta", "groups", "names", "aliases")
 
     def __init__(self, weight_map: Dict[str, str], meta: Dict[str, Any],
-                 groups: Dict[str, List[str]]) -> None:
+                 groups: Dict[str, List[str]], aliases: Dict[str, str]) -> None:
         self.weight_map, self.meta, self.groups = weight_map, meta, groups
         self.names = list(weight_map)
+        self.aliases = aliases
 
 
 # The last few indexes parsed, by their exact bytes: reopening a set whose
@@ -247,7 +314,7 @@ def is_sharded(path: Any) -> bool:
     p = os.fspath(path)
     if isinstance(p, bytes):
         return False
-    if p.endswith(".index.json"):
+    if is_index_name(p):
         return True
     return "://" not in p and os.path.isdir(p)
 
@@ -326,7 +393,8 @@ class ShardedFile(Mapping[str, Tensor]):
         self._remote = "://" in p
         if not self._remote and not p.endswith(".index.json") and os.path.isdir(p):
             p = find_index(p)
-        if not p.endswith(KILN_INDEX):
+        base, self._query = url_parts(p) if self._remote else (p, "")
+        if not base.endswith(KILN_INDEX):
             raise KilnError("FRAME", 0, "%s is not a kiln index (*%s)%s" % (
                 p, KILN_INDEX, "; convert a safetensors set with kiln convert "
                 "model.safetensors.index.json model.kiln.index.json" if p.endswith(ST_INDEX)
@@ -335,6 +403,7 @@ class ShardedFile(Mapping[str, Tensor]):
         raw = _read_remote(p, storage) if self._remote else read_index(p)
         index = load_index(raw, p, ".kiln", options.get("max_count", W.DEFAULT_MAX_COUNT))
         self._map, self._groups, self._names = index.weight_map, index.groups, index.names
+        self._aliases = index.aliases
         self.total_size = index.meta.get("total_size")
         self.shards = list(index.groups)
         self._options = options
@@ -347,10 +416,20 @@ class ShardedFile(Mapping[str, Tensor]):
     def weight_map(self) -> Dict[str, str]:
         return dict(self._map)
 
+    @property
+    def aliases(self) -> Dict[str, str]:
+        """The other names of stored tensors (tied weights saved once): alias ->
+        stored name; ``f[alias]`` reads the stored tensor, ``keys()`` lists the
+        stored names only."""
+        return dict(self._aliases)
+
     def shard_path(self, shard: str) -> str:
-        """Where the shard file ``shard`` is: a path beside the index, or a URL."""
+        """Where the shard file ``shard`` is: a path beside the index, or a URL
+        (the name percent-encoded, the index URL's query kept)."""
         if self._remote:
-            return self.path.rsplit("/", 1)[0] + "/" + shard
+            from urllib.parse import quote
+            return url_parts(self.path)[0].rsplit("/", 1)[0] + "/" + quote(shard, safe="") + \
+                self._query
         return os.path.join(os.path.dirname(self.path), shard)
 
     def shard(self, shard: str) -> Any:
@@ -384,6 +463,8 @@ class ShardedFile(Mapping[str, Tensor]):
     def _key(self, name: Any) -> str:
         if isinstance(name, str):
             if name not in self._map:
+                if name in self._aliases:
+                    return self._aliases[name]
                 raise KeyError(name)
             return name
         index = getattr(name, "__index__", None)
@@ -412,7 +493,7 @@ class ShardedFile(Mapping[str, Tensor]):
         return len(self._names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._map
+        return name in self._map or name in self._aliases
 
     def keys(self) -> List[str]:  # type: ignore[override]
         return list(self._names)
@@ -430,8 +511,12 @@ class ShardedFile(Mapping[str, Tensor]):
             return default
 
     def tensors(self) -> Dict[str, Tensor]:
-        """Every tensor, in the index's order (every shard opened)."""
-        return dict(self.items())
+        """Every tensor, in the index's order (every shard opened), then each
+        alias as the same object as its stored tensor."""
+        out = dict(self.items())
+        for alias, name in self._aliases.items():
+            out[alias] = out[name]
+        return out
 
     @property
     def metadata(self) -> Optional[Dict[str, Any]]:
@@ -468,107 +553,3 @@ class ShardedFile(Mapping[str, Tensor]):
     def __repr__(self) -> str:
         return "<kiln.ShardedFile %r, %d tensors in %d shards%s>" % (
             self.path, len(self._names), len(self.shards), ", closed" if self._closed else "")
-
-
-# --- writing ---------------------------------------------------------------
-
-def shard_names(prefix: str, n: int, ext: str) -> List[str]:
-    return ["%s-%05d-of-%05d%s" % (prefix, i + 1, n, ext) for i in range(n)]
-
-
-def write_index(path: str, wm: Mapping[str, str], meta: Dict[str, Any]) -> None:
-    """The index JSON, written atomically."""
-    import json
-    from .atomic import AtomicFile
-    blob = json.dumps({"metadata": meta, "weight_map": dict(wm)}, indent=2).encode() + b"\n"
-    with AtomicFile(path) as out:
-        out.f.write(blob)
-        out.wrote(len(blob))
-
-
-def split(sizes: List[int], cap: int) -> List[List[int]]:
-    """Consecutive groups of indices, each at most ``cap`` bytes (a tensor larger
-    than ``cap`` alone in its shard)."""
-    groups: List[List[int]] = []
-    cur: List[int] = []
-    have = 0
-    for i, n in enumerate(sizes):
-        if cur and have + n > cap:
-            groups.append(cur)
-            cur, have = [], 0
-        cur.append(i)
-        have += n
-    if cur or not groups:
-        groups.append(cur)
-    return groups
-
-
-def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
-                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False,
-                 prefix: str = "model") -> str:
-    """Write ``tensors`` as a sharded set in ``folder``: shard files
-    ``model-00001-of-0000N.kiln`` of at most ``max_shard_size`` payload bytes
-    each (a larger tensor alone in its shard), then the index
-    ``model.kiln.index.json`` (``{"metadata": {"total_size": N}, "weight_map":
-    {name: shard}}``, as Hugging Face's); returns the index's path.
-
-    Args:
-        tensors: a mapping of name to array or :class:`kiln.Tensor` (sorted by
-            name, as :func:`kiln.save_tensors` sorts it) or a
-            :class:`kiln.TensorDirectory` (its order); every tensor named.
-        folder: created when missing.
-        max_shard_size: an int (bytes) or text: ``"5GB"`` (10**9 bytes a GB),
-            ``"500MiB"`` (2**20 a MiB).
-        metadata, checksum: as for :func:`kiln.save_tensors`, for every shard.
-        prefix: the file names' stem.
-
-    Each shard and the index are written atomically; the index last, so a
-    set whose writing failed has no new index.  Shards of an earlier set with
-    another shard count are left in the folder (the index names the files
-    of this set).
-
-    Raises:
-        EncodeError: as :func:`kiln.save_tensors`; ``TYPE`` for an unnamed or
-            linked (quantized) tensor, whose links a split would break.
-        ValueError: a bad ``max_shard_size`` or ``prefix``.
-        OSError: a file cannot be written.
-
-    Example:
-        >>> index = kiln.save_sharded({"a": np.zeros(1000, np.float32),
-        ...                            "b": np.ones(1000, np.float32)}, "ckpt",
-        ...                           max_shard_size="4kB")
-        >>> index
-        'ckpt/model.kiln.index.json'
-        >>> with kiln.open("ckpt") as f:
-        ...     f.keys(), f["b"].numpy()[:2].tolist()
-        (['a', 'b'], [1.0, 1.0])
-    """
-    from .save import save_records
-    from .tables import normalize_tensors
-    cap = parse_size(max_shard_size)
-    if not plain_file_name(prefix):
-        raise ValueError("prefix must be a plain file name, not %r" % (prefix,))
-    records = normalize_tensors(tensors)
-    names: List[str] = []
-    for i, r in enumerate(records):
-        if r[W.R_NAME] is None:
-            raise EncodeError("TYPE", 0, "tensor %d has no name: a sharded set needs names" % i)
-        if r[W.R_SCALE_INDEX] != W.NO_INDEX or r[W.R_OUTER_INDEX] != W.NO_INDEX:
-            raise EncodeError("TYPE", 0, "tensor %r links other tensors by position "
-                              "(quantized): a sharded set cannot split it" % r[W.R_NAME])
-        names.append(r[W.R_NAME].decode("utf-8"))
-    sizes = [len(memoryview(r[W.R_PAYLOAD]).cast("B")) for r in records]
-    groups = split(sizes, cap)
-    files = shard_names(prefix, len(groups), ".kiln")
-    folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
-    wm: Dict[str, str] = {}
-    for group, fn in zip(groups, files):
-        save_records(os.path.join(folder, fn), [records[i] for i in group], metadata,
-                     checksum, None)
-        for i in group:
-            wm[names[i]] = fn
-    index = os.path.join(folder, prefix + KILN_INDEX)
-    write_index(index, wm, {"total_size": sum(sizes)})
-    return index
-

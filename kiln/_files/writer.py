@@ -16,7 +16,7 @@ from .._errors import EncodeError, KilnError
 from . import checksum as _checksum, progress as _progress
 from .atomic import AtomicFile
 from .declare import _check_file, _check_meta, _declaration, _desc_at
-from .local import file_name
+from .local import file_name, open_regular
 from .progress import ProgressLike
 from .save import meta_record
 from .tables import element_count, normalize_tensors
@@ -309,7 +309,7 @@ class TensorWriter:
             decl = self._decl[i]
             out = self._live()
             owned = not hasattr(source, "fileno")
-            fd = os.open(os.fspath(source), os.O_RDONLY) if owned else source.fileno()
+            fd = open_regular(os.fspath(source)) if owned else source.fileno()
             try:
                 dst = self._base + self._places[i]   # type: ignore[index]
                 what = "tensor %r from %s" % (name, file_name(source))

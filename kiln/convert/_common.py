@@ -6,6 +6,7 @@ the package that imports it."""
 import os
 from typing import Any
 
+from .._access import open_regular_file
 from .._errors import KilnError
 
 CHUNK = 8 << 20   # bytes of one payload held at a time where a payload streams
@@ -51,7 +52,7 @@ def map_source(path: str, f: Any = None) -> Any:
     same file even if the path is replaced meanwhile."""
     import mmap
     if f is None:
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:
             return map_source(path, f)
     if os.fstat(f.fileno()).st_size == 0:
         raise ConvertError(path, 0, "the file is empty", "EOF")

@@ -7,6 +7,7 @@ first."""
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from .._access import open_regular_file
 from ..files import TensorWriter
 from ._common import check_bools, map_source
 
@@ -30,7 +31,7 @@ def copy_tensors(src: str, dst: str, read: Reader, checksum: bool, progress: Any
     """Convert ``src`` to the Kiln file ``dst``: ``read(src, mapping)`` returns
     the metadata to keep (or None) and the entries, checked; returns the
     tensor count."""
-    with open(src, "rb") as source:
+    with open_regular_file(src) as source:
         mm = map_source(src, source)   # the table and the payloads from the same file
         try:
             metadata, entries = read(src, mm)

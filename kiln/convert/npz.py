@@ -46,7 +46,7 @@ class _Member:
 
 
 def npz_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None) -> int:
-    with open(src, "rb") as f:
+    with _access.open_regular_file(src) as f:
         if f.read(6) == MAGIC:
             raise ConvertError(src, 0, "a single .npy array, not an .npz archive")
         try:

@@ -7,7 +7,9 @@ The source index is checked as :mod:`kiln._files.sharded` checks one (shard
 names plain file names in its folder, nothing outside it), and every shard's
 tensor names must be exactly the ones the index maps to it before anything
 is written.  A set's shards are written beside the destination index, the
-index last (atomically), so a failed conversion leaves no new index.  The
+index last (atomically), so a failed conversion leaves no new index; a set
+already at the destination is replaced whole (new shard names, the index
+replaced last, the old shards removed after).  The
 source index's ``metadata`` object is copied as it is (its ``total_size``
 included: it is not recomputed), so ``weight_map`` and ``metadata`` survive
 a round trip; an index without one gets the ``total_size`` of the payloads.
@@ -17,8 +19,9 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _wire as W
-from .._access import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
-                       table, tensor_offset, tensor_row, write_index)
+from .._access import (KILN_INDEX, ST_INDEX, check_shard, drop_shards, fresh_names, old_shards,
+                       open_regular_file, parse_index, read_index, table, tensor_offset,
+                       tensor_row, write_index)
 from .._errors import KilnError
 from ._common import ConvertError, UnsupportedConversion
 
@@ -56,7 +59,7 @@ def _st_names(where: str) -> Tuple[List[str], int]:
     """(tensor names in file order, payload bytes) of a safetensors shard, checked."""
     from ._common import map_source
     from .safetensors import read_header
-    with open(where, "rb") as f:
+    with open_regular_file(where) as f:
         mm = map_source(where, f)
         try:
             _, table, _ = read_header(where, mm)
@@ -92,19 +95,28 @@ def convert_set(src: str, dst: str, a: str, b: str, checksum: bool, progress: An
         names, n = names_of(where)
         _checked(shards[s], names, where, src)
         total += n
-    renamed = {s: s[:-len(suffix)] + out_ext for s in shards}
+    old = old_shards(dst, out_ext)   # a set at dst is replaced whole (kiln._files.sharded)
+    plain = [s[:-len(suffix)] + out_ext for s in shards]
+    renamed = dict(zip(shards, fresh_names(plain, old, out_ext)))
     os.makedirs(out_folder, exist_ok=True)
     count = 0
-    for s in shards:
-        where, out = os.path.join(folder, s), os.path.join(out_folder, renamed[s])
-        if to_kiln:
-            from .safetensors import safetensors_to_kiln
-            count += safetensors_to_kiln(where, out, checksum, progress)
-        else:
-            from .safetensors import kiln_to_safetensors
-            count += kiln_to_safetensors(where, out, progress)
-    out_meta = dict(meta) if meta else {"total_size": total}
-    write_index(dst, {n: renamed[s] for n, s in wm.items()}, out_meta)
+    written: List[str] = []
+    try:
+        for s in shards:
+            where, out = os.path.join(folder, s), os.path.join(out_folder, renamed[s])
+            if to_kiln:
+                from .safetensors import safetensors_to_kiln
+                count += safetensors_to_kiln(where, out, checksum, progress)
+            else:
+                from .safetensors import kiln_to_safetensors
+                count += kiln_to_safetensors(where, out, progress)
+            written.append(renamed[s])
+        out_meta = dict(meta) if meta else {"total_size": total}
+        write_index(dst, {n: renamed[s] for n, s in wm.items()}, out_meta)
+    except BaseException:
+        drop_shards(out_folder, [n for n in written if n not in old], [])
+        raise
+    drop_shards(out_folder, old, list(renamed.values()))
     return count
 
 
@@ -132,7 +144,7 @@ def _to_one_kiln(src: str, a: str, dst: str, checksum: bool, progress: Any) -> i
         for e in every:
             w.add(e.name, e.dtype, e.shape, **e.options)
         for where, entries in plan:
-            with open(where, "rb") as source:
+            with open_regular_file(where) as source:
                 for e in entries:
                     if e.dtype == "bool":
                         from ._common import check_bools
@@ -147,7 +159,7 @@ def _entries(where: str, a: str) -> Tuple[Optional[Dict[str, Any]], List[Any], b
     if a == "safetensors-set":
         from ._common import map_source
         from .safetensors import _entries as st_entries
-        with open(where, "rb") as f:
+        with open_regular_file(where) as f:
             mm = map_source(where, f)
             try:
                 meta, entries = st_entries(where, mm)

@@ -4,12 +4,11 @@ Both give ``size`` and ``read(lo, hi)``; a local source also gives ``view``,
 a memoryview of the whole mapping, for the zero-copy fast path.
 """
 
-import builtins
 import os
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from .._files.local import map_fd
+from .._files.local import map_fd, open_regular_file
 
 
 READ_AHEAD = 64 << 10
@@ -40,7 +39,7 @@ class LocalSource:
             self._map(fd)
         else:
             self.name = os.fspath(source)
-            with builtins.open(self.name, "rb") as f:
+            with open_regular_file(self.name) as f:
                 self._map(f.fileno())
         # read-only views of a copy-on-write mapping (kiln._files.local.map_fd):
         # a consumer that writes through a tensor's DLPack pointer anyway

@@ -17,9 +17,10 @@ from typing import Any, Dict, Iterator, Optional, TextIO
 
 import numpy as np
 
-from .._errors import KilnError
+from .._errors import EncodeError, KilnError
 from .._files.atomic import AtomicFile
-from .._plan import Some
+from .._files.local import open_regular_file
+from .._plan import ConvError, Some
 from .._tensors import TensorDirectory
 from .._types import as_type
 from .._wire import FRAME, FRAME_MAGIC, FRAME_SIZE
@@ -115,14 +116,33 @@ def check_all(path: str, type: Optional[str] = None,
 
 def from_json(v: Any, t: Any) -> Any:
     """A JSON value as the Python value ``kiln.encode`` takes for type ``t``
-    (``list<u8>`` from a base64 string, ``opt`` from ``null``)."""
+    (``list<u8>`` from a base64 string, ``opt`` from ``null``); a value the
+    type's Python form cannot hold is ``EncodeError`` ``TYPE`` naming its place."""
+    try:
+        return _from_json(v, t)
+    except ConvError as e:
+        raise EncodeError("TYPE", 0, str(e)) from None
+
+
+def _at(segment: str, build: Any, *args: Any) -> Any:
+    try:
+        return build(*args)
+    except ConvError as e:
+        raise EncodeError("TYPE", 0, str(e), segment) from None
+    except EncodeError as e:
+        e.add_path(segment)
+        raise
+
+
+def _from_json(v: Any, t: Any) -> Any:
     wire = getattr(t, "wire", None)
     if wire is not None:   # a Python type carried by a wire type (kiln._pyconv)
         if isinstance(v, list) and wire.text.startswith("struct{"):   # tuple[A, B]
-            return tuple(from_json(x, ft) for x, (_, ft) in zip(v, wire.fields)) \
+            return tuple(_at("[%d]" % i, _from_json, x, ft)
+                         for i, (x, (_, ft)) in enumerate(zip(v, wire.fields))) \
                 if len(v) == len(wire.fields) else v
         if isinstance(v, list) and wire.text.startswith("list<") and t.from_wire is tuple:
-            return [from_json(x, wire.elem) for x in v]
+            return [_at("[%d]" % i, _from_json, x, wire.elem) for i, x in enumerate(v)]
         return t.json_in(v) if t.json_in is not None else v
     text = t.text
     if text == "list<u8>" and isinstance(v, str):
@@ -132,13 +152,14 @@ def from_json(v: Any, t: Any) -> Any:
     fields = getattr(t, "fields", None)
     if fields is not None and isinstance(v, dict):
         types = dict(fields)
-        return {k: from_json(x, types[k]) if k in types else x for k, x in v.items()}
+        return {k: _at("." + str(k), _from_json, x, types[k]) if k in types else x
+                for k, x in v.items()}
     if text.startswith("list<") and isinstance(v, list):
-        return [from_json(x, t.elem) for x in v]
+        return [_at("[%d]" % i, _from_json, x, t.elem) for i, x in enumerate(v)]
     if text.startswith("opt<"):
-        return None if v is None else from_json(v, t.elem)
+        return None if v is None else _from_json(v, t.elem)
     if text.startswith("dict<") and isinstance(v, dict):
-        return {k: from_json(x, t.value) for k, x in v.items()}
+        return {k: _at("[%r]" % (k,), _from_json, x, t.value) for k, x in v.items()}
     return v
 
 
@@ -177,28 +198,52 @@ def _field_names(v: Any) -> Optional["tuple[str, ...]"]:
     return getattr(cls, "__kiln_fields__", None)
 
 
-class JsonLinesError(ValueError):
+class JsonLinesError(KilnError):
     """A line of a JSON Lines file that is not a record of the type: named by the
     file, the line and the field (``$`` for the whole line), never a byte offset
     of an output the line never became.  ``code`` is the encode error's code
-    (``TYPE``, ``UTF8``, ``LIMIT``), or ``JSON`` for a line that is not JSON."""
+    (``TYPE``, ``UTF8``, ``LIMIT``), or ``JSON`` for a line that is not JSON.
+    A :class:`kiln.KilnError` (so a ``ValueError``) whose ``offset`` is the
+    byte offset of the line's start in the JSON Lines file."""
 
-    def __init__(self, path: str, line: int, error: Any, code: Optional[str] = None) -> None:
-        self.path, self.line = path, line
+    def __init__(self, path: str, line: int, error: Any, code: Optional[str] = None,
+                 offset: int = 0) -> None:
+        self.path, self.line, self.offset = path, line, offset
         self.field = "$" + getattr(error, "path", "")
         self.code = code or getattr(error, "code", "TYPE")
         self.reason = str(getattr(error, "reason", error))
         where = "" if self.field == "$" else ", field %s" % self.field[2:]
-        ValueError.__init__(self, "%s: line %d%s: %s" % (path, line, where, self.reason))
+        self._text = "%s: line %d%s: %s" % (path, line, where, self.reason)
+        ValueError.__init__(self, self._text)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __reduce__(self) -> Any:
+        return (_jsonl_error, (self.path, self.line, self.field, self.code, self.reason,
+                               self.offset))
+
+
+def _jsonl_error(path: str, line: int, field: str, code: str, reason: str,
+                 offset: int) -> JsonLinesError:
+    class _Where:
+        pass
+    where = _Where()
+    where.path, where.reason = field[1:], reason   # type: ignore[attr-defined]
+    return JsonLinesError(path, line, where, code, offset)
 
 
 def _lines(f: TextIO, path: str) -> Iterator[Any]:
+    """(line number, the byte offset of its start, its JSON value) of each line
+    that is not blank."""
+    at = 0
     for n, line in enumerate(f, 1):
         if line.strip():
             try:
-                yield n, json.loads(line)
+                yield n, at, json.loads(line)
             except ValueError as e:
-                raise JsonLinesError(path, n, "not JSON: %s" % e, "JSON") from None
+                raise JsonLinesError(path, n, "not JSON: %s" % e, "JSON", at) from None
+        at += len(line.encode("utf-8", "surrogatepass"))
 
 
 def jsonl_to_records(src: str, dst: str, type: Any, round_floats: bool = False) -> int:
@@ -208,14 +253,16 @@ def jsonl_to_records(src: str, dst: str, type: Any, round_floats: bool = False) 
     t = as_type(type)
     # through the atomic replace: a failure leaves dst as it was (an existing
     # file is kept, no half-converted output is left)
-    with open(src, encoding="utf-8") as f, AtomicFile(dst) as out:
+    with open_regular_file(src, text=True) as f, AtomicFile(dst) as out:
         w = RecordWriter(out.f, t, round_floats=round_floats)
         count = 0
-        for n, doc in _lines(f, src):
+        for n, at, doc in _lines(f, src):
             try:
                 w.write(from_json(doc, t))
-            except (KilnError, ValueError) as e:
-                raise JsonLinesError(src, n, e) from None
+            except (KilnError, ValueError, ArithmeticError) as e:
+                # ArithmeticError: decimal.InvalidOperation, OverflowError (a
+                # Decimal or a timedelta past what Python's types hold)
+                raise JsonLinesError(src, n, e, None, at) from None
             count += 1
         w.close()
     return count

@@ -1,0 +1,228 @@
+"""Writing sharded sets: ``kiln.save_sharded`` (shards, then the index, a set
+already there replaced whole) and the helpers ``kiln convert`` shares for
+replacing a set (see :mod:`kiln._files.sharded` for the layout and the
+reading side)."""
+
+import os
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from .. import _wire as W
+from .._errors import EncodeError, KilnError
+from .sharded import (ALIASES_KEY, KILN_INDEX, PathLike, parse_index, parse_size,
+                      plain_file_name, read_index)
+
+__all__ = ["save_sharded", "write_index", "shard_names", "split", "shared_tensors",
+           "old_shards", "fresh_names", "drop_shards"]
+
+
+def shard_names(prefix: str, n: int, ext: str) -> List[str]:
+    return ["%s-%05d-of-%05d%s" % (prefix, i + 1, n, ext) for i in range(n)]
+
+
+def write_index(path: str, wm: Mapping[str, str], meta: Dict[str, Any]) -> None:
+    """The index JSON, written atomically."""
+    import json
+    from .atomic import AtomicFile
+    blob = json.dumps({"metadata": meta, "weight_map": dict(wm)}, indent=2).encode() + b"\n"
+    with AtomicFile(path) as out:
+        out.f.write(blob)
+        out.wrote(len(blob))
+
+
+def split(sizes: List[int], cap: int) -> List[List[int]]:
+    """Consecutive groups of indices, each at most ``cap`` bytes (a tensor larger
+    than ``cap`` alone in its shard)."""
+    groups: List[List[int]] = []
+    cur: List[int] = []
+    have = 0
+    for i, n in enumerate(sizes):
+        if cur and have + n > cap:
+            groups.append(cur)
+            cur, have = [], 0
+        cur.append(i)
+        have += n
+    if cur or not groups:
+        groups.append(cur)
+    return groups
+
+
+def _same_memory_key(x: Any) -> Any:
+    """What makes two values one tensor: the same memory, shape, strides and
+    dtype (a numpy array, or a torch tensor found through ``sys.modules``, its
+    negation and conjugation bits included); None for a value with no memory
+    to share."""
+    import numpy as np
+    if type(x) is np.ndarray:
+        if x.size == 0:
+            return None
+        return ("numpy", x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.numel() == 0 or x.device.type == "meta" or x.layout != torch.strided:
+            return None
+        return ("torch", x.data_ptr(), tuple(x.shape), x.stride(), str(x.dtype), str(x.device),
+                x.is_neg(), x.is_conj())
+    return ("object", id(x))
+
+
+def shared_tensors(tensors: Any, aliases: Optional[Mapping[str, str]]
+                   ) -> Tuple[Any, Dict[str, str]]:
+    """(the tensors to store, alias -> stored name): ``aliases`` checked, and a
+    value given under several names of a mapping stored once, under the first
+    name in sorted order (as :func:`kiln.save_tensors` orders them)."""
+    found: Dict[str, str] = {}
+    if isinstance(tensors, Mapping) and not hasattr(tensors, "to_dict"):
+        items = sorted(((k, v) for k, v in tensors.items() if isinstance(k, str)),
+                       key=lambda kv: kv[0].encode("utf-8", "surrogatepass"))
+        first: Dict[Any, str] = {}
+        keep: Dict[str, Any] = {}
+        for k, v in items:
+            key = _same_memory_key(v)
+            if key is not None and key in first:
+                found[k] = first[key]
+                continue
+            if key is not None:
+                first[key] = k
+            keep[k] = v
+        if found:
+            tensors = dict(keep, **{k: v for k, v in tensors.items() if not isinstance(k, str)})
+    for alias, name in (aliases or {}).items():
+        if not isinstance(alias, str) or not isinstance(name, str) or alias in ("", name):
+            raise EncodeError("TYPE", 0, "aliases maps %r to %r: both names are non-empty str "
+                              "and differ" % (alias, name))
+        found[alias] = name
+    return tensors, found
+
+
+def _check_aliases(found: Dict[str, str], stored: List[str]) -> None:
+    names = set(stored)
+    for alias, name in found.items():
+        if alias in names:
+            raise EncodeError("TYPE", 0, "alias %r is also a stored tensor's name" % alias)
+        if name not in names:
+            raise EncodeError("TYPE", 0, "alias %r names %r, which is not a stored tensor "
+                              "(an alias names a stored tensor, never another alias)"
+                              % (alias, name))
+
+
+def old_shards(index: str, suffix: str) -> List[str]:
+    """The shard files the index at ``index`` lists now (none when there is no
+    index, or one that cannot be read: nothing of it is trusted then)."""
+    try:
+        return list(parse_index(read_index(index), index, suffix).groups)
+    except (OSError, KilnError):
+        return []
+
+
+def fresh_names(names: List[str], taken: List[str], ext: str) -> List[str]:
+    """``names``, or when any of them is ``taken`` (listed by the index being
+    replaced), the same names with one random tag before ``ext``."""
+    if not set(names) & set(taken):
+        return names
+    import secrets
+    tag = secrets.token_hex(4)
+    return [n[:-len(ext)] + "." + tag + ext for n in names]
+
+
+def drop_shards(folder: str, old: List[str], new: List[str]) -> None:
+    """Remove the replaced set's shards (after its index was replaced)."""
+    keep = set(new)
+    for name in old:
+        if name not in keep and plain_file_name(name):
+            try:
+                os.remove(os.path.join(folder, name))
+            except FileNotFoundError:
+                pass
+
+
+def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
+                 metadata: Optional[Dict[str, Any]] = None, checksum: bool = False,
+                 prefix: str = "model", aliases: Optional[Mapping[str, str]] = None) -> str:
+    """Write ``tensors`` as a sharded set in ``folder``: shard files
+    ``model-00001-of-0000N.kiln`` of at most ``max_shard_size`` payload bytes
+    each (a larger tensor alone in its shard), then the index
+    ``model.kiln.index.json`` (``{"metadata": {"total_size": N}, "weight_map":
+    {name: shard}}``, as Hugging Face's); returns the index's path.
+
+    Args:
+        tensors: a mapping of name to array or :class:`kiln.Tensor` (sorted by
+            name, as :func:`kiln.save_tensors` sorts it) or a
+            :class:`kiln.TensorDirectory` (its order); every tensor named.
+        folder: created when missing.
+        max_shard_size: an int (bytes) or text: ``"5GB"`` (10**9 bytes a GB),
+            ``"500MiB"`` (2**20 a MiB).
+        metadata, checksum: as for :func:`kiln.save_tensors`, for every shard.
+        prefix: the file names' stem.
+        aliases: other names of stored tensors (alias -> stored name), kept in
+            the index (:attr:`ShardedFile.aliases`).  A value given under two
+            names of ``tensors`` (the same object, or an array or torch tensor
+            over the same memory with the same shape, strides and dtype: tied
+            weights) is stored once too, under the first name in sorted
+            order, the others recorded as its aliases.
+
+    Each shard and the index are written atomically; the index last.  A set
+    already in the folder under the same index name is replaced whole: the
+    new shards take names its index does not list (a random tag before the
+    extension when the usual names are taken), the index is replaced in one
+    rename, and the old shards are removed after it.  A save that fails or is
+    killed at any step leaves the complete old set or the complete new one.
+
+    Raises:
+        EncodeError: as :func:`kiln.save_tensors`; ``TYPE`` for an unnamed or
+            linked (quantized) tensor, whose links a split would break.
+        ValueError: a bad ``max_shard_size`` or ``prefix``.
+        OSError: a file cannot be written.
+
+    Example:
+        >>> index = kiln.save_sharded({"a": np.zeros(1000, np.float32),
+        ...                            "b": np.ones(1000, np.float32)}, "ckpt",
+        ...                           max_shard_size="4kB")
+        >>> index
+        'ckpt/model.kiln.index.json'
+        >>> with kiln.open("ckpt") as f:
+        ...     f.keys(), f["b"].numpy()[:2].tolist()
+        (['a', 'b'], [1.0, 1.0])
+    """
+    from .save import save_records
+    from .tables import normalize_tensors
+    cap = parse_size(max_shard_size)
+    if not plain_file_name(prefix):
+        raise ValueError("prefix must be a plain file name, not %r" % (prefix,))
+    tensors, found = shared_tensors(tensors, aliases)
+    records = normalize_tensors(tensors)
+    names: List[str] = []
+    for i, r in enumerate(records):
+        if r[W.R_NAME] is None:
+            raise EncodeError("TYPE", 0, "tensor %d has no name: a sharded set needs names" % i)
+        if r[W.R_SCALE_INDEX] != W.NO_INDEX or r[W.R_OUTER_INDEX] != W.NO_INDEX:
+            raise EncodeError("TYPE", 0, "tensor %r links other tensors by position "
+                              "(quantized): a sharded set cannot split it" % r[W.R_NAME])
+        names.append(r[W.R_NAME].decode("utf-8"))
+    _check_aliases(found, names)
+    sizes = [len(memoryview(r[W.R_PAYLOAD]).cast("B")) for r in records]
+    groups = split(sizes, cap)
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    index = os.path.join(folder, prefix + KILN_INDEX)
+    old = old_shards(index, ".kiln")
+    files = fresh_names(shard_names(prefix, len(groups), ".kiln"), old, ".kiln")
+    wm: Dict[str, str] = {}
+    written: List[str] = []
+    try:
+        for group, fn in zip(groups, files):
+            save_records(os.path.join(folder, fn), [records[i] for i in group], metadata,
+                         checksum, None)
+            written.append(fn)
+            for i in group:
+                wm[names[i]] = fn
+        meta: Dict[str, Any] = {"total_size": sum(sizes)}
+        if found:
+            meta[ALIASES_KEY] = dict(sorted(found.items()))
+        write_index(index, wm, meta)
+    except BaseException:
+        drop_shards(folder, [fn for fn in written if fn not in old], [])
+        raise
+    drop_shards(folder, old, files)
+    return index
+
