@@ -44,10 +44,11 @@ DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kil
                      "kiln._tensors.dtypes", "kiln._tensors.nibbles", "kiln._plan",
                      "kiln._errors", "kiln.files", "kiln._files.save", "kiln._files.writer",
                      "kiln._files.kilnfile", "kiln._files.load", "kiln._files.remote",
-                     "kiln._files.sharded",
+                     "kiln._files.sharded", "kiln._files.shardsave",
                      "kiln._record", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
-                     "kiln.convert", "kiln.cli", "kiln.torch"]
+                     "kiln.convert", "kiln.cli", "kiln.torch", "kiln.torch._save",
+                     "kiln.torch._load"]
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 REQUIRES = re.compile(r"<!--\s*requires:\s*(?P<mods>[\w., ]+?)\s*-->")

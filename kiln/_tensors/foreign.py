@@ -59,11 +59,21 @@ def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
     if x.layout != torch.strided or getattr(x, "is_nested", False):
         raise TypeError("a %s torch tensor: kiln stores dense tensors (call .to_dense() first)"
                         % str(x.layout).replace("torch.", ""))
+    if x.device.type == "meta":
+        raise TypeError("a torch tensor on the meta device holds no values to store (.cpu() "
+                        "cannot give it any): load or compute its values first, e.g. "
+                        "kiln.torch.load_model(model, path, assign=True) for a model built "
+                        "on the meta device, or model.to_empty(device='cpu') and fill it")
     if x.device.type != "cpu":
         raise TypeError("a torch tensor on device %s: kiln reads CPU memory (call .cpu() "
                         "first; kiln.torch.save_file does)" % x.device)
     x = x.detach()
+    if x.is_neg() or x.is_conj():   # torch's lazy negation: store the values, not the bit
+        x = x.resolve_conj().resolve_neg()
     if not x.is_contiguous():
         x = x.contiguous()   # one copy into C order, as for a non-contiguous numpy array
-    raw = x.reshape(-1).view(torch.uint8).numpy()
+    flat = x.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:   # one element, any stride (x.imag of one)
+        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
+    raw = flat.view(torch.uint8).numpy()
     return code, tuple(int(d) for d in x.shape), raw

@@ -23,8 +23,8 @@ as PyTorch says).  The files are plain Kiln tensor files: any Kiln reader
 """
 
 from ._common import ALIASES_KEY, IncompatibleKeys, LoadError
-from ._save import save_file, shared_names
-from ._load import load_file, load_model
+from ._save import save, save_file, save_model, save_sharded, shared_names
+from ._load import load, load_file, load_model
 
-__all__ = ["save_file", "load_file", "load_model", "IncompatibleKeys", "LoadError",
-           "ALIASES_KEY", "shared_names"]
+__all__ = ["save_file", "save_model", "save_sharded", "save", "load_file", "load_model",
+           "load", "IncompatibleKeys", "LoadError", "ALIASES_KEY", "shared_names"]

@@ -5,7 +5,7 @@ from typing import Any, List, NamedTuple, Tuple, Union
 import os
 
 __all__ = ["ALIASES_KEY", "PathLike", "IncompatibleKeys", "LoadError", "torch_module",
-           "TORCH_DTYPES", "dtype_of"]
+           "TORCH_DTYPES", "dtype_of", "check_path"]
 
 ALIASES_KEY = "__kiln_torch_aliases__"
 PathLike = Union[str, "os.PathLike[str]"]
@@ -66,6 +66,11 @@ def torch_module() -> Any:
     return torch
 
 
+def check_path(path: Any, what: str) -> None:
+    """``TypeError`` for a file's bytes given where a path is expected."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        raise TypeError("%s takes a path (str or os.PathLike), not %s: for a file held in "
+                        "memory use kiln.torch.load(data)" % (what, type(path).__name__))
 
 
 def dtype_of(torch: Any, label: str) -> Any:

@@ -1,17 +1,20 @@
-"""Loading Kiln tensor files into torch: ``load_file`` and ``load_model``."""
+"""Loading Kiln tensor files and sharded sets into torch: ``load_file``,
+``load_model`` and ``load``."""
 
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import kiln
 from kiln import KilnError
+from kiln._access import file_offset, table
 
-from ._common import (IncompatibleKeys, LoadError, PathLike, dtype_of as _dtype_of,
-                      torch_module as _torch, ALIASES_KEY)
+from . import _pipeline
+from ._common import (ALIASES_KEY, IncompatibleKeys, LoadError, PathLike, check_path,
+                      dtype_of as _dtype_of, torch_module as _torch)
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["load_file", "load_model"]
+__all__ = ["load_file", "load_model", "load"]
 
 
 def _torch_dtype(torch: Any, t: kiln.Tensor, path: str) -> Any:
@@ -32,6 +35,9 @@ def _view(torch: Any, t: kiln.Tensor, path: str, dt: Any = None) -> Any:
 
 
 def _aliases(f: Any) -> Dict[str, str]:
+    """alias -> stored name: a set's index's, or a file's metadata entry."""
+    if isinstance(f, kiln.ShardedFile):
+        return f.aliases
     meta = f.metadata
     found = None if meta is None else meta.get(ALIASES_KEY)
     if found is None:
@@ -45,19 +51,62 @@ def _aliases(f: Any) -> Dict[str, str]:
     return found
 
 
+class _Entry:
+    """A stored tensor as the loader reads it: its table row, file and CRC."""
+
+    __slots__ = ("t", "path", "crc")
+
+    def __init__(self, t: Any, path: str, crc: Optional[int]) -> None:
+        self.t, self.path, self.crc = t, path, crc
+
+
+def _entries(f: Any) -> Dict[str, _Entry]:
+    """Every stored tensor of a file or a set, no payload read."""
+    files = [(f.shard(s), f.shard_path(s)) for s in f.shards] \
+        if isinstance(f, kiln.ShardedFile) else [(f, f.path)]
+    out: Dict[str, _Entry] = {}
+    for one, path in files:
+        sums = one.checksums
+        for i, (name, t) in enumerate(table(one).items()):
+            crc = None if sums is None else int.from_bytes(sums[4 * i:4 * i + 4], "little")
+            out[name] = _Entry(t, path, crc)
+    return out
+
+
+def _item(torch: Any, name: str, e: _Entry, dt: Any, target: Any) -> Any:
+    t = e.t
+    return _pipeline.Item(name, e.path, file_offset(t), t.nbytes, e.crc, dt,
+                          tuple(t.shape), target)
+
+
+def _open(path: Any, what: str) -> Any:
+    check_path(path, what)
+    return kiln.open(path)
+
+
 def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu"
               ) -> Dict[str, "torch.Tensor"]:
-    """The tensors of a Kiln tensor file as a state dict (name -> ``torch.Tensor``).
+    """The tensors of a Kiln tensor file, or of a sharded set (its index or its
+    folder), as a state dict (name -> ``torch.Tensor``).
 
     On the CPU every tensor views the file's copy-on-write mapping, with no
     copy and no read until it is used: an in-place change alters this
     process's private copy of its pages, never the file (nor another open).
-    On another ``device`` each tensor is copied there.  Aliases recorded by
-    :func:`save_file` come back as the same tensor object.
+    These views are the one place kiln reads a file through a mapping after
+    handing it out: like ``numpy.memmap`` and safetensors' own, a view of a
+    file that another program truncates faults when it is read (copy the
+    tensors, or load onto a device, where that can happen).  On another
+    ``device`` the payloads are read with ``pread`` through pinned staging
+    buffers and copied there (see "Loading onto a device" in the integrations guide); each tensor owns
+    its memory.  Aliases (tied weights saved once) come back as the same
+    tensor object.
 
     Raises:
         KilnError: as :func:`kiln.open`; ``TYPE`` naming a tensor of a dtype
-            torch has none for (the 4-bit and opaque dtypes).
+            torch has none for (the 4-bit and opaque dtypes); on a device,
+            ``EOF`` for a file that changed under the load and ``CHECKSUM``
+            for a payload that differs from its recorded CRC-32.
+        TypeError: bytes where a path is expected (:func:`load` reads bytes).
         ImportError: torch is not installed.
 
     Example:
@@ -66,73 +115,160 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu"
         {'w': tensor([0, 1, 2])}
     """
     torch = _torch()
-    with kiln.open(path) as f:   # the views keep the mapping; closing frees nothing else
-        aliases = _aliases(f)
-        out = {name: _view(torch, f[name], f.path) for name in f.keys()}
     dev = torch.device(device)
-    if dev.type != "cpu":
-        out = {k: v.to(dev) for k, v in out.items()}
+    with _open(path, "load_file") as f:   # the views keep the mapping; closing frees nothing else
+        aliases = _aliases(f)
+        if dev.type == "cpu":
+            out = {name: _view(torch, f[name], f.path) for name in f.keys()}
+        else:
+            entries = _entries(f)
+            items = [_item(torch, n, e, _torch_dtype(torch, e.t, e.path), None)
+                     for n, e in entries.items()]
+            out = dict(zip(entries, _pipeline.load(items, dev)))
     for alias, name in aliases.items():
         out[alias] = out[name]
     return dict(sorted(out.items()))
 
 
-def _check_model(model: Any, f: Any, sd: Dict[str, Any], aliases: Dict[str, str],
-                 strict: bool) -> Tuple[List[str], List[str], List[Tuple[Any, Any, Any]]]:
-    """(missing, unexpected, the copies to make: (target, file tensor, torch
-    dtype), a tied target once), every name, shape and dtype checked first."""
+def load(data: Any) -> Dict[str, "torch.Tensor"]:
+    """The tensors of a Kiln tensor file held in memory (``bytes``, as
+    :func:`kiln.torch.save` returns them) as CPU tensors that own their
+    memory (one copy out of ``data``); aliases as the same tensor object.
+
+    Example:
+        >>> kiln.torch.load(kiln.torch.save({"w": torch.ones(2)}))
+        {'w': tensor([1., 1.])}
+    """
     torch = _torch()
-    have = set(f.keys()) | set(aliases)
-    missing = [k for k in sd if k not in have]
-    unexpected = sorted(k for k in have if k not in sd)
-    mismatched = []
-    copies = []
-    done = set()
-    dtypes: Dict[str, Any] = {}   # kiln dtype text -> torch dtype (None: torch has none)
-    for k, target in sd.items():
-        if k not in have:
+    from kiln._access import metadata_of_blob
+    d = kiln.decode_tensors(data, copy=True)
+    out: Dict[str, Any] = {}
+    meta = None
+    for name, t in d.items():
+        if name == "__metadata__":
+            meta = metadata_of_blob(bytes(t.bits()))
             continue
-        t = f[aliases.get(k, k)]
-        if target.is_meta:
-            mismatched.append((k, "no memory for %s: the model's tensor is on the meta "
-                                  "device (load_file and load_state_dict(assign=True) "
-                                  "give it one)" % k))
+        out[name] = _view(torch, t, "<bytes>")
+    found = (meta or {}).get(ALIASES_KEY) or {}
+    if not isinstance(found, dict) or not all(
+            isinstance(k, str) and v in out and k not in out for k, v in found.items()):
+        raise KilnError("TYPE", 0, "<bytes>: the metadata's %r is not a map of new names to "
+                        "the file's tensors" % ALIASES_KEY)
+    for alias, name in found.items():
+        out[alias] = out[name]
+    return dict(sorted(out.items()))
+
+
+def _groups(torch: Any, sd: Dict[str, Any]) -> List[List[str]]:
+    """The model's names, grouped by tensor: tied names (one tensor under
+    several names) share a group, in the state dict's order."""
+    seen: Dict[Any, List[str]] = {}
+    for k, v in sd.items():
+        key: Any = id(v)
+        if not v.is_meta and v.numel() and v.layout == torch.strided:
+            key = (v.data_ptr(), tuple(v.shape), v.stride(), v.dtype, v.device)
+        seen.setdefault(key, []).append(k)
+    return list(seen.values())
+
+
+class _Plan:
+    """What :func:`load_model` will do, every check made first."""
+
+    def __init__(self) -> None:
+        self.missing: List[str] = []
+        self.unexpected: List[str] = []
+        self.mismatched: List[Tuple[str, str]] = []
+        self.loads: List[Tuple[List[str], str, Any, Any]] = []   # (names, stored, dtype, target)
+
+
+def _differ(f: Any, a: str, b: str) -> bool:
+    x, y = f[a], f[b]
+    return x.dtype != y.dtype or x.shape != y.shape or bytes(x.bits()) != bytes(y.bits())
+
+
+def _check_model(torch: Any, f: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
+                 aliases: Dict[str, str], assign: bool) -> _Plan:
+    plan = _Plan()
+    have = set(entries) | set(aliases)
+    plan.unexpected = sorted(k for k in have if k not in sd)
+    dtypes: Dict[str, Any] = {}
+    for names in _groups(torch, sd):
+        present = [k for k in names if k in have]
+        if not present:
+            plan.missing.extend(names)
+            continue
+        stored = [aliases.get(k, k) for k in present]
+        for a, b in zip(stored, stored[1:]):
+            if a != b and _differ(f, a, b):
+                plan.mismatched.append((names[0], "tied tensors %s and %s hold different "
+                                        "values in the checkpoint: they are one tensor in "
+                                        "the model" % (present[stored.index(a)],
+                                                       present[stored.index(b)])))
+                break
+        k, target, t = present[0], sd[present[0]], entries[stored[0]].t
+        if target.is_meta and not assign:
+            plan.mismatched.append((k, "no memory for %s: the model's tensor is on the meta "
+                                       "device (pass assign=True, and device=, to make it "
+                                       "from the file)" % k))
             continue
         kd = str(t.dtype)
-        dt = dtypes.get(kd, dtypes)
-        if dt is dtypes:
-            dtypes[kd] = dt = _dtype_of(torch, kd)
+        if kd not in dtypes:
+            dtypes[kd] = _dtype_of(torch, kd)
+        dt = dtypes[kd]
         if t.shape != tuple(target.shape):
-            mismatched.append((k, "size mismatch for %s: copying a param with shape %s from checkpoint, "
-                                  "the shape in current model is %s"
-                               % (k, list(t.shape), list(target.shape))))
+            plan.mismatched.append((k, "size mismatch for %s: copying a param with shape %s "
+                                       "from checkpoint, the shape in current model is %s"
+                                    % (k, list(t.shape), list(target.shape))))
         elif dt is None or dt != target.dtype:
-            mismatched.append((k, "dtype mismatch for %s: the checkpoint's tensor is %s, the "
-                                  "model's is %s (no conversion is made)"
-                               % (k, t.dtype, str(target.dtype).replace("torch.", ""))))
-        elif id(target) not in done:
-            done.add(id(target))
-            copies.append((target, t, dt))
-    if mismatched or (strict and (missing or unexpected)):
-        raise LoadError(type(model).__name__, missing if strict else [],
-                        unexpected if strict else [], mismatched)
-    return missing, unexpected, copies
+            plan.mismatched.append((k, "dtype mismatch for %s: the checkpoint's tensor is %s, "
+                                       "the model's is %s (no conversion is made)"
+                                    % (k, t.dtype, str(target.dtype).replace("torch.", ""))))
+        else:
+            plan.loads.append((names, stored[0], dt, target))
+    return plan
 
 
-def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
-               ) -> IncompatibleKeys:
-    """Fill ``model``'s parameters and buffers in place from a Kiln tensor file.
+def _put(model: Any, name: str, value: Any) -> None:
+    """Set parameter or buffer ``name`` of ``model`` to ``value``."""
+    owner, _, attr = name.rpartition(".")
+    module = model.get_submodule(owner) if owner else model
+    if attr in dict(module.named_parameters(recurse=False)):
+        module.register_parameter(attr, value)
+    else:
+        module.register_buffer(attr, value)
 
-    Every name, shape and dtype is checked before the first byte is copied;
-    then each payload is copied once from the file's mapping into the tensor
-    the model already holds (wherever it lives), with no intermediate copy.
-    Tied weights (one tensor under two names) are filled once.
+
+def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
+               device: Union[None, str, "torch.device"] = None, *, assign: bool = False,
+               progress: Any = None) -> IncompatibleKeys:
+    """Fill ``model``'s parameters and buffers from a Kiln tensor file or a
+    sharded set (its index or its folder).
+
+    Every name, shape and dtype is checked before the first byte is read;
+    then each payload is read with ``pread`` straight into the tensor the
+    model holds (CPU), or through pinned staging buffers onto its device
+    (see "Loading onto a device" in the integrations guide): no mapping, so a file truncated under the
+    load is a ``KilnError``, never a crash.  Tied weights (one tensor under
+    several names) are filled once, from whichever of their names the file
+    holds (``safetensors.torch.save_model`` and ``save_pretrained`` store one
+    of them): the others are not missing.  Two names of one tied tensor
+    stored with different values are refused.
 
     Args:
         model: a ``torch.nn.Module``; its ``state_dict()`` names the targets.
-        path: a Kiln tensor file (as :func:`save_file` writes).
+        path: a Kiln tensor file or set.
         strict: names on one side only raise :class:`LoadError`; with False
             they are returned instead and the other tensors filled.
+        device: with ``assign``, where the new tensors are made (default: the
+            device of the tensor each replaces, the CPU for the meta device);
+            otherwise each tensor is filled where it is and this is unused
+            (accepted as ``safetensors.torch.load_model`` takes it).
+        assign: make new tensors from the file and put them in the model
+            (as ``load_state_dict(assign=True)``; a parameter stays a
+            ``Parameter`` with its ``requires_grad``, and tied names get one
+            parameter again): the way to load a model built on the meta
+            device, with no full-size copy made first.
+        progress: True for a tqdm bar, or ``fn(done_bytes, total_bytes)``.
 
     Returns:
         IncompatibleKeys: ``(missing_keys, unexpected_keys)``, as
@@ -140,9 +276,12 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
 
     Raises:
         LoadError: (a ``RuntimeError``) missing or unexpected names under
-            ``strict``, or any tensor of another shape or dtype (a dtype is
-            never converted); nothing was copied.
-        KilnError: as :func:`kiln.open`.
+            ``strict``, any tensor of another shape or dtype (a dtype is
+            never converted), a meta tensor without ``assign``, tied names
+            stored with different values; nothing was read.
+        KilnError: as :func:`kiln.open`; ``EOF`` for a file that changed under
+            the load, ``CHECKSUM`` for a payload that differs from its
+            recorded CRC-32 (the message names the targets written).
 
     Example:
         >>> m = torch.nn.Linear(2, 2)
@@ -152,10 +291,43 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True
     """
     torch = _torch()
     sd = model.state_dict(keep_vars=True)
-    with kiln.open(path) as f:
+    with _open(path, "load_model") as f:
         aliases = _aliases(f)
-        missing, unexpected, copies = _check_model(model, f, sd, aliases, strict)
+        entries = _entries(f)
+        plan = _check_model(torch, f, entries, sd, aliases, assign)
+        if plan.mismatched or (strict and (plan.missing or plan.unexpected)):
+            raise LoadError(type(model).__name__, plan.missing if strict else [],
+                            plan.unexpected if strict else [], plan.mismatched)
+        items = []
+        for names, stored, dt, target in plan.loads:
+            e = entries[stored]
+            items.append(_item(torch, stored, e, dt, None if assign else target.detach()))
         with torch.no_grad():
-            for target, t, dt in copies:
-                target.copy_(_view(torch, t, f.path, dt))
-    return IncompatibleKeys(missing, unexpected)
+            made = _by_device(torch, plan, items, device if assign else None, progress)
+        if assign:
+            _assign(torch, model, plan, made)
+    return IncompatibleKeys(plan.missing, plan.unexpected)
+
+
+def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress: Any
+               ) -> List[Any]:
+    """The loaded tensors, one pipelined load per destination device."""
+    groups: Dict[Any, List[int]] = {}
+    for k, (_, _, _, target) in enumerate(plan.loads):
+        dev = torch.device(device) if device is not None else (
+            torch.device("cpu") if target.is_meta else target.device)
+        groups.setdefault(dev, []).append(k)
+    made: List[Any] = [None] * len(items)
+    for dev, ks in groups.items():
+        for k, t in zip(ks, _pipeline.load([items[k] for k in ks], dev, progress=progress)):
+            made[k] = t
+    return made
+
+
+def _assign(torch: Any, model: Any, plan: _Plan, made: List[Any]) -> None:
+    """The new tensors put in the model (tied names: one tensor again)."""
+    for (names, _, _, target), t in zip(plan.loads, made):
+        if isinstance(target, torch.nn.Parameter):
+            t = torch.nn.Parameter(t, requires_grad=target.requires_grad)
+        for name in names:
+            _put(model, name, t)

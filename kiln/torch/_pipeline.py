@@ -1,22 +1,382 @@
-"""The pipelined loader: payload ranges of one or more files read in large
-chunks into a ring of staging buffers and copied to their tensors (issue 50).
+"""The loader behind ``kiln.torch``'s copies: payload ranges of one or more
+files read with ``pread`` (never through a mapping) and put into torch
+tensors on any device.
 
-THE CONTRACT (kiln/torch/_load.py calls this; the body is being built):
+The plan: every payload range is known before the first read (:class:`Item`:
+file, offset, size, recorded CRC-32, dtype, shape, and the tensor to fill or
+None to make one).  The ranges are cut into chunks of at most ``chunk_bytes``
+(adjacent payloads of one file share a chunk; a payload larger than a chunk
+spans several), and a pool of reader threads reads them:
 
-    class Item(NamedTuple):
-        key: str            # the name errors report (the file's tensor name)
-        path: str           # the local file the payload lies in
-        offset: int         # the payload's first byte in that file
-        nbytes: int         # its size in bytes (0 allowed)
-        crc: Optional[int]  # the CRC-32 recorded for it, None when none is
-        dtype: Any          # the torch dtype of the result
-        shape: Tuple[int, ...]
-        target: Any         # a tensor to fill in place (any device, contiguous,
-                            # same dtype and shape), or None: make a new one
+- into the destination itself, when it is contiguous host memory (a CPU
+  tensor): no staging buffer, no second copy;
+- otherwise into a ring of ``slots`` staging buffers allocated once per load
+  (pinned when CUDA is there), each chunk copied to its tensors with
+  non-blocking copies on a stream of its own; a buffer is read into again only
+  after the event recorded behind its copies has completed, and the load
+  synchronizes once, at the end.  A chunk of many small tensors is copied to
+  the device whole, into a device buffer of the ring, and split there by one
+  batched device-to-device copy (``torch._foreach_copy_``): each returned
+  tensor owns its memory, and no buffer is kept behind it.
 
-    def load(items, device, *, progress=None, **tuning) -> List[torch.Tensor]
-        # the tensors in the order of ``items``: ``target`` itself where given,
-        # else a new tensor on ``device`` that owns its memory.  Raises
-        # KilnError (a short read names the file and offset; CHECKSUM names
-        # the tensor) and nothing partial is handed out.
+The bytes of each payload are summed (CRC-32) on the host buffer they were
+read into, in file order, as its copies are issued (no second read); a
+mismatch is ``CHECKSUM`` naming the tensor.  A file that ends before a payload
+does (truncated under the load) is ``EOF`` naming the file and the offset.
+Whatever fails (a read, a check, a KeyboardInterrupt from a progress
+callback), the reader threads are stopped and joined and the buffers dropped
+before the error propagates; new tensors are not handed out, and an error
+after a target was filled says which targets were written.
 """
+
+import os
+import queue
+import threading
+import zlib
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from kiln import KilnError
+
+from ._common import torch_module
+
+__all__ = ["Item", "load", "CHUNK_BYTES", "SLOTS", "THREADS", "SMALL"]
+
+CHUNK_BYTES = 64 << 20   # a chunk: one read, one staging buffer
+SLOTS = 4                # staging buffers in the ring (host memory: SLOTS x CHUNK_BYTES at most)
+THREADS = 4              # reader threads
+SMALL = 1 << 20          # a payload below this, staged, goes to the device with its chunk
+_GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
+
+
+class Item(NamedTuple):
+    """One payload to load (see the module doc)."""
+
+    key: str            # the name errors report (the file's tensor name)
+    path: str           # the local file the payload lies in
+    offset: int         # the payload's first byte in that file
+    nbytes: int         # its size in bytes
+    crc: Optional[int]  # the CRC-32 recorded for it, None when none is
+    dtype: Any          # the torch dtype of the result
+    shape: Tuple[int, ...]
+    target: Any         # a tensor to fill in place, or None: a new one on the device
+
+
+class _Piece(NamedTuple):
+    item: int      # index into the items
+    at: int        # offset in the item's payload
+    where: int     # offset in the chunk
+    n: int
+
+
+class _Chunk(NamedTuple):
+    path: str
+    start: int     # file offset of the chunk's first byte
+    size: int
+    pieces: List[_Piece]
+    direct: bool   # read into the destination itself (no staging)
+
+
+def plan(items: Sequence[Item], direct: Sequence[bool], chunk_bytes: int) -> List[_Chunk]:
+    """The chunks of a load, in file order: staged payloads coalesced (gaps up
+    to 64 KiB read and skipped), each payload cut at chunk boundaries; a
+    direct payload in chunks of its own."""
+    order = sorted((i for i, it in enumerate(items) if it.nbytes),
+                   key=lambda i: (items[i].path, items[i].offset))
+    out: List[_Chunk] = []
+    cur: Optional[List[Any]] = None   # [path, start, end, pieces]
+    for i in order:
+        it = items[i]
+        if direct[i]:
+            for a in range(0, it.nbytes, chunk_bytes):
+                n = min(chunk_bytes, it.nbytes - a)
+                out.append(_Chunk(it.path, it.offset + a, n, [_Piece(i, a, 0, n)], True))
+            continue
+        done = 0
+        while done < it.nbytes:
+            at = it.offset + done
+            if cur is None or cur[0] != it.path or not 0 <= at - cur[2] <= _GAP or \
+                    cur[2] - cur[1] >= chunk_bytes:
+                if cur is not None:
+                    out.append(_Chunk(cur[0], cur[1], cur[2] - cur[1], cur[3], False))
+                cur = [it.path, at, at, []]
+            n = min(it.nbytes - done, chunk_bytes - (at - cur[1]))
+            cur[3].append(_Piece(i, done, at - cur[1], n))
+            cur[2] = at + n
+            done += n
+    if cur is not None:
+        out.append(_Chunk(cur[0], cur[1], cur[2] - cur[1], cur[3], False))
+    return out
+
+
+def _read_exact(fd: int, buf: memoryview, offset: int, path: str, what: str) -> None:
+    """Fill ``buf`` from ``fd`` at ``offset``; EOF naming the file and the offset
+    when the file ends first (it shrank under the load)."""
+    done = 0
+    while done < len(buf):
+        n = os.preadv(fd, [buf[done:]], offset + done)
+        if n <= 0:
+            raise KilnError("EOF", offset + done, "%s: the file changed under the reader: it "
+                            "ends at byte %d, inside %s" % (path, offset + done, what))
+        done += n
+
+
+class _Run:
+    """One load's state: the readers, the ring, the copies (see :func:`load`)."""
+
+    def __init__(self, torch: Any, items: Sequence[Item], outs: List[Any], chunks: List[_Chunk],
+                 slots: int, threads: int, chunk_bytes: int, device: Any,
+                 progress: Optional[Callable[[int], None]]) -> None:
+        self.torch, self.items, self.outs, self.chunks = torch, items, outs, chunks
+        self.device, self.progress = device, progress
+        self.stop = threading.Event()
+        self.fds: Dict[str, int] = {}
+        self.fd_lock = threading.Lock()
+        staged = any(not c.direct for c in chunks)
+        self.cuda = device.type == "cuda"
+        ring = min(slots, sum(1 for c in chunks if not c.direct)) if staged else 0
+        size = min(chunk_bytes, max([c.size for c in chunks if not c.direct] or [0]))
+        pin = self.cuda and torch.cuda.is_available()
+        self.free: "queue.Queue[int]" = queue.Queue()
+        self.host = [torch.empty(size, dtype=torch.uint8, pin_memory=pin) for _ in range(ring)]
+        self.dev_ring: List[Any] = [None] * ring    # device buffers for chunks of small tensors
+        self.events: List[Any] = [None] * ring
+        for k in range(ring):
+            self.free.put(k)
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        if self.stream is not None:   # targets the model's own work may still be writing
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+        self.ready: Dict[int, Any] = {}             # chunk index -> slot (or None: direct)
+        self.cv = threading.Condition()
+        self.error: Optional[BaseException] = None
+        self.next = 0
+        self.n_threads = max(1, min(threads, len(chunks)))
+        self.workers: List[threading.Thread] = []
+
+    # --- the readers -------------------------------------------------------------
+
+    def fd(self, path: str) -> int:
+        with self.fd_lock:
+            fd = self.fds.get(path)
+            if fd is None:
+                from kiln._access import open_regular_file
+                f = open_regular_file(path)
+                fd = self.fds[path] = os.dup(f.fileno())
+                f.close()
+            return fd
+
+    def reader(self) -> None:
+        try:
+            while not self.stop.is_set():
+                with self.cv:
+                    j = self.next
+                    if j >= len(self.chunks):
+                        return
+                    self.next += 1
+                c = self.chunks[j]
+                slot = None
+                if not c.direct:
+                    while slot is None:
+                        if self.stop.is_set():
+                            return
+                        try:
+                            slot = self.free.get(timeout=0.05)
+                        except queue.Empty:
+                            continue
+                    self.wait_slot(slot)
+                    buf = memoryview(self.host[slot].numpy())[:c.size]
+                else:
+                    p = c.pieces[0]
+                    buf = self.dest(p.item)[p.at:p.at + p.n]
+                what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
+                _read_exact(self.fd(c.path), buf, c.start, c.path, what)
+                with self.cv:
+                    self.ready[j] = slot
+                    self.cv.notify_all()
+        except BaseException as e:   # handed to the consumer, which raises it
+            with self.cv:
+                if self.error is None:
+                    self.error = e
+                self.cv.notify_all()
+
+    def wait_slot(self, slot: int) -> None:
+        ev = self.events[slot]
+        if ev is not None:
+            ev.synchronize()   # the copies out of this buffer are done
+            self.events[slot] = None
+
+    def dest(self, i: int) -> memoryview:
+        """The host destination of item ``i`` as writable bytes."""
+        t = self.outs[i].detach()
+        return memoryview(t.reshape(-1).view(self.torch.uint8).numpy())
+
+    # --- the consumer ------------------------------------------------------------
+
+    def run(self) -> None:
+        for _ in range(self.n_threads):
+            w = threading.Thread(target=self.reader, name="kiln-torch-reader", daemon=True)
+            self.workers.append(w)
+            w.start()
+        crcs = [0] * len(self.items)
+        for j, c in enumerate(self.chunks):
+            with self.cv:
+                while j not in self.ready and self.error is None:
+                    self.cv.wait(0.1)
+                if self.error is not None:
+                    raise self.error
+                slot = self.ready.pop(j)
+            if slot is None:
+                p = c.pieces[0]
+                if self.items[p.item].crc is not None:
+                    crcs[p.item] = zlib.crc32(self.dest(p.item)[p.at:p.at + p.n], crcs[p.item])
+            else:
+                self.copy_out(c, slot, crcs)
+            self.checks(c, crcs)
+            if self.progress is not None:
+                self.progress(c.size)
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def copy_out(self, c: _Chunk, slot: int, crcs: List[int]) -> None:
+        torch = self.torch
+        host = self.host[slot]
+        raw = memoryview(host.numpy())
+        for p in c.pieces:
+            if self.items[p.item].crc is not None:
+                crcs[p.item] = zlib.crc32(raw[p.where:p.where + p.n], crcs[p.item])
+        if not self.cuda:   # a host destination standing in for the device
+            for p in c.pieces:
+                flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
+                flat[p.at:p.at + p.n].copy_(host[p.where:p.where + p.n])
+            self.free.put(slot)
+            return
+        small = [p for p in c.pieces if self.items[p.item].nbytes < SMALL]
+        with torch.cuda.stream(self.stream):
+            for p in c.pieces:
+                if self.items[p.item].nbytes >= SMALL:
+                    flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
+                    flat[p.at:p.at + p.n].copy_(host[p.where:p.where + p.n], non_blocking=True)
+            if small:
+                dev = self.dev_ring[slot]
+                if dev is None or dev.numel() < c.size:
+                    dev = self.dev_ring[slot] = torch.empty(host.numel(), dtype=torch.uint8,
+                                                            device=self.device)
+                dev[:c.size].copy_(host[:c.size], non_blocking=True)
+                dsts = [self.outs[p.item].detach().reshape(-1).view(torch.uint8)[p.at:p.at + p.n]
+                        for p in small]
+                torch._foreach_copy_(dsts, [dev[p.where:p.where + p.n] for p in small])
+            ev = torch.cuda.Event()
+            ev.record(self.stream)
+        self.events[slot] = ev
+        self.free.put(slot)
+
+    def checks(self, c: _Chunk, crcs: List[int]) -> None:
+        """The CRC-32 of each payload that ends in this chunk."""
+        for p in c.pieces:
+            it = self.items[p.item]
+            if it.crc is not None and p.at + p.n == it.nbytes and crcs[p.item] != it.crc:
+                raise KilnError("CHECKSUM", it.offset, "%s: tensor %r: payload crc32 is %08x, "
+                                "the file records %08x (the payload bytes changed after they "
+                                "were written)" % (it.path, it.key, crcs[p.item], it.crc))
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.cv:
+            self.cv.notify_all()
+        for w in self.workers:
+            w.join()
+        if self.stream is not None:
+            try:
+                self.stream.synchronize()   # no copy may still read a buffer dropped here
+            except Exception:   # pragma: no cover (a device fault: the error already raised)
+                pass
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        self.host, self.dev_ring, self.events = [], [], []
+
+
+def _new_tensor(torch: Any, it: Item, device: Any) -> Any:
+    return torch.empty(it.shape, dtype=it.dtype, device=device)
+
+
+def _writable_host(torch: Any, t: Any) -> bool:
+    return t.device.type == "cpu" and t.is_contiguous() and not t.is_neg() and \
+        not t.is_conj() and t.layout == torch.strided
+
+
+def load(items: Sequence[Item], device: Any, *, progress: Any = None,
+         chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS, threads: int = THREADS,
+         stage: Optional[bool] = None) -> List[Any]:
+    """The tensors of ``items`` (see the module doc), in their order: each
+    ``target`` filled in place, or a new tensor on ``device``.
+
+    Args:
+        items: what to load.
+        device: where new tensors are made.
+        progress: as kiln's ``progress=`` (True for tqdm, or ``fn(done, total)``).
+        chunk_bytes, slots, threads: the chunk size, the staging buffers in
+            the ring and the reader threads.
+        stage: read through the staging ring even into host memory (the path
+            a device takes, with the host standing in for it); by default
+            only destinations that are not host memory are staged.
+
+    Raises:
+        KilnError: ``EOF`` (a file shorter than its table says: changed under
+            the load), ``CHECKSUM`` (a payload that differs from its recorded
+            CRC-32), ``TYPE`` (a bool byte other than 0 or 1); when targets
+            had been filled, the message names them.
+    """
+    from kiln._access import progress_session
+    torch = torch_module()
+    if chunk_bytes < 1 or slots < 1 or threads < 1:
+        raise ValueError("chunk_bytes, slots and threads must be at least 1")
+    device = torch.device(device)
+    outs = [it.target if it.target is not None else _new_tensor(torch, it, device)
+            for it in items]
+    if all(t.is_meta for t in outs):
+        return outs   # shapes and dtypes only: nothing to read
+    late = {}   # a strided target is read into a contiguous tensor, then copied into
+    for i, (it, t) in enumerate(zip(items, outs)):
+        if t.numel() * t.element_size() != it.nbytes:
+            raise ValueError("tensor %r: its destination holds %d bytes, the file %d"
+                             % (it.key, t.numel() * t.element_size(), it.nbytes))
+        if not t.is_contiguous() or t.is_neg() or t.is_conj():
+            late[i] = t
+            outs[i] = torch.empty(it.shape, dtype=it.dtype, device=t.device)
+    direct = [not stage and _writable_host(torch, t) for t in outs]
+    chunks = plan(items, direct, chunk_bytes)
+    total = sum(c.size for c in chunks)
+    with progress_session(progress, "kiln.torch load") as prog:
+        if prog is not None:
+            prog.start(total)
+        run = _Run(torch, items, outs, chunks, slots, threads, chunk_bytes, device,
+                   None if prog is None else prog.add)
+        try:
+            run.run()
+        except BaseException as e:
+            run.close()
+            filled = [it.key for it in items if it.target is not None]
+            if filled and isinstance(e, KilnError):
+                raise KilnError(e.code, e.offset, "%s (the model's tensors may be partly "
+                                "written: %s)" % (e.reason, ", ".join(filled[:20]) +
+                                                  (", ..." if len(filled) > 20 else ""))) \
+                    from None
+            raise
+        run.close()
+    _check_bools(torch, items, outs)
+    for i, t in late.items():
+        t.copy_(outs[i])
+        outs[i] = t
+    return outs
+
+
+def _check_bools(torch: Any, items: Sequence[Item], outs: List[Any]) -> None:
+    """A Kiln bool is one byte, 0 or 1: ``TYPE`` at the first other byte."""
+    for it, t in zip(items, outs):
+        if it.dtype == torch.bool and it.nbytes:
+            raw = t.detach().reshape(-1).view(torch.uint8)
+            bad = raw > 1
+            if bool(bad.any()):
+                k = int(bad.nonzero()[0][0])
+                raise KilnError("TYPE", it.offset + k, "%s: tensor %r: bool byte is %d, not "
+                                "0 or 1" % (it.path, it.key, int(raw[k])))

@@ -5,12 +5,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 import kiln
 from kiln import EncodeError
 
-from ._common import ALIASES_KEY, PathLike, torch_module as _torch
+from ._common import ALIASES_KEY, PathLike, check_path, torch_module as _torch
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["shared_names", "save_file"]
+__all__ = ["shared_names", "save_file", "save_model", "save_sharded", "save"]
 
 
 def _span(t: Any) -> Tuple[int, int]:
@@ -20,37 +20,39 @@ def _span(t: Any) -> Tuple[int, int]:
     return lo, lo + extent * t.element_size()
 
 
-def shared_names(torch: Any, tensors: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[str]] = None
+                 ) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """(the tensors to store, {alias: stored name}): the names of one tensor
-    (same memory, shape, strides and dtype) become aliases of the first in
-    sorted order; ``EncodeError`` naming both for any other overlap."""
+    (same memory, shape, strides, dtype and negation and conjugation bits)
+    become aliases of the first in ``order`` (sorted order by default);
+    ``EncodeError`` naming both for any other overlap."""
     store: Dict[str, Any] = {}
     aliases: Dict[str, str] = {}
     by_storage: Dict[int, List[str]] = {}
     for name in tensors:
         if not isinstance(name, str):
             raise EncodeError("TYPE", 0, "state_dict key %r is not a str" % (name,))
-    for name in sorted(tensors):
+    for name in (sorted(tensors) if order is None else order):
         t = tensors[name]
         if not isinstance(t, torch.Tensor):
             raise EncodeError("TYPE", 0, "state_dict[%r] is %s, not a torch.Tensor"
                               % (name, type(t).__name__))
-        if t.numel() == 0 or t.device.type == "meta" or t.layout != torch.strided:
-            store[name] = t   # no memory to share (or refused when stored)
-            continue
+        if t.numel() == 0 or t.device.type == "meta" or t.layout != torch.strided or \
+                t.is_neg() or t.is_conj():
+            store[name] = t   # no memory to share (or refused when stored), or values
+            continue          # stored apart: a negation bit resolves into a copy
         key = t.untyped_storage().data_ptr()
         same = None
         for other in by_storage.get(key, ()):
             u = tensors[other]
-            if (u.data_ptr(), u.shape, u.stride(), u.dtype, u.device) == \
-                    (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device):
+            if _identity(u) == _identity(t):
                 same = other
                 break
             (a, b), (c, d) = _span(t), _span(u)
             if a < d and c < b:
                 raise EncodeError("TYPE", 0, "tensors %r and %r share memory but are not the "
-                                  "same tensor (one is a view of the other): store a .clone() "
-                                  "of one" % (other, name))
+                                  "same tensor (one is a view of the other, or its negation "
+                                  "or conjugate): store a .clone() of one" % (other, name))
         if same is not None:
             aliases[name] = same
             continue
@@ -59,14 +61,53 @@ def shared_names(torch: Any, tensors: Mapping[str, Any]) -> Tuple[Dict[str, Any]
     return store, aliases
 
 
+def _identity(t: Any) -> Tuple[Any, ...]:
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t.is_neg(), t.is_conj())
+
+
+def _storable(torch: Any, store: Dict[str, Any]) -> Dict[str, Any]:
+    """The tensors as the file takes them: on the CPU, negation and
+    conjugation bits applied (``resolve_neg``: the values, not the bits)."""
+    for name, t in store.items():
+        if t.device.type == "meta":
+            continue
+        if t.is_neg() or t.is_conj():
+            t = t.detach().resolve_conj().resolve_neg()
+        if t.device.type != "cpu":
+            t = t.detach().cpu()
+        store[name] = t
+    return store
+
+
+def _with_aliases(metadata: Optional[Dict[str, Any]], aliases: Dict[str, str]
+                  ) -> Optional[Dict[str, Any]]:
+    if metadata is not None and ALIASES_KEY in metadata:
+        raise EncodeError("TYPE", 0, "the metadata key %r is reserved for kiln.torch"
+                          % ALIASES_KEY)
+    if aliases:
+        metadata = dict(metadata or {})
+        metadata[ALIASES_KEY] = aliases
+    return metadata
+
+
+def _state(torch: Any, state_dict: Any, order: Optional[List[str]] = None
+           ) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    if not isinstance(state_dict, Mapping):
+        raise EncodeError("TYPE", 0, "state_dict must be a mapping of name to tensor, not %s"
+                          % type(state_dict).__name__)
+    store, aliases = shared_names(torch, state_dict, order)
+    return _storable(torch, store), aliases
+
+
 def save_file(state_dict: Mapping[str, "torch.Tensor"], path: PathLike,
               metadata: Optional[Dict[str, Any]] = None, *, checksum: bool = False) -> None:
     """Write a state dict (name -> ``torch.Tensor``) to a Kiln tensor file.
 
     Tensors on another device than the CPU are copied to it first, and a
     non-contiguous tensor is copied once into C order; a contiguous CPU
-    tensor is written straight from its memory.  Shared tensors are stored
-    once (see the module doc).  The file is replaced atomically.
+    tensor is written straight from its memory.  A tensor with torch's
+    negation or conjugation bit set is stored as its values.  Shared tensors
+    are stored once (see the module doc).  The file is replaced atomically.
 
     Args:
         state_dict: a mapping of str name to tensor (``model.state_dict()``).
@@ -78,9 +119,10 @@ def save_file(state_dict: Mapping[str, "torch.Tensor"], path: PathLike,
 
     Raises:
         EncodeError: a value that is not a tensor, a dtype with no Kiln twin
-            (complex, the ``fnuz`` float8 kinds), a quantized or sparse
+            (complex, the ``fnuz`` float8 kinds), a quantized, sparse or meta
             tensor, or two tensors that partly overlap, naming the tensor;
             the reserved metadata key.
+        TypeError: bytes where a path is expected.
         ImportError: torch is not installed.
 
     Example:
@@ -89,19 +131,68 @@ def save_file(state_dict: Mapping[str, "torch.Tensor"], path: PathLike,
         tensor([1., 1.], dtype=torch.bfloat16)
     """
     torch = _torch()
-    if not isinstance(state_dict, Mapping):
-        raise EncodeError("TYPE", 0, "state_dict must be a mapping of name to tensor, not %s"
-                          % type(state_dict).__name__)
-    store, aliases = shared_names(torch, state_dict)
-    for name, t in store.items():
-        if t.device.type not in ("cpu", "meta"):
-            store[name] = t.detach().cpu()
-    if metadata is not None and ALIASES_KEY in metadata:
-        raise EncodeError("TYPE", 0, "the metadata key %r is reserved for kiln.torch"
-                          % ALIASES_KEY)
-    if aliases:
-        metadata = dict(metadata or {})
-        metadata[ALIASES_KEY] = aliases
-    kiln.save_tensors(path, store, metadata=metadata, checksum=checksum)
+    check_path(path, "save_file")
+    store, aliases = _state(torch, state_dict)
+    kiln.save_tensors(path, store, metadata=_with_aliases(metadata, aliases),
+                      checksum=checksum)
 
 
+def save_model(model: "torch.nn.Module", path: PathLike,
+               metadata: Optional[Dict[str, Any]] = None, *, checksum: bool = False) -> None:
+    """Write ``model.state_dict()`` to a Kiln tensor file, as
+    ``safetensors.torch.save_model`` does: a tied weight is stored once,
+    under its first name in the state dict's order (the module that
+    registered it first: ``transformer.wte.weight`` for GPT-2's tied
+    ``lm_head.weight``, the name ``save_pretrained`` keeps), its other names
+    recorded as aliases (so :func:`load_file` gives every name back).
+
+    Example:
+        >>> m = torch.nn.Sequential(torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False))
+        >>> m[1].weight = m[0].weight
+        >>> kiln.torch.save_model(m, "tied.kiln")
+        >>> sorted(kiln.open("tied.kiln").keys())
+        ['0.weight']
+    """
+    torch = _torch()
+    check_path(path, "save_model")
+    sd = model.state_dict()
+    store, aliases = _state(torch, sd, list(sd))
+    kiln.save_tensors(path, store, metadata=_with_aliases(metadata, aliases),
+                      checksum=checksum)
+
+
+def save_sharded(state_dict: Mapping[str, "torch.Tensor"], folder: PathLike, *,
+                 max_shard_size: Any = "5GB", metadata: Optional[Dict[str, Any]] = None,
+                 checksum: bool = False, prefix: str = "model") -> str:
+    """Write a state dict as a sharded set (see :func:`kiln.save_sharded`):
+    shared tensors stored once across the set, their other names kept in the
+    index (:attr:`kiln.ShardedFile.aliases`); returns the index's path.
+
+    Example:
+        >>> kiln.torch.save_sharded({"a": torch.ones(4), "b": torch.zeros(4)}, "ckpt",
+        ...                         max_shard_size=16)
+        'ckpt/model.kiln.index.json'
+    """
+    torch = _torch()
+    check_path(folder, "save_sharded")
+    store, aliases = _state(torch, state_dict)
+    return kiln.save_sharded(store, folder, max_shard_size=max_shard_size, metadata=metadata,
+                             checksum=checksum, prefix=prefix, aliases=aliases)
+
+
+def save(tensors: Mapping[str, "torch.Tensor"], metadata: Optional[Dict[str, Any]] = None
+         ) -> bytes:
+    """The Kiln tensor file of ``tensors`` as bytes (what :func:`save_file`
+    would write; :func:`kiln.torch.load` reads it back).
+
+    Example:
+        >>> data = kiln.torch.save({"w": torch.arange(3)})
+        >>> kiln.torch.load(data)
+        {'w': tensor([0, 1, 2])}
+    """
+    import io
+    torch = _torch()
+    store, aliases = _state(torch, tensors)
+    out = io.BytesIO()
+    kiln.save_tensors(out, store, metadata=_with_aliases(metadata, aliases))
+    return out.getvalue()
