@@ -30,7 +30,6 @@ after a target was filled says which targets were written.
 """
 
 import os
-import queue
 import threading
 import zlib
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -115,8 +114,9 @@ def _read_exact(fd: int, buf: memoryview, offset: int, path: str, what: str) -> 
     while done < len(buf):
         n = os.preadv(fd, [buf[done:]], offset + done)
         if n <= 0:
-            raise KilnError("EOF", offset + done, "%s: the file changed under the reader: it "
-                            "ends at byte %d, inside %s" % (path, offset + done, what))
+            end = min(offset + done, os.fstat(fd).st_size)
+            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
+                            "byte %d, before the end of %s" % (path, end, what))
         done += n
 
 
@@ -136,12 +136,11 @@ class _Run:
         ring = min(slots, sum(1 for c in chunks if not c.direct)) if staged else 0
         size = min(chunk_bytes, max([c.size for c in chunks if not c.direct] or [0]))
         pin = self.cuda and torch.cuda.is_available()
-        self.free: "queue.Queue[int]" = queue.Queue()
+        self.free: List[int] = []   # staging buffers no chunk holds (under self.cv)
         self.host = [torch.empty(size, dtype=torch.uint8, pin_memory=pin) for _ in range(ring)]
         self.dev_ring: List[Any] = [None] * ring    # device buffers for chunks of small tensors
         self.events: List[Any] = [None] * ring
-        for k in range(ring):
-            self.free.put(k)
+        self.free.extend(range(ring))
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         if self.stream is not None:   # targets the model's own work may still be writing
             self.stream.wait_stream(torch.cuda.current_stream(device))
@@ -166,22 +165,13 @@ class _Run:
 
     def reader(self) -> None:
         try:
-            while not self.stop.is_set():
-                with self.cv:
-                    j = self.next
-                    if j >= len(self.chunks):
-                        return
-                    self.next += 1
+            while True:
+                claimed = self.claim()
+                if claimed is None:
+                    return
+                j, slot = claimed
                 c = self.chunks[j]
-                slot = None
-                if not c.direct:
-                    while slot is None:
-                        if self.stop.is_set():
-                            return
-                        try:
-                            slot = self.free.get(timeout=0.05)
-                        except queue.Empty:
-                            continue
+                if slot is not None:
                     self.wait_slot(slot)
                     buf = memoryview(self.host[slot].numpy())[:c.size]
                 else:
@@ -197,6 +187,26 @@ class _Run:
                 if self.error is None:
                     self.error = e
                 self.cv.notify_all()
+
+    def claim(self) -> Optional[Tuple[int, Optional[int]]]:
+        """The next chunk and, for a staged one, the buffer it is read into:
+        taken together, in chunk order, so the consumer (which takes chunks in
+        order) never waits on a chunk whose reader waits on a buffer."""
+        with self.cv:
+            while not self.stop.is_set() and self.error is None:
+                j = self.next
+                if j >= len(self.chunks):
+                    return None
+                if self.chunks[j].direct or self.free:
+                    self.next += 1
+                    return j, (None if self.chunks[j].direct else self.free.pop())
+                self.cv.wait(0.05)
+            return None
+
+    def release(self, slot: int) -> None:
+        with self.cv:
+            self.free.append(slot)
+            self.cv.notify_all()
 
     def wait_slot(self, slot: int) -> None:
         ev = self.events[slot]
@@ -247,7 +257,7 @@ class _Run:
             for p in c.pieces:
                 flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
                 flat[p.at:p.at + p.n].copy_(host[p.where:p.where + p.n])
-            self.free.put(slot)
+            self.release(slot)
             return
         small = [p for p in c.pieces if self.items[p.item].nbytes < SMALL]
         with torch.cuda.stream(self.stream):
@@ -267,7 +277,7 @@ class _Run:
             ev = torch.cuda.Event()
             ev.record(self.stream)
         self.events[slot] = ev
-        self.free.put(slot)
+        self.release(slot)
 
     def checks(self, c: _Chunk, crcs: List[int]) -> None:
         """The CRC-32 of each payload that ends in this chunk."""

@@ -1,0 +1,265 @@
+"""The pipelined loader of kiln.torch (issue 50): the planner, the reader
+threads, the staging ring and the copy step, run on the CPU with host memory
+standing in for the device (``stage=True``: every byte goes through the ring
+as it would to a GPU), and the direct reads into host tensors.
+
+Oracles: ``kiln.load_tensors`` of the same file (the reference decoder's
+bytes, through the other read path), numpy arrays the test wrote, and
+hand-made truncations and corruptions at known offsets."""
+
+import gc
+import os
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch", reason="torch is not installed: kiln.torch is tested "
+                                            "where it is")
+import kiln.torch as kt  # noqa: E402
+from kiln.torch import _pipeline as P  # noqa: E402
+from kiln._access import file_offset, table  # noqa: E402
+
+
+def _items(path, targets=None):
+    """The pipeline's items for every tensor of the file at ``path``."""
+    out = []
+    with kiln.open(path) as f:
+        sums = f.checksums
+        for i, (name, t) in enumerate(table(f).items()):
+            crc = None if sums is None else int.from_bytes(sums[4 * i:4 * i + 4], "little")
+            dt = getattr(torch, {"f32": "float32", "u8": "uint8", "i64": "int64",
+                                 "bf16": "bfloat16", "bool": "bool", "i8": "int8"}[t.dtype])
+            out.append(P.Item(name, str(path), file_offset(t), t.nbytes, crc, dt,
+                              tuple(t.shape), None if targets is None else targets[name]))
+    return out
+
+
+def _reference(path):
+    return {k: v.numpy().tobytes() for k, v in kiln.load_tensors(path, copy=True).items()}
+
+
+def _bytes(t):
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _readers():
+    return [t for t in threading.enumerate() if t.name == "kiln-torch-reader"]
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """Tensors of many sizes (some larger than the tiny chunks), a zero-size
+    one and a bool, saved with checksums."""
+    rng = np.random.default_rng(5)
+    t = {"big": rng.standard_normal(5000).astype(np.float32),
+         "mid": rng.integers(0, 255, 777, dtype=np.uint8),
+         "empty": np.zeros((0, 3), np.float32),
+         "flag": rng.integers(0, 2, 33).astype(np.bool_),
+         "i": np.arange(100, dtype=np.int64)}
+    kiln.save_tensors(tmp_path / "m.kiln", t, checksum=True)
+    return tmp_path / "m.kiln"
+
+
+@pytest.mark.parametrize("stage", [False, True])
+@pytest.mark.parametrize("chunk, slots, threads", [(64, 1, 1), (1000, 2, 3), (4096, 3, 2),
+                                                   (1 << 20, 4, 4)])
+def test_bytes_equal_the_reference_across_chunk_boundaries(api, mixed, stage, chunk, slots,
+                                                           threads):
+    items = _items(mixed)
+    outs = P.load(items, "cpu", chunk_bytes=chunk, slots=slots, threads=threads, stage=stage)
+    ref = _reference(mixed)
+    assert [it.key for it in items] == sorted(ref)
+    for it, t in zip(items, outs):
+        assert tuple(t.shape) == it.shape and _bytes(t) == ref[it.key], it.key
+    assert _readers() == []
+
+
+def test_the_plan_cuts_payloads_and_coalesces_neighbours(api, mixed):
+    items = _items(mixed)
+    chunks = P.plan(items, [False] * len(items), 1000)
+    covered = {}
+    for c in chunks:
+        assert c.size <= 1000
+        for p in c.pieces:
+            covered.setdefault(p.item, []).append((p.at, p.n))
+            assert items[p.item].offset + p.at == c.start + p.where   # the file's byte
+    for i, it in enumerate(items):   # every byte of every payload exactly once, in order
+        got = covered.get(i, [])
+        assert sum(n for _, n in got) == it.nbytes
+        assert [a for a, _ in got] == list(np.cumsum([0] + [n for _, n in got])[:-1])
+    assert max(len(c.pieces) for c in chunks) > 1   # small neighbours share a chunk
+
+
+def test_ten_thousand_tiny_tensors(api, tmp_path):
+    t = {"t%05d" % i: np.full(i % 7, i % 100, np.int8) for i in range(10000)}
+    kiln.save_tensors(tmp_path / "tiny.kiln", t)
+    items = _items(tmp_path / "tiny.kiln")
+    chunks = P.plan(items, [False] * len(items), 1 << 16)
+    assert len(chunks) < 20   # batched, not a read per tensor
+    outs = P.load(items, "cpu", chunk_bytes=1 << 16, stage=True)
+    for it, x in zip(items, outs):
+        assert x.tolist() == t[it.key].tolist()
+
+
+def test_targets_are_filled_in_place(api, mixed):
+    targets = {"big": torch.zeros(5000), "mid": torch.zeros(777, dtype=torch.uint8),
+               "empty": torch.zeros(0, 3), "flag": torch.zeros(33, dtype=torch.bool),
+               "i": torch.zeros(10, 10, dtype=torch.int64).t()[0:10].t()}   # strided
+    ref = _reference(mixed)
+    outs = P.load(_items(mixed, {k: v.reshape(-1) if k == "i" else v
+                                 for k, v in targets.items()}), "cpu", chunk_bytes=512)
+    assert outs[0] is targets["big"]
+    for k in ("big", "mid", "flag"):
+        assert _bytes(targets[k]) == ref[k]
+
+
+def test_a_sharded_set_loads_as_one_plan(api, tmp_path):
+    rng = np.random.default_rng(1)
+    t = {"w%d" % i: rng.standard_normal(300).astype(np.float32) for i in range(6)}
+    kiln.save_sharded(t, tmp_path / "set", max_shard_size=2500)
+    assert len(kiln.open(tmp_path / "set").shards) == 3
+    sd = kt.load_file(tmp_path / "set", device="cpu")
+    for k, v in t.items():
+        assert sd[k].numpy().tolist() == v.tolist()
+    m = torch.nn.ParameterDict({k: torch.nn.Parameter(torch.zeros(300)) for k in t})
+    assert kt.load_model(m, tmp_path / "set") == ([], [])
+    for k, v in t.items():
+        assert m[k].detach().numpy().tobytes() == v.tobytes()
+
+
+def test_a_file_truncated_mid_load_is_eof_naming_file_and_offset(api, mixed):
+    items = _items(mixed)
+    cut = items[0].offset + 100   # inside the first payload ("big")
+    seen = []
+
+    def truncate(done, total):
+        seen.append(done)
+        if len(seen) == 1:
+            os.truncate(mixed, cut)
+
+    big = [it for it in items if it.key == "big"][0]
+    with pytest.raises(kiln.KilnError) as e:
+        P.load([big._replace(offset=big.offset, nbytes=big.nbytes)], "cpu", chunk_bytes=64,
+               threads=1, slots=1, stage=True, progress=truncate)
+    assert e.value.code == "EOF" and str(mixed) in e.value.reason
+    assert "changed under the reader" in e.value.reason and e.value.offset >= cut
+    assert _readers() == []
+
+
+def test_a_file_already_shorter_fails_every_read_path(api, mixed):
+    items = _items(mixed)
+    os.truncate(mixed, items[0].offset + 10)
+    for stage in (False, True):
+        with pytest.raises(kiln.KilnError) as e:
+            P.load(items, "cpu", stage=stage, chunk_bytes=256)
+        assert e.value.code == "EOF" and e.value.offset == items[0].offset + 10
+    m = torch.nn.ParameterDict({"big": torch.nn.Parameter(torch.zeros(5000))})
+    with pytest.raises(kiln.KilnError) as e:   # the open sees a file too short for its table
+        kt.load_model(m, mixed, strict=False)
+    assert e.value.code == "EOF"
+
+
+def test_a_checksum_mismatch_names_the_tensor(api, mixed):
+    items = _items(mixed)
+    mid = [it for it in items if it.key == "mid"][0]
+    with open(mixed, "r+b") as f:
+        f.seek(mid.offset + 500)
+        b = f.read(1)
+        f.seek(mid.offset + 500)
+        f.write(bytes([b[0] ^ 1]))
+    for stage in (False, True):
+        with pytest.raises(kiln.KilnError) as e:
+            P.load(items, "cpu", stage=stage, chunk_bytes=300)
+        assert e.value.code == "CHECKSUM" and "'mid'" in e.value.reason
+        assert e.value.offset == mid.offset
+    target = torch.nn.ParameterDict({"mid": torch.nn.Parameter(
+        torch.zeros(777, dtype=torch.uint8), requires_grad=False)})
+    with pytest.raises(kiln.KilnError) as e:
+        kt.load_model(target, mixed, strict=False)
+    assert e.value.code == "CHECKSUM" and "partly written: mid" in e.value.reason
+
+
+def test_a_bool_byte_other_than_0_or_1_is_refused(api, mixed):
+    items = _items(mixed)
+    flag = [it for it in items if it.key == "flag"][0]
+    with open(mixed, "r+b") as f:
+        f.seek(flag.offset + 5)
+        f.write(b"\x07")
+    with pytest.raises(kiln.KilnError) as e:
+        P.load([flag._replace(crc=None)], "cpu", stage=True)
+    assert e.value.code == "TYPE" and e.value.offset == flag.offset + 5
+
+
+def test_a_failing_reader_stops_the_load_and_its_threads(api, mixed, tmp_path):
+    items = _items(mixed)
+    k = [it.key for it in items].index("mid")
+    gone = items[k]._replace(path=str(tmp_path / "missing.kiln"))
+    with pytest.raises(FileNotFoundError):
+        P.load(items[:k] + [gone] + items[k + 1:], "cpu", stage=True, chunk_bytes=128)
+    assert _readers() == []
+
+
+def test_keyboard_interrupt_leaves_no_thread_and_no_buffer(api, mixed):
+    items = _items(mixed)
+    buffers = []
+    real_empty = torch.empty
+
+    def tracking_empty(*a, **k):   # the ring's buffers, to watch them go
+        t = real_empty(*a, **k)
+        buffers.append(weakref.ref(t))
+        return t
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    P.torch_module()   # (the module's torch is the test's)
+    torch.empty = tracking_empty
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            P.load(items, "cpu", stage=True, chunk_bytes=128, slots=2, progress=interrupt)
+    finally:
+        torch.empty = real_empty
+    gc.collect()
+    assert buffers and all(r() is None for r in buffers)
+    assert _readers() == []
+
+
+def test_tqdm_progress_counts_every_byte(api, mixed):
+    pytest.importorskip("tqdm")
+    seen = []
+    P.load(_items(mixed), "cpu", stage=True, chunk_bytes=256,
+           progress=lambda done, total: seen.append((done, total)))
+    total = seen[0][1]
+    assert seen[-1] == (total, total) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    P.load(_items(mixed), "cpu", progress=True)   # a tqdm bar, no error
+
+
+def test_device_loads_go_through_the_pipeline(api, mixed, monkeypatch):
+    calls = []
+    real = P.load
+
+    def spy(items, device, **kw):
+        calls.append((len(items), str(device)))
+        return real(items, device, **kw)
+
+    monkeypatch.setattr(P, "load", spy)
+    sd = kt.load_file(mixed, device="meta")
+    assert calls == [(5, "meta")] and sd["big"].is_meta and tuple(sd["big"].shape) == (5000,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: torch sees no GPU here")
+def test_cuda_loads_equal_the_reference(api, mixed):
+    ref = _reference(mixed)
+    sd = kt.load_file(mixed, device="cuda")
+    for k, v in sd.items():
+        assert v.device.type == "cuda" and _bytes(v.cpu()) == ref[k], k
+    outs = P.load(_items(mixed), "cuda", chunk_bytes=256, slots=2)   # tiny ring, many reuses
+    for it, v in zip(_items(mixed), outs):
+        assert _bytes(v.cpu()) == ref[it.key]
+    m = torch.nn.ParameterDict({"big": torch.nn.Parameter(torch.zeros(5000, device="cuda"))})
+    assert kt.load_model(m, mixed, strict=False)[0] == []
+    assert _bytes(m["big"].detach().cpu()) == ref["big"]
