@@ -219,20 +219,34 @@ with kiln.RecordWriter(sys.argv[1], "struct{id:i64,name:str,}") as w:
 
 
 def test_writer_killed_leaves_recoverable_records(impl, tmp_path):
+    # the records go to a new file beside the path (replaced at close): a
+    # killed writer leaves them there, named by kiln.records.unfinished
     p = tmp_path / "k.kilnr"
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+
+    def writing():
+        found = kiln.records.unfinished(p)
+        return found[0] if found else None
+
     for wait in (20000, 70000):
+        before = set(kiln.records.unfinished(p))
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(p)], env=env)
         try:
             deadline = time.monotonic() + 60
-            while (not p.exists() or p.stat().st_size < wait) and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                w = writing()
+                if w is not None and w not in before and os.path.getsize(w) >= wait:
+                    break
                 time.sleep(0.01)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+        assert not p.exists()   # never put in place
+        w = writing()
+        assert w not in before and w.endswith(".kilnr-writing")
         with pytest.raises(kiln.KilnError):
-            open_rf(impl, p)
-        with open_rf(impl, p, recover=True) as rf:
+            open_rf(impl, w)
+        with open_rf(impl, w, recover=True) as rf:
             assert len(rf) > 100
             assert list(rf) == values(len(rf))
 
@@ -936,7 +950,7 @@ def test_iter_records_of_a_killed_writers_file_raises_unless_recovering(impl, tm
     records come out, then EOF at the cut, so a crash never looks like a clean
     end (once: the iteration just ended); recover=True ends quietly."""
     p = tmp_path / "k.kilnr"
-    w = kiln.RecordWriter(p, "str", kernels=impl.kernels)
+    w = kiln.RecordWriter(p, "str", kernels=impl.kernels, replace="open")
     for s in ("a", "bc", "def"):
         w.write(s)
     w.flush()

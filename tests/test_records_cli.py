@@ -2,6 +2,7 @@
 
 import base64
 import json
+import os
 import types
 
 import kiln
@@ -127,10 +128,22 @@ def test_an_exception_inside_the_writer_block_leaves_a_file_that_is_not_complete
     except RuntimeError:
         pass
     import pytest
+    assert not p.exists()   # the path never held the torn file: it is beside it
+    (left,) = kiln.records.unfinished(p)
     with pytest.raises(kiln.KilnError):
-        kiln.RecordFile(p, TEXT, kernels=impl.kernels)
-    with kiln.RecordFile(p, TEXT, recover=True, kernels=impl.kernels) as rf:
+        kiln.RecordFile(left, TEXT, kernels=impl.kernels)
+    with kiln.RecordFile(left, TEXT, recover=True, kernels=impl.kernels) as rf:
         assert [v["id"] for v in rf] == [1, 2]
+    # with replace="open" the path itself is the file being written, as before
+    try:
+        with kiln.RecordWriter(p, TEXT, kernels=impl.kernels, replace="open") as w:
+            w.write({"id": 1, "name": "a", "w": [], "raw": b""})
+            raise RuntimeError("the producer failed")
+    except RuntimeError:
+        pass
+    with kiln.RecordFile(p, TEXT, recover=True, kernels=impl.kernels) as rf:
+        assert [v["id"] for v in rf] == [1]
+    os.remove(p)
     # no exception: complete, as before
     with kiln.RecordWriter(p, TEXT, kernels=impl.kernels) as w:
         w.write({"id": 3, "name": "c", "w": [], "raw": b""})

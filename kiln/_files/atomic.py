@@ -92,12 +92,13 @@ def tmp_base(folder: str, base: str) -> str:
     return "".join(keep) + tag
 
 
-def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
+def _create(folder: str, base: str, mode: int, suffix: str = ".kiln-tmp"
+            ) -> "tuple[int, str]":
     """A new file in ``folder`` under a name unique across threads and processes."""
     short = tmp_base(folder, base)
     for _ in range(_TRIES):
-        tmp = os.path.join(folder, ".%s.%d.%s.kiln-tmp" % (short, os.getpid(),
-                                                         os.urandom(8).hex()))
+        tmp = os.path.join(folder, ".%s.%d.%s%s" % (short, os.getpid(),
+                                                  os.urandom(8).hex(), suffix))
         try:
             return os.open(tmp, _OPEN_FLAGS, mode), tmp
         except FileExistsError:   # pragma: no cover - 64 random bits
@@ -106,6 +107,35 @@ def _create(folder: str, base: str, mode: int) -> "tuple[int, str]":
             raise type(e)(e.errno, "cannot create a file in %s: %s"
                           % (folder or ".", e.strerror), os.path.join(folder, base)) from None
     raise FileExistsError(errno.EEXIST, "no free temporary name", folder)  # pragma: no cover
+
+
+def create_beside(path: PathLike, suffix: str) -> "tuple[int, str, str]":
+    """(descriptor, name, target): a new file beside the file ``path`` names
+    (``.<name>.<pid>.<random><suffix>``, the old file's group and mode when
+    there is one), which the caller renames over ``target`` when it is done.
+    A suffix other than ``.kiln-tmp`` is never cleaned up as a stale
+    temporary: a killed writer's file stays for whoever recovers it."""
+    path = local_path(path)
+    target = resolve_target(path)
+    folder, base = os.path.split(target)
+    try:
+        old: Optional[os.stat_result] = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    fd, tmp = _create(folder, base, 0o600 if old is not None else 0o666, suffix)
+    try:
+        if old is not None:
+            _keep_mode(fd, tmp, old)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp, target
+
+
+def fsync_dir(folder: str) -> None:
+    """fsync a folder (a rename in it made durable); nothing where that fails."""
+    _fsync_dir(folder)
 
 
 class AtomicFile:

@@ -6,7 +6,7 @@ layout is in ``spec/records.md``; ``_format`` holds its constants and the
 checks of its fixed parts that every reader shares.
 """
 
-from .writer import RecordWriter
+from .writer import RecordWriter, unfinished
 from .reader import RecordFile, Recovery
 from .stream import StreamDecoder, iter_records
 
@@ -15,4 +15,5 @@ for _cls in (RecordWriter, RecordFile, StreamDecoder):
     _cls.__module__ = "kiln"
 del _cls
 
-__all__ = ["RecordWriter", "RecordFile", "Recovery", "StreamDecoder", "iter_records"]
+__all__ = ["RecordWriter", "RecordFile", "Recovery", "StreamDecoder", "iter_records",
+           "unfinished"]

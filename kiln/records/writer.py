@@ -6,7 +6,6 @@ leaves whole records followed by at most one torn one, which every reader
 detects by its head or value checksum (see ``spec/records.md``).
 """
 
-import builtins
 import os
 import threading
 from array import array
@@ -60,6 +59,31 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
+WRITING = ".kilnr-writing"   # the suffix of a file a RecordWriter is writing
+
+
+def unfinished(path: Any) -> "list[str]":
+    """The files beside ``path`` that a :class:`RecordWriter` of ``path`` was
+    writing when it stopped (killed, or closed after an error) and never put
+    in place, newest first: ``kiln.RecordFile(name, type, recover=True)``
+    reads their records.
+
+    Example:
+        >>> kiln.records.unfinished("log.kilnr")
+        []
+    """
+    from .._files.atomic import tmp_base
+    target = os.path.abspath(os.fspath(path))
+    folder, base = os.path.split(target)
+    start = ".%s." % tmp_base(folder, base)
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(start) and n.endswith(WRITING)]
+    except OSError:
+        return []
+    found = [os.path.join(folder, n) for n in names]
+    return sorted(found, key=lambda p: os.stat(p).st_mtime, reverse=True)
+
+
 _KINDS: Any = None
 
 
@@ -108,9 +132,19 @@ class RecordWriter(Generic[T]):
     """Write values of one type as records of a Kiln record container.
 
     Args:
-        target: a path (the file is created or truncated) or a writable
-            binary file object (a pipe, ``socket.makefile("wb")``,
-            ``sys.stdout.buffer``); a file object is not closed by ``close``.
+        target: a path or a writable binary file object (a pipe,
+            ``socket.makefile("wb")``, ``sys.stdout.buffer``); a file object
+            is not closed by ``close``.  A path is never truncated: the
+            records go to a new file beside it
+            (``.<name>.<pid>.<random>.kilnr-writing``), which replaces the
+            path at ``close()`` (``replace="close"``, the default: readers of
+            the old file, this process's own records read from it included,
+            keep reading it; new readers see the old file or the complete new
+            one), or at once (``replace="open"``: the path shows the records
+            as they are flushed, as a log does, still a new file).  A writer
+            killed, or closed after an error in its ``with`` block, leaves
+            its records in that file: :func:`kiln.records.unfinished` names
+            it, and ``RecordFile(name, type, recover=True)`` reads them.
         type: a :class:`kiln.Type`, type text, or a bound dataclass /
             NamedTuple.
         align: pad records so that the first tensor directory of each record
@@ -121,13 +155,17 @@ class RecordWriter(Generic[T]):
             type given (``spec/records.md``, "Type text").  ``False`` writes
             the type's hash alone (a 16-byte header, the layout of files
             written before the type text existed, which every reader reads).
+        replace: ``"close"`` or ``"open"``: when a path's new file takes
+            its name (see ``target``).
         round_floats, kernels: as for :class:`kiln.Encoder`.
 
     ``write(value)`` returns the record's index; ``write_many(values)``
     writes many with one kernel call for each 64 KiB; ``flush()`` makes every
     record written so far recoverable (for a path: written and fsynced);
-    ``close()`` writes the index and the trailer.  One writer may be used by
-    several threads (writes are serialized).
+    ``close()`` writes the index and the trailer (and for a path puts the
+    file in place).  One writer may be used by several threads (writes are
+    serialized; no lock is held while ``write_many`` runs the caller's
+    iterator).
 
     Raises:
         EncodeError: from ``write``, as :func:`kiln.encode`; nothing is
@@ -143,15 +181,18 @@ class RecordWriter(Generic[T]):
 
     @overload
     def __init__(self: "RecordWriter[T]", target: Any, type: _ClassOf[T], *, align: bool = ...,
-                 store_type: bool = ..., round_floats: bool = ..., kernels: Any = ...) -> None: ...
+                 store_type: bool = ..., round_floats: bool = ..., kernels: Any = ...,
+                 replace: str = ...) -> None: ...
 
     @overload
     def __init__(self: "RecordWriter[Any]", target: Any, type: Union[Type, str, Annotation], *,
                  align: bool = ..., store_type: bool = ..., round_floats: bool = ...,
-                 kernels: Any = ...) -> None: ...
+                 kernels: Any = ..., replace: str = ...) -> None: ...
 
     def __init__(self, target: Any, type: Any, *, align: bool = True, store_type: bool = True,
-                 round_floats: bool = False, kernels: Any = None) -> None:
+                 round_floats: bool = False, kernels: Any = None, replace: str = "close") -> None:
+        if replace not in ("close", "open"):
+            raise ValueError("replace must be \"close\" or \"open\", not %r" % (replace,))
         self.type = as_type(type)
         head = F.make_header(self.type.schema_hash, self.type.text if store_type else None)
         self._kernels = kernels
@@ -173,14 +214,19 @@ class RecordWriter(Generic[T]):
         self._offsets = array("Q")
         self._closed = False
         self._broken = False
+        self._tmp: Optional[str] = None   # the new file, until it takes the path's name
         if hasattr(target, "write"):
             self.path: Optional[str] = None
             self._f = target
             self._own = False
         else:
+            from .._files.atomic import create_beside
             self.path = os.fspath(target)
-            self._f = builtins.open(self.path, "wb")
+            fd, self._tmp, self._target = create_beside(self.path, WRITING)
+            self._f = os.fdopen(fd, "wb")
             self._own = True
+            if replace == "open":
+                self._put_in_place()
         try:
             self._base = int(self._f.tell())
         except (AttributeError, OSError, ValueError):
@@ -191,6 +237,13 @@ class RecordWriter(Generic[T]):
     def _put(self, data: Any) -> None:
         _write_all(self._f, data)
         self._pos += len(data)
+
+    def _put_in_place(self) -> None:
+        """The new file takes the path's name (one rename: never a truncation)."""
+        if self._tmp is not None:
+            os.replace(self._tmp, self._target)
+            self._tmp = None
+            self._dir_synced = False
 
     def _pad(self, buf: bytes) -> int:
         if self._align_dec is None:
@@ -269,26 +322,33 @@ class RecordWriter(Generic[T]):
                 n += 1
             return n
         with self._lock:
-            # the values' own code (the iterator, an __index__) runs under the lock, which
-            # is reentrant: a write from inside it lands before the block being built,
-            # whose offsets are placed when it is written
             self._usable()
-            return self._many(it)
+        return self._many(it)
 
     def _many(self, it: Iterator[Any]) -> int:
+        """Blocks of records framed by the kernel from ``it`` with no lock held
+        (the caller's iterator may wait on a thread that calls ``write``),
+        each written under the lock: a ``write`` from another thread lands
+        between two blocks, never inside one."""
         import numpy as np
         offsets = self._offsets
         n = 0
         more = True
         while more:
-            self._usable()
-            room = U32_MAX - len(offsets)
+            with self._lock:
+                self._usable()
+                room = U32_MAX - len(offsets)
             rel: "array[int]" = array("Q")
             data, more, error = self._records(self._prog, it, room, _ONE_WRITE, rel)
             if data:
-                start = self._pos
-                self._emit(data)
-                offsets.frombytes((np.frombuffer(rel, np.uint64) + np.uint64(start)).tobytes())
+                with self._lock:
+                    self._usable()
+                    if len(offsets) + len(rel) > U32_MAX:
+                        self._limit()
+                    start = self._pos
+                    self._emit(data)
+                    offsets.frombytes((np.frombuffer(rel, np.uint64) +
+                                       np.uint64(start)).tobytes())
                 n += len(rel)
             if error is not None:
                 raise error
@@ -337,7 +397,7 @@ class RecordWriter(Generic[T]):
         if self._own:
             os.fsync(self._f.fileno())
             if not self._dir_synced:              # the new file's name, once
-                _fsync_dir(os.path.dirname(os.path.abspath(self.path or ".")))
+                _fsync_dir(os.path.dirname(os.path.abspath(self._tmp or self._target)))
                 self._dir_synced = True
 
     def close(self) -> None:
@@ -361,9 +421,15 @@ class RecordWriter(Generic[T]):
                 self._put(F.make_trailer(index_pos, len(self._offsets),
                                          self.type.schema_hash))
                 self._sync()
+                if self._own and self._tmp is not None:
+                    self._put_in_place()   # complete: it takes the path's name
+                    self._sync_name()
             finally:
                 if self._own:
                     self._f.close()
+
+    def _sync_name(self) -> None:
+        _fsync_dir(os.path.dirname(os.path.abspath(self._target)))
 
     def __enter__(self) -> "RecordWriter[T]":
         return self
@@ -382,4 +448,4 @@ class RecordWriter(Generic[T]):
             self.path or self._f, self.type.text, len(self._offsets))
 
 
-__all__ = ["RecordWriter"]
+__all__ = ["RecordWriter", "unfinished", "WRITING"]
