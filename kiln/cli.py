@@ -17,13 +17,45 @@ needs more.
 import argparse
 import os
 import sys
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
-from ._cli.cases import cmd_cases, cmd_gen, cmd_hash, run_case
 from ._cli.common import (EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_PIPE, EXIT_USAGE,
                           Fail)
-from ._cli.demo import SAMPLE_TYPE, cmd_demo, sample
-from ._cli.tensors import cmd_check, cmd_convert, cmd_inspect
+
+
+if TYPE_CHECKING:
+    from ._cli.cases import run_case
+    from ._cli.demo import SAMPLE_TYPE, sample
+
+
+def _command(module: str, name: str) -> Any:
+    """The command ``name`` of ``kiln/_cli/<module>.py``, imported when it runs:
+    ``kiln inspect`` loads neither the demo, the cases nor the converters."""
+    def run(args: Any) -> int:
+        import importlib
+        fn: Any = getattr(importlib.import_module("kiln._cli." + module), name)
+        return int(fn(args))
+    run.__name__ = name
+    return run
+
+
+cmd_demo = _command("demo", "cmd_demo")
+cmd_inspect = _command("tensors", "cmd_inspect")
+cmd_check = _command("tensors", "cmd_check")
+cmd_convert = _command("tensors", "cmd_convert")
+cmd_cases = _command("cases", "cmd_cases")
+cmd_gen = _command("cases", "cmd_gen")
+cmd_hash = _command("cases", "cmd_hash")
+
+
+def __getattr__(name: str) -> Any:   # the demo's and the cases' names, on first use
+    if name in ("run_case",):
+        from ._cli import cases
+        return getattr(cases, name)
+    if name in ("sample", "SAMPLE_TYPE"):
+        from ._cli import demo
+        return getattr(demo, name)
+    raise AttributeError("module 'kiln.cli' has no attribute %r" % name)
 
 __all__ = ["main", "build_parser", "Fail", "run_case", "sample", "SAMPLE_TYPE", "EXIT_OK",
            "EXIT_INVALID", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_PIPE"]
@@ -98,16 +130,14 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kiln", description="Kiln wire format tools",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action=_Version, nargs=0,
-                   help="print the version and the kernels in use, then exit")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _add_demo(sub: Any) -> None:
     c = sub.add_parser("demo", help="save, open and check a sample model; timings")
     c.add_argument("--out", help="where to save the sample (default: sample.kiln in a new "
                    "temporary folder, kept and printed)")
     c.set_defaults(fn=cmd_demo)
+
+
+def _add_inspect(sub: Any) -> None:
     raw = argparse.RawDescriptionHelpFormatter
     c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata",
                        description=INSPECT, formatter_class=raw)
@@ -121,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a torn record file (a writer killed or failed): report its "
                         "complete records and where they end")
     c.set_defaults(fn=cmd_inspect)
+
+
+def _add_check(sub: Any) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
     c = sub.add_parser("check", help="exit 0 when the file is valid",
                        description=CHECK, formatter_class=raw)
     c.add_argument("file", help=FILE_HELP)
@@ -133,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a torn record file: check its complete records, say where they "
                         "end (the exit status is still 1: the file is torn)")
     c.set_defaults(fn=cmd_check)
+
+
+def _add_convert(sub: Any) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
     c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz; "
                        ".jsonl and .kilnr", description=CONVERT, formatter_class=raw)
     c.add_argument("src", help="the file to read; its format is its extension")
@@ -149,23 +187,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help=".jsonl -> .kilnr: round numbers an f32 or f64 field cannot hold "
                         "exactly (0.1 as f32) to the nearest, instead of refusing them")
     c.set_defaults(fn=cmd_convert)
+
+
+def _add_cases(sub: Any) -> None:
     c = sub.add_parser("cases", help="run the golden cases against the active implementation")
     c.add_argument("file", nargs="?", help="case file (default: the cases shipped with kiln)")
     c.add_argument("-v", "--verbose", action="store_true")
     c.set_defaults(fn=cmd_cases)
+
+
+def _add_gen(sub: Any) -> None:
     c = sub.add_parser("gen", help="a module of dataclasses from a JSON Schema")
     c.add_argument("schema")
     c.add_argument("-o", "--output", help="module path (default: stdout)")
     c.add_argument("--root", help="the root class's name (default: the title, or Root)")
     c.set_defaults(fn=cmd_gen)
+
+
+def _add_hash(sub: Any) -> None:
     c = sub.add_parser("hash", help="print the canonical text and schema hash of a type")
     c.add_argument("type_text")
     c.set_defaults(fn=cmd_hash)
+
+COMMANDS = {"demo": _add_demo, "inspect": _add_inspect, "check": _add_check, "convert": _add_convert, "cases": _add_cases, "gen": _add_gen, "hash": _add_hash}
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of the command ``only`` alone (what
+    ``main`` builds when the first argument names a command: ``kiln inspect``
+    pays for one subparser)."""
+    p = argparse.ArgumentParser(prog="kiln", description="Kiln wire format tools",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print the version and the kernels in use, then exit")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, add in COMMANDS.items():
+        if only is None or name == only:
+            add(sub)
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(words[0] if words and words[0] in COMMANDS else None).parse_args(argv)
     try:
         try:
             code = int(args.fn(args))

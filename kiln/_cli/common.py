@@ -36,19 +36,19 @@ def what(path: str, e: Any) -> str:
 def head(path: str, n: int) -> bytes:
     """The first ``n`` bytes of a regular file or a URL (one range request):
     a FIFO, a socket or a device is refused without waiting on it."""
-    from .._access import local_path, read_head
-    from ..remote import head as remote_head, is_url
+    from .._access import is_url, local_path, read_head
     path = local_path(path)
-    if is_url(path):
+    if is_url(path):   # the remote reader (http.client, fsspec) only for a URL
+        from ..remote import head as remote_head
         return remote_head(path, n)[1]
     return read_head(path, n)
 
 
 def size(path: str) -> int:
-    from .._access import file_size, local_path
-    from ..remote import head as remote_head, is_url
+    from .._access import file_size, is_url, local_path
     path = local_path(path)
     if is_url(path):
+        from ..remote import head as remote_head
         return remote_head(path, 0)[0]
     return file_size(path)
 def oserror(e: OSError) -> str:

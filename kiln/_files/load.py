@@ -224,8 +224,9 @@ def _copy_cap(f: Any, cap: Any) -> None:
 def _remote(path: Any, options: Dict[str, Any]) -> Any:
     """A :class:`kiln.remote.RemoteFile` when ``path`` is an fsspec URL, else None."""
     if isinstance(path, str) and "://" in path:
-        from .remote import RemoteFile, is_url
+        from .paths import is_url
         if is_url(path):
+            from .remote import RemoteFile
             options = dict(options)
             options.pop("max_copy_bytes", None)
             return RemoteFile(path, **options)

@@ -10,6 +10,16 @@ import struct
 from typing import Any, Optional
 
 
+def is_url(path: Any) -> bool:
+    """True for a string naming an fsspec URL other than a plain local path
+    (decided from the text alone: nothing remote is imported)."""
+    if not isinstance(path, str) or "://" not in path:
+        return False
+    scheme = path.split("://", 1)[0]
+    return scheme.replace("+", "").replace("-", "").replace(".", "").isalnum() and \
+        scheme != "file"
+
+
 def local_path(path: Any) -> Any:
     """The local path a ``file://`` URL names (percent-escapes decoded); any
     other value unchanged.  A URL naming another host is a ValueError."""

@@ -20,21 +20,13 @@ from . import checksum as _checksum
 from .base import TensorFile, has_metadata, open_table, row_bound, split_metadata
 from .fetch import RemoteError, RemoteFileChanged, source
 from .local import unmap as _close
+from .paths import is_url
 from .tables import Tensor, TensorDirectory, element_count, rows as _rows, without_last
 
 __all__ = ["RemoteFile", "RemoteFileChanged", "RemoteError", "RowSource", "is_url", "head"]
 
 _HEAD_GUESS = 64 << 10          # first request: the header and, usually, the whole table
 _MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0
-
-
-def is_url(path: Any) -> bool:
-    """True for a string naming an fsspec URL other than a plain local path."""
-    if not isinstance(path, str) or "://" not in path:
-        return False
-    scheme = path.split("://", 1)[0]
-    return scheme.replace("+", "").replace("-", "").replace(".", "").isalnum() and \
-        scheme != "file"
 
 
 def head(url: str, n: int, storage_options: Optional[Dict[str, Any]] = None

@@ -134,7 +134,7 @@ def open_source(source: Any, storage_options: Optional[Dict[str, Any]],
     if isinstance(source, str) and source.startswith("file://"):
         source = source[len("file://"):]
     if isinstance(source, str) and "://" in source:
-        from ..remote import is_url
+        from .._files.paths import is_url
         if is_url(source):
             return RemoteSource(source, storage_options, known)
     return LocalSource(source)
