@@ -513,3 +513,35 @@ def test_rows_are_read_by_name_and_magics_come_from_the_wire_module():
                         re.search(r"""b["']KLN""", code):
                     wrong.append("%s:%d %s" % (m, i, line.strip()))
     assert wrong == []
+
+
+# --- the architecture page names every module ---------------------------------------
+
+def _named_in(doc_sections, rel):
+    """Is ``kiln/<rel>`` named: its whole path anywhere, or its file name in a
+    section of the page that names its folder (``kiln/_files/`` ... ``atomic.py``)."""
+    if "kiln/" + rel in "".join(doc_sections):
+        return True
+    folder, _, name = rel.rpartition("/")
+    if not folder:
+        return False
+    return any("kiln/%s/" % folder in sec and re.search(r"`%s`" % re.escape(name), sec)
+               for sec in doc_sections)
+
+
+@needs_tree
+def test_the_architecture_page_names_every_module():
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        text = f.read()
+    # a section: a table row or a paragraph (the floors table names a folder
+    # and its files in one row; the tensor layer's table follows its heading)
+    sections = re.split(r"\n(?=## )", text)
+    rows = [line for sec in sections for line in sec.split("\n") if line.startswith("|")]
+    missing = []
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "kiln")):
+        for fn in files:
+            if fn.endswith((".py", ".pyx")) and fn != "__init__.py":
+                rel = os.path.relpath(os.path.join(dirpath, fn), os.path.join(ROOT, "kiln"))
+                if not _named_in(rows + sections, rel.replace(os.sep, "/")):
+                    missing.append(rel)
+    assert sorted(missing) == []
