@@ -146,7 +146,28 @@ def _from_annotation(ann, depth, active):
             return _numpy_scalar_type(ann)
         except TypeError:
             pass
-    raise TypeError("%s has no Kiln wire form" % _ann_name(ann))
+    raise TypeError("%s has no Kiln wire form%s" % (_ann_name(ann), _hint(ann, origin)))
+
+
+def _hint(ann, origin):
+    """What to write instead, for the annotations people reach for first."""
+    import datetime
+    import pathlib
+    what = origin or ann
+    if what in (set, frozenset, typing.Set, typing.FrozenSet) or \
+            getattr(what, "__name__", None) in ("AbstractSet", "MutableSet"):
+        return ": a set has no order on the wire; use list[T] (and sorted(s) to write one)"
+    if ann is datetime.time:
+        return (": a time of day has no wire type; use datetime.timedelta (since midnight), "
+                "or str for its ISO text")
+    if ann is complex:
+        return ": use tuple[float, float] (real, imaginary), or a tensors field for arrays"
+    if isinstance(ann, type) and issubclass(ann, pathlib.PurePath):
+        return ": store str(path) in a str field"
+    if ann is typing.Any or ann is object:
+        return (": a Kiln value carries no tag saying what it is, so every field needs one "
+                "type; give it (a dataclass, T | None, list[T], dict[str, V], ...)")
+    return ""
 
 
 def _ann_name(ann):
@@ -187,7 +208,11 @@ def _numpy_scalar_type(t):
              "u4": u32, "i8": i64, "u8": u64, "f4": f32, "f8": f64}
     key = "?" if dt.kind == "b" else dt.kind + str(dt.itemsize)
     if key not in table:
-        raise TypeError("numpy dtype %s has no Kiln scalar" % dt)
+        hint = ""
+        if dt.kind in "fcV" or dt.name in ("float16", "bfloat16"):
+            hint = ("; keep such arrays in a tensors field (kiln.TensorDirectory: f16, bf16 "
+                    "and the float8 kinds), or use NDArray[np.float32]")
+        raise TypeError("numpy dtype %s has no Kiln scalar%s" % (dt, hint))
     return table[key]
 
 

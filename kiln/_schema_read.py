@@ -122,6 +122,9 @@ def load_json(text: Any) -> Any:
 
 # --- shared checks -------------------------------------------------------------------
 
+_COMBINERS = ("oneOf", "anyOf", "allOf", "not", "if", "then", "else", "enum", "const")
+
+
 def _kind(node: Any, pointer: Any) -> str:
     """The node's type keyword, after checking the node's keys (SchemaError)."""
     if not isinstance(node, dict):
@@ -137,6 +140,12 @@ def _kind(node: Any, pointer: Any) -> str:
             raise SchemaError(pointer, "keyword %r beside $ref is not in the subset" % extra[0])
         return "$ref"
     kind = node.get("type")
+    if "type" not in node:
+        combos = sorted(k for k in node if k in _COMBINERS)
+        if combos:   # a schema that combines others says so: name the keyword
+            raise SchemaError(pointer, "keyword %r is outside the subset kiln reads (one type "
+                              "per schema: boolean, integer, number, string, array, object, "
+                              "or a $ref)" % combos[0])
     if not isinstance(kind, str) or kind not in _ALLOWED:
         raise SchemaError(pointer, "type %r is outside the subset kiln reads (boolean, "
                           "integer, number, string, array, object, $ref)" % (_short(kind),))
@@ -144,7 +153,8 @@ def _kind(node: Any, pointer: Any) -> str:
                                                              else set()))
     if extra:
         raise SchemaError(pointer, "keyword %r is not in the subset (it would change what "
-                          "a %s may be)" % (extra[0], kind))
+                          "%s %s may be)" % (extra[0], "an" if kind[0] in "aeiou" else "a",
+                                             kind))
     fmt = node.get("format")
     if fmt is not None and not isinstance(fmt, str):
         raise SchemaError(_ptr(pointer, "format"), "format must be a string")

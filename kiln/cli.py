@@ -227,11 +227,24 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     return p
 
 
+def _check_type_text(args: Any) -> None:
+    """Bad ``--type`` text is the command line's fault, never the file's: a
+    usage error (exit 2) in every command, before any file is read."""
+    text = getattr(args, "type", None)
+    if isinstance(text, str):
+        import kiln
+        try:
+            kiln.parse_type(text)
+        except kiln.KilnError as e:
+            raise Fail("--type %r: %s" % (text, e.reason), EXIT_USAGE) from None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     args = build_parser(words[0] if words and words[0] in COMMANDS else None).parse_args(argv)
     try:
         try:
+            _check_type_text(args)
             code = int(args.fn(args))
         except Fail as e:
             print("kiln %s: %s" % (args.cmd, e), file=sys.stderr)

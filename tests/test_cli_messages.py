@@ -5,13 +5,19 @@ Lines faults by file, line and field, GGUF block types by name, help that
 describes each command, and counts in words that agree with the number.
 
 The commands run in a child process on each kernel (``KILN_PUREPYTHON``)."""
+import dataclasses
+import datetime
+import json
 import os
+import pathlib
 import struct
+import typing
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 import kiln
 
@@ -201,3 +207,62 @@ def test_help_describes_the_command_and_each_argument(cmd, words):
             if first.startswith("-") or first in ("file", "src", "dst"):
                 assert len(ln.split()) > 1 + (first.startswith("--") and first not in (
                     "--json", "--recover", "--framed", "--checksum")), ln
+
+
+# --- issue 49 item 9: papercuts -----------------------------------------------------
+
+def test_gguf_block_types_by_name_in_conversion_errors(tmp_path, kernels):
+    _gguf_q8(tmp_path / "q.gguf")
+    code, _, err = run("convert", "q.gguf", "q.kiln", kernels=kernels, cwd=tmp_path)
+    assert code == 0, err
+    for dst in ("q.safetensors", "q.npz"):
+        code, _, err = run("convert", "q.kiln", dst, kernels=kernels, cwd=tmp_path)
+        assert code == 1 and "tensor 'blk.0.w' is Q8_0" in err and "4104" not in err, err
+
+
+def test_torch_names_a_block_type_it_cannot_load(tmp_path):
+    pytest.importorskip("torch", reason="torch is not installed: kiln.torch is tested where "
+                                        "it is")
+    import kiln.torch as kt
+    _gguf_q8(tmp_path / "q.gguf")
+    kiln.convert.convert(str(tmp_path / "q.gguf"), str(tmp_path / "q.kiln"))
+    with pytest.raises(kiln.KilnError) as e:
+        kt.load_file(tmp_path / "q.kiln")
+    assert "is Q8_0" in str(e.value) and "4104" not in str(e.value)
+
+
+@pytest.mark.parametrize("command", [["inspect", "x.kiln"], ["check", "x.kiln"],
+                                     ["convert", "x.jsonl", "x.kilnr"]])
+def test_bad_type_text_is_a_usage_error_in_every_command(tmp_path, kernels, command):
+    kiln.save_tensors(tmp_path / "x.kiln", {"w": np.ones(2)})
+    (tmp_path / "x.jsonl").write_text('{"id": 1}\n')
+    code, _, err = run(*command, "--type", "struct{id:i64", kernels=kernels, cwd=tmp_path)
+    line = one_line(err)
+    assert code == 2 and "--type" in line and "x.kiln:" not in line, line
+
+
+def test_kiln_gen_names_the_keyword_outside_the_subset(tmp_path, kernels):
+    (tmp_path / "s.json").write_text(json.dumps({"type": "object", "properties": {
+        "a": {"oneOf": [{"type": "integer"}, {"type": "string"}]}}}))
+    code, _, err = run("gen", "s.json", kernels=kernels, cwd=tmp_path)
+    assert code == 1 and "'oneOf'" in err and "'None'" not in err, err
+    (tmp_path / "t.json").write_text(json.dumps({"type": "object", "properties": {
+        "b": {"type": "integer", "weird": 1}}}))
+    code, _, err = run("gen", "t.json", kernels=kernels, cwd=tmp_path)
+    assert code == 1 and "an integer" in err and "a integer" not in err, err
+
+
+@pytest.mark.parametrize("ann, hint", [
+    (datetime.time, "timedelta"), (set, "list[T]"), (frozenset, "list[T]"),
+    (typing.Set[int], "list[T]"), (complex, "tuple[float, float]"),
+    (pathlib.Path, "str(path)"), (typing.Any, "every field needs one type"),
+    (NDArray[np.float16], "tensors field"),
+], ids=str)
+def test_refused_annotations_say_what_to_write_instead(ann, hint):
+    @dataclasses.dataclass
+    class C:
+        x: ann  # type: ignore[valid-type]
+
+    with pytest.raises(TypeError) as e:
+        kiln.as_type(C)
+    assert hint in str(e.value), str(e.value)

@@ -87,7 +87,7 @@ def _refused(torch):
     import warnings
     out = [("complex64", torch.ones(2, dtype=torch.complex64), "complex64"),
            ("sparse", torch.ones(2).to_sparse(), "dense"),
-           ("meta", torch.ones(2, device="meta"), "device meta")]
+           ("meta", torch.ones(2, device="meta"), "on the meta device holds no values")]
     if hasattr(torch, "float8_e4m3fnuz"):
         out.append(("fnuz", torch.ones(2).to(torch.float8_e4m3fnuz), "float8_e4m3fnuz"))
     with warnings.catch_warnings():

@@ -83,6 +83,13 @@ class TensorFile(TensorFileMapping):
     def close(self) -> None:
         raise NotImplementedError
 
+    @property
+    def shards(self) -> List[str]:
+        """The files the tensors are in: this one file's name (a
+        :class:`kiln.ShardedFile` lists its shards), so code that opens a file
+        or a set alike reads ``f.shards`` of either."""
+        return [self.path.replace("\\", "/").rsplit("/", 1)[-1]]
+
     def __enter__(self: F) -> F:
         return self
 

@@ -23,21 +23,29 @@ from .tables import TensorDirectory, rows
 if TYPE_CHECKING:
     from .._types import Type
     from .remote import RemoteFile
+    from .sharded import ShardedFile
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T")
 
 
 @overload
-def open(path: Union["os.PathLike[str]", BinaryIO], *, trusted: bool = ...,  # noqa: A001
+def open(path: BinaryIO, *, trusted: bool = ...,  # noqa: A001
          max_count: int = ..., max_bytes: int = ...,
          verify: Optional[bool] = ...) -> KilnFile: ...
 
 
 @overload
+def open(path: "os.PathLike[str]", *, trusted: bool = ...,  # noqa: A001
+         max_count: int = ..., max_bytes: int = ...,
+         verify: Optional[bool] = ...) -> Union[KilnFile, "ShardedFile"]: ...
+
+
+@overload
 def open(path: str, *, trusted: bool = ..., max_count: int = ...,  # noqa: A001
          max_bytes: int = ..., verify: Optional[bool] = ...,
-         storage_options: Optional[Dict[str, Any]] = ...) -> Union[KilnFile, "RemoteFile"]: ...
+         storage_options: Optional[Dict[str, Any]] = ...
+         ) -> Union[KilnFile, "RemoteFile", "ShardedFile"]: ...
 
 
 def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
@@ -59,10 +67,15 @@ def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
             for the fsspec filesystem).
 
     Returns:
-        KilnFile, or :class:`kiln.remote.RemoteFile` for a URL: use it as a
-        context manager.  Both are ``Mapping[str, Tensor]``; type checkers
-        see a ``KilnFile`` for a ``pathlib.Path`` or a file object and
-        ``KilnFile | RemoteFile`` for a ``str`` (which may be a URL).
+        KilnFile, :class:`kiln.remote.RemoteFile` for a URL, or
+        :class:`kiln.ShardedFile` for a set: use it as a context manager.
+        Each is a ``Mapping[str, Tensor]`` with ``rows``, ``tensors``,
+        ``metadata``, ``verify`` and ``shards`` (a file's own name, a set's
+        shards); type checkers see a ``KilnFile`` for a file object,
+        ``KilnFile | ShardedFile`` for a ``pathlib.Path`` (a folder or an
+        index is a set) and ``KilnFile | RemoteFile | ShardedFile`` for a
+        ``str`` (which may be a URL); narrow with ``isinstance`` for what one
+        kind alone has (``KilnFile.checksums``, ``ShardedFile.aliases``).
 
     Raises:
         KilnError: an invalid file (see :class:`KilnFile`).

@@ -267,9 +267,11 @@ def _to_npz(src: str, dst: str, prog: Any) -> int:
             if t.dtype in _NO_NPY or not isinstance(t.dtype, str):
                 # (ml_dtypes' bf16/float8 would be written as void '|V2'/'|V1'
                 # members, which np.load and npz_to_kiln cannot read as numbers)
+                label = _access.dtype_label(t.dtype, t.layout)
+                keeps = "" if label != str(t.dtype) else \
+                    "; convert to .safetensors, which keeps it"
                 raise ConvertError(src, 0, "tensor %r is %s, which npz cannot hold (numpy has "
-                                   "no dtype for it); convert to .safetensors, which keeps "
-                                   "it" % (name, t.dtype), "TYPE")
+                                   "no dtype for it)%s" % (name, label, keeps), "TYPE")
         if prog is not None:
             prog.start(sum(f[name].nbytes for name in names))
         with _access.AtomicFile(dst) as out, \

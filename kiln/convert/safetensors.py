@@ -246,7 +246,8 @@ def _to_safetensors(src: str, dst: str, prog: Any) -> int:
             t = f[name]
             if not isinstance(t.dtype, str) or t.dtype not in KILN_TO_ST:
                 raise ConvertError(src, 0, "tensor %r is %s, which safetensors has no dtype "
-                                   "for" % (name, t.dtype), "TYPE")
+                                   "for" % (name, _access.dtype_label(t.dtype, t.layout)),
+                                   "TYPE")
             header[name] = {"dtype": KILN_TO_ST[t.dtype], "shape": list(t.shape),
                             "data_offsets": [off, off + t.nbytes]}
             off += t.nbytes

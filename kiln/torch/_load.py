@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import kiln
 from kiln import KilnError
-from kiln._access import file_offset, table
+from kiln._access import dtype_label, file_offset, table
 
 from . import _pipeline
 from ._common import (ALIASES_KEY, IncompatibleKeys, LoadError, PathLike, check_path,
@@ -21,7 +21,7 @@ def _torch_dtype(torch: Any, t: kiln.Tensor, path: str) -> Any:
     dt = _dtype_of(torch, str(t.dtype))
     if dt is None:
         raise KilnError("TYPE", 0, "%s: tensor %r is %s, which torch has no dtype for (read "
-                        "it with kiln.open)" % (path, t.name, t.dtype))
+                        "it with kiln.open)" % (path, t.name, dtype_label(t.dtype, t.layout)))
     return dt
 
 
@@ -222,7 +222,8 @@ def _check_model(torch: Any, f: Any, entries: Dict[str, _Entry], sd: Dict[str, A
         elif dt is None or dt != target.dtype:
             plan.mismatched.append((k, "dtype mismatch for %s: the checkpoint's tensor is %s, "
                                        "the model's is %s (no conversion is made)"
-                                    % (k, t.dtype, str(target.dtype).replace("torch.", ""))))
+                                    % (k, dtype_label(t.dtype, t.layout),
+                                       str(target.dtype).replace("torch.", ""))))
         else:
             plan.loads.append((names, stored[0], dt, target))
     return plan

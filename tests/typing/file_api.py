@@ -26,7 +26,8 @@ def read_x(path: str) -> npt.NDArray[np.float32]:
 
 
 def mapping_api(path: pathlib.Path) -> None:
-    with kiln.open(path) as f:       # a Path: a KilnFile
+    with kiln.open(path) as f:       # a Path: a file or a set
+        assert isinstance(f, kiln.KilnFile)
         local: kiln.KilnFile = f
         names: List[str] = f.keys()
         assert names == ["x", "y"] and list(f) == names and len(f) == 2
@@ -51,8 +52,22 @@ def mapping_api(path: pathlib.Path) -> None:
         assert sorted(as_dict) == names
 
 
-def any_file(f: "kiln.KilnFile | kiln.remote.RemoteFile") -> int:
+def any_file(f: "kiln.KilnFile | kiln.remote.RemoteFile | kiln.ShardedFile") -> int:
     return len(f) + sum(t.nbytes for t in f.values())
+
+
+def a_set(folder: str) -> None:
+    # the docs' example of a set (kiln.ShardedFile): f.shards of whatever kiln.open gives
+    kiln.save_sharded({"a": np.arange(4.0), "b": np.ones(2)}, folder + "/set",
+                      max_shard_size=32)
+    with kiln.open(folder + "/set/model.kiln.index.json") as f:
+        shards: List[str] = f.shards
+        assert shards == ["model-00001-of-00002.kiln", "model-00002-of-00002.kiln"]
+        assert f.rows("a", 1, 3).tolist() == [1.0, 2.0]
+    with kiln.open(pathlib.Path(folder) / "set") as g:
+        assert isinstance(g, kiln.ShardedFile) and g.aliases == {}
+    with kiln.open(folder + "/m.kiln") as h:
+        assert h.shards == ["m.kiln"]
 
 
 def main(folder: str) -> None:
@@ -61,6 +76,7 @@ def main(folder: str) -> None:
                              "y": np.zeros(3, np.int16)}, metadata={"epoch": 2}, checksum=True)
     assert read_x(path).tolist() == [1.0, 2.0, 3.0]
     mapping_api(pathlib.Path(path))
+    a_set(folder)
     with kiln.open(path, verify=True) as f:
         assert any_file(f) == 2 + 12 + 6
         f.verify() if isinstance(f, kiln.KilnFile) else None
