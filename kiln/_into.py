@@ -12,6 +12,7 @@ from typing import Any, List, Mapping, Tuple
 import numpy as np
 
 from . import _wire as W
+from ._tensors.arrays import mapping_intact
 
 
 def as_target(obj: Any, what: str) -> np.ndarray:
@@ -67,6 +68,7 @@ def plan(t: Any, obj: Any, what: str) -> Tuple[np.ndarray, np.ndarray]:
                          % (what, tuple(a.shape), t.name, want_shape))
     src = np.frombuffer(t.data, dtype=a.dtype).reshape(want_shape) if t.nbytes else \
         np.empty(want_shape, a.dtype)
+    mapping_intact(src, "tensor %r's file" % (t.name,))   # no copy from lost pages
     return src, a
 
 

@@ -15,7 +15,7 @@ from .._errors import KilnError
 from . import checksum as _checksum
 from .base import TensorFile, open_table, row_bound, split_metadata
 from .local import PayloadChecks, file_name, map_file, unmap
-from .tables import Tensor, TensorDirectory, tensor_offset, tensor_row
+from .tables import Tensor, TensorDirectory, mapping_intact, tensor_offset, tensor_row
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -95,8 +95,15 @@ class KilnFile(TensorFile):
         self._verify_rows = bool(verify)                 # rows() reads the whole tensor
         self._verified: set = set()
 
+    def _intact(self) -> None:
+        """``EOF`` when the file is now shorter than when it was opened: kiln's
+        own reads of its payloads (checks, CRC-32s, rows, copies) never touch
+        pages another program's truncation took away."""
+        mapping_intact(self._mm, self.path)
+
     def _checked(self, name: Any) -> Tensor:
         """Tensor ``name``; unless ``verify=False`` its payload's CRC-32 compared first."""
+        self._intact()
         d = self._d()
         t = d[name]
         if isinstance(t, list):   # a slice
@@ -120,6 +127,7 @@ class KilnFile(TensorFile):
         if self.checksums is None:
             raise KilnError("CHECKSUM", 0, "%s records no checksums (written without "
                             "checksum=True)" % self.path)
+        self._intact()
         _checksum.check_directory(self.checksums, self._d(), self.path, self._verified)
 
     def _d(self) -> TensorDirectory:
@@ -132,6 +140,7 @@ class KilnFile(TensorFile):
         return self._d()
 
     def values(self) -> List[Tensor]:  # type: ignore[override]
+        self._intact()
         vals = self._d().values()
         for t in vals:
             self._checks.tensor(t)
@@ -143,6 +152,7 @@ class KilnFile(TensorFile):
         """The tensors as a :class:`TensorDirectory` of views (metadata left out),
         every payload checked; unless ``verify=False`` every payload is also
         compared with its CRC-32 (when the file records them)."""
+        self._intact()
         d = self._d()
         for t in d.values():
             self._checks.tensor(t)
@@ -162,6 +172,7 @@ class KilnFile(TensorFile):
         it is by default when the rows are the whole tensor).
         ``start`` and ``stop`` are read once, as integers, before any check."""
         start, stop = row_bound(start), row_bound(stop)
+        self._intact()
         if self.checksums is not None and (self._verify_rows or (
                 self._verify and _whole(self._d()[name], start, stop))):
             return self._checked(name).numpy()[start:stop]

@@ -18,7 +18,7 @@ from .local import file_name, map_file, read_owned, unmap
 from .overlap import Overlapped
 from .paths import local_path
 from .progress import Progress, ProgressLike
-from .tables import TensorDirectory, rows
+from .tables import TensorDirectory, mapping_intact, rows
 
 if TYPE_CHECKING:
     from .._types import Type
@@ -185,7 +185,10 @@ def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
                            None if early is None else early.known)
     mm = map_file(path)
     try:
-        d = _tensors_of(_api.decode_tensors(mm, copy=copy, **options), file_name(path), verify)
+        mapping_intact(mm, file_name(path))   # not truncated since it was mapped
+        d = _api.decode_tensors(mm, copy=copy, **options)
+        mapping_intact(mm, file_name(path))
+        d = _tensors_of(d, file_name(path), verify)
         if prog is not None:   # copied by the kernel in one go: reported once
             prog.start(len(mm))
             prog.add(len(mm))

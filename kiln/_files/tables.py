@@ -12,13 +12,14 @@ the package imports ``kiln._tensors``.
 from typing import Any, Sequence
 
 from .._tensors import Tensor, TensorDirectory, normalize_tensors
+from .._tensors.arrays import mapping_intact
 from .._tensors.directory import _raw_names as raw_names
 from .._tensors.dtypes import _code_of as code_of, element_count
 from .. import _wire as W
 
 __all__ = ["Tensor", "TensorDirectory", "element_count", "normalize_tensors", "code_of",
            "raw_names", "rows", "buffer", "payload_base", "directory", "without_last",
-           "tensor_row", "tensor_offset", "tensor_buffer", "payload"]
+           "tensor_row", "tensor_offset", "tensor_buffer", "payload", "mapping_intact"]
 
 
 def rows(d: TensorDirectory) -> Sequence[tuple]:

@@ -131,3 +131,32 @@ def as_array(array):
                                 % type(array).__name__) from None
             arr = np.asarray(mv)
     return arr
+
+
+def mapping_intact(obj, name="the file"):
+    """``KilnError`` ``EOF`` when ``obj`` (an array, a memoryview, or the
+    mapping itself) views a file mapping whose file is now shorter than the
+    mapping: another program truncated it in place, and reading the lost
+    pages would kill the process (SIGBUS).  kiln calls it before its own
+    reads of a mapped file's payloads; the views it hands out are the
+    documented exception (docs/files.md)."""
+    import mmap
+    for _ in range(16):   # array -> its base -> memoryview -> its object ... -> the mapping
+        if isinstance(obj, mmap.mmap):
+            break
+        nxt = getattr(obj, "base", None) if isinstance(obj, np.ndarray) else \
+            getattr(obj, "obj", None)
+        if nxt is None:
+            return
+        obj = nxt
+    else:
+        return
+    try:
+        now, mapped = obj.size(), len(obj)
+    except (OSError, ValueError):   # closed, or no file behind it
+        return
+    if now < mapped:
+        from .._errors import KilnError
+        raise KilnError("EOF", now, "%s: the file changed under the reader: it is %d bytes "
+                        "now, %d when it was opened (truncated in place by another program); "
+                        "open it again" % (name, now, mapped))

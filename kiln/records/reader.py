@@ -21,6 +21,7 @@ from typing import Type as _ClassOf
 from .. import _compat
 from .._api import Annotation, Decoder
 from .._errors import KilnError
+from .._files.tables import mapping_intact
 from .._types import Type, as_type
 from . import _format as F
 from ._source import READ_AHEAD, LocalSource, open_source
@@ -168,7 +169,7 @@ class RecordFile(Sequence[R]):
             self._src.close()
             raise
         if self._src.view is not None and self._offs is not None:
-            self._local = (self._src.view, self._offs)
+            self._local = (self._src.view, self._offs, self._src.mm)
 
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         """The record type: ``self.type``, its hash and the value decoder."""
@@ -280,6 +281,8 @@ class RecordFile(Sequence[R]):
         view, offs = self._src.view, self._offs
         assert offs is not None
         if view is not None:
+            # a file truncated in place since it was mapped: EOF, never SIGBUS
+            mapping_intact(getattr(self._src, "mm", None), self.path)
             self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out,
                                    budget)
             return
@@ -314,7 +317,8 @@ class RecordFile(Sequence[R]):
         if type(i) is int and self._local is not None:     # the common case: one kernel call
             n = self._count
             if -n <= i < n:
-                view, offs = self._local
+                view, offs, mm = self._local
+                mapping_intact(mm, self.path)   # see _records
                 self._k.decode_records(self._prog, view, 0, offs, i % n, i % n + 1,
                                        self._verify, out)
                 return out[0]
