@@ -263,3 +263,20 @@ def test_cuda_loads_equal_the_reference(api, mixed):
     m = torch.nn.ParameterDict({"big": torch.nn.Parameter(torch.zeros(5000, device="cuda"))})
     assert kt.load_model(m, mixed, strict=False)[0] == []
     assert _bytes(m["big"].detach().cpu()) == ref["big"]
+
+
+@pytest.mark.parametrize("chunk", [64, 5000, 1 << 20])
+def test_direct_io_reads_the_same_bytes_or_falls_back(api, mixed, chunk):
+    # O_DIRECT where the file system takes it (whole aligned blocks read into an
+    # aligned place of the slot), buffered where it refuses it (tmpfs): the
+    # same bytes either way, chunk boundaries anywhere
+    items = _items(mixed)
+    outs = P.load(items, "cpu", stage=True, direct_io=True, chunk_bytes=chunk, slots=2)
+    ref = _reference(mixed)
+    for it, t in zip(items, outs):
+        assert _bytes(t) == ref[it.key], it.key
+    os.truncate(mixed, items[0].offset + 5000)
+    with pytest.raises(kiln.KilnError) as e:
+        P.load(items, "cpu", stage=True, direct_io=True, chunk_bytes=chunk)
+    assert e.value.code == "EOF" and e.value.offset == items[0].offset + 5000
+    assert _readers() == []

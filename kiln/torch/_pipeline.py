@@ -29,6 +29,7 @@ before the error propagates; new tensors are not handed out, and an error
 after a target was filled says which targets were written.
 """
 
+import errno
 import os
 import threading
 import zlib
@@ -45,6 +46,7 @@ SLOTS = 4                # staging buffers in the ring (host memory: SLOTS x CHU
 THREADS = 4              # reader threads
 SMALL = 1 << 20          # a payload below this, staged, goes to the device with its chunk
 _GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
+_ALIGN = 4096            # O_DIRECT: offsets, lengths and addresses on this boundary
 
 
 class Item(NamedTuple):
@@ -125,8 +127,10 @@ class _Run:
 
     def __init__(self, torch: Any, items: Sequence[Item], outs: List[Any], chunks: List[_Chunk],
                  slots: int, threads: int, chunk_bytes: int, device: Any,
-                 progress: Optional[Callable[[int], None]]) -> None:
+                 progress: Optional[Callable[[int], None]], direct_io: bool = False) -> None:
         self.torch, self.items, self.outs, self.chunks = torch, items, outs, chunks
+        self.direct_io = direct_io and hasattr(os, "O_DIRECT")
+        self.dfds: Dict[str, int] = {}   # path -> its O_DIRECT descriptor, -1: refused
         self.device, self.progress = device, progress
         self.stop = threading.Event()
         self.fds: Dict[str, int] = {}
@@ -135,12 +139,15 @@ class _Run:
         self.cuda = device.type == "cuda"
         ring = min(slots, sum(1 for c in chunks if not c.direct)) if staged else 0
         size = min(chunk_bytes, max([c.size for c in chunks if not c.direct] or [0]))
+        if self.direct_io:   # room to widen a chunk to whole aligned blocks at both ends
+            size += 3 * _ALIGN
         self.pin = self.cuda and torch.cuda.is_available()
         self.free: List[int] = []   # staging buffers no chunk holds (under self.cv)
         self.host = _pinned_ring(ring, size) if self.pin else []
         if not self.host:
             self.host = [torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
                          for _ in range(ring)]
+        self.shift = [0] * ring                     # where a slot's chunk starts in it
         self.dev_ring: List[Any] = [None] * ring    # device buffers for chunks of small tensors
         self.events: List[Any] = [None] * ring
         self.free.extend(range(ring))
@@ -174,14 +181,17 @@ class _Run:
                     return
                 j, slot = claimed
                 c = self.chunks[j]
+                what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
                 if slot is not None:
                     self.wait_slot(slot)
-                    buf = memoryview(self.host[slot].numpy())[:c.size]
+                    if not (self.direct_io and self.read_direct(slot, c, what)):
+                        self.shift[slot] = 0
+                        buf = memoryview(self.host[slot].numpy())[:c.size]
+                        _read_exact(self.fd(c.path), buf, c.start, c.path, what)
                 else:
                     p = c.pieces[0]
                     buf = self.dest(p.item)[p.at:p.at + p.n]
-                what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
-                _read_exact(self.fd(c.path), buf, c.start, c.path, what)
+                    _read_exact(self.fd(c.path), buf, c.start, c.path, what)
                 with self.cv:
                     self.ready[j] = slot
                     self.cv.notify_all()
@@ -190,6 +200,57 @@ class _Run:
                 if self.error is None:
                     self.error = e
                 self.cv.notify_all()
+
+    def direct_fd(self, path: str) -> int:
+        """``path`` opened with O_DIRECT (after the regular-file check of its
+        buffered open, and only if it is the same file), or -1 where the
+        file system refuses direct I/O."""
+        buffered = self.fd(path)
+        with self.fd_lock:
+            fd = self.dfds.get(path)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0))
+                    a, b = os.fstat(fd), os.fstat(buffered)
+                    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                        os.close(fd)
+                        fd = -1
+                except OSError:
+                    fd = -1
+                self.dfds[path] = fd
+            return fd
+
+    def read_direct(self, slot: int, c: _Chunk, what: str) -> bool:
+        """Chunk ``c`` into ``slot`` with O_DIRECT: whole aligned blocks read
+        into an aligned place of the slot, the chunk's bytes found at
+        ``shift[slot]``; False where direct I/O is refused (read buffered)."""
+        fd = self.direct_fd(c.path)
+        if fd < 0:
+            return False
+        a0 = c.start - c.start % _ALIGN
+        need = c.start + c.size - a0
+        span = -(-need // _ALIGN) * _ALIGN
+        raw = self.host[slot]
+        base = -raw.data_ptr() % _ALIGN
+        buf = memoryview(raw.numpy())[base:base + span]
+        done = 0
+        while done < need:
+            try:
+                n = os.preadv(fd, [buf[done:]], a0 + done)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                with self.fd_lock:   # refused after all: buffered reads for this file
+                    self.dfds[c.path] = -1
+                os.close(fd)
+                return False
+            if n <= 0:
+                end = min(a0 + done, os.fstat(fd).st_size)
+                raise KilnError("EOF", end, "%s: the file changed under the reader: it ends "
+                                "at byte %d, before the end of %s" % (c.path, end, what))
+            done += n
+        self.shift[slot] = base + c.start - a0
+        return True
 
     def claim(self) -> Optional[Tuple[int, Optional[int]]]:
         """The next chunk and, for a staged one, the buffer it is read into:
@@ -251,7 +312,7 @@ class _Run:
 
     def copy_out(self, c: _Chunk, slot: int, crcs: List[int]) -> None:
         torch = self.torch
-        host = self.host[slot]
+        host = self.host[slot][self.shift[slot]:]
         raw = memoryview(host.numpy())
         for p in c.pieces:
             if self.items[p.item].crc is not None:
@@ -307,9 +368,13 @@ class _Run:
                 self.stream.synchronize()   # no copy may still read a buffer dropped here
             except Exception:   # pragma: no cover (a device fault: the error already raised)
                 pass
-        for fd in self.fds.values():
-            os.close(fd)
+        for fd in list(self.fds.values()) + [d for d in self.dfds.values() if d >= 0]:
+            try:
+                os.close(fd)
+            except OSError:   # a direct descriptor a reader closed when refused
+                pass
         self.fds.clear()
+        self.dfds.clear()
         if keep and self.pin and self.host:
             _keep_pinned(self.host)
         self.host, self.dev_ring, self.events = [], [], []
@@ -351,7 +416,7 @@ def _writable_host(torch: Any, t: Any) -> bool:
 
 def load(items: Sequence[Item], device: Any, *, progress: Any = None,
          chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS, threads: int = THREADS,
-         stage: Optional[bool] = None) -> List[Any]:
+         stage: Optional[bool] = None, direct_io: bool = False) -> List[Any]:
     """The tensors of ``items`` (see the module doc), in their order: each
     ``target`` filled in place, or a new tensor on ``device``.
 
@@ -364,6 +429,11 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         stage: read through the staging ring even into host memory (the path
             a device takes, with the host standing in for it); by default
             only destinations that are not host memory are staged.
+        direct_io: read the staged chunks with O_DIRECT (whole 4 KiB blocks
+            into aligned buffers; for cold loads, where the page cache only
+            costs a copy), falling back to buffered reads for a file whose
+            file system refuses it.  Off by default: warm loads read the page
+            cache, which direct I/O would bypass.
 
     Raises:
         KilnError: ``EOF`` (a file shorter than its table says: changed under
@@ -395,7 +465,7 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         if prog is not None:
             prog.start(total)
         run = _Run(torch, items, outs, chunks, slots, threads, chunk_bytes, device,
-                   None if prog is None else prog.add)
+                   None if prog is None else prog.add, direct_io)
         try:
             run.run()
         except BaseException as e:
