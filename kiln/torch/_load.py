@@ -84,8 +84,8 @@ def _open(path: Any, what: str) -> Any:
     return kiln.open(path)
 
 
-def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu"
-              ) -> Dict[str, "torch.Tensor"]:
+def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu", *,
+              direct_io: bool = False) -> Dict[str, "torch.Tensor"]:
     """The tensors of a Kiln tensor file, or of a sharded set (its index or its
     folder), as a state dict (name -> ``torch.Tensor``).
 
@@ -100,6 +100,10 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu"
     buffers and copied there (see "Loading onto a device" in the integrations guide); each tensor owns
     its memory.  Aliases (tied weights saved once) come back as the same
     tensor object.
+
+    ``direct_io=True`` (a device only) reads with O_DIRECT, for a cold load
+    of a file the page cache does not hold (buffered where the file system
+    refuses it).
 
     Raises:
         KilnError: as :func:`kiln.open`; ``TYPE`` naming a tensor of a dtype
@@ -124,7 +128,7 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu"
             entries = _entries(f)
             items = [_item(torch, n, e, _torch_dtype(torch, e.t, e.path), None)
                      for n, e in entries.items()]
-            out = dict(zip(entries, _pipeline.load(items, dev)))
+            out = dict(zip(entries, _pipeline.load(items, dev, direct_io=direct_io)))
     for alias, name in aliases.items():
         out[alias] = out[name]
     return dict(sorted(out.items()))
@@ -241,7 +245,7 @@ def _put(model: Any, name: str, value: Any) -> None:
 
 def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
                device: Union[None, str, "torch.device"] = None, *, assign: bool = False,
-               progress: Any = None) -> IncompatibleKeys:
+               progress: Any = None, direct_io: bool = False) -> IncompatibleKeys:
     """Fill ``model``'s parameters and buffers from a Kiln tensor file or a
     sharded set (its index or its folder).
 
@@ -270,6 +274,8 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
             parameter again): the way to load a model built on the meta
             device, with no full-size copy made first.
         progress: True for a tqdm bar, or ``fn(done_bytes, total_bytes)``.
+        direct_io: read what goes to a device with O_DIRECT (a cold load;
+            buffered where the file system refuses it).
 
     Returns:
         IncompatibleKeys: ``(missing_keys, unexpected_keys)``, as
@@ -304,14 +310,15 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
             e = entries[stored]
             items.append(_item(torch, stored, e, dt, None if assign else target.detach()))
         with torch.no_grad():
-            made = _by_device(torch, plan, items, device if assign else None, progress)
+            made = _by_device(torch, plan, items, device if assign else None, progress,
+                              direct_io)
         if assign:
             _assign(torch, model, plan, made)
     return IncompatibleKeys(plan.missing, plan.unexpected)
 
 
-def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress: Any
-               ) -> List[Any]:
+def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress: Any,
+               direct_io: bool = False) -> List[Any]:
     """The loaded tensors, one pipelined load per destination device."""
     groups: Dict[Any, List[int]] = {}
     for k, (_, _, _, target) in enumerate(plan.loads):
@@ -320,7 +327,8 @@ def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress:
         groups.setdefault(dev, []).append(k)
     made: List[Any] = [None] * len(items)
     for dev, ks in groups.items():
-        for k, t in zip(ks, _pipeline.load([items[k] for k in ks], dev, progress=progress)):
+        for k, t in zip(ks, _pipeline.load([items[k] for k in ks], dev, progress=progress,
+                                           direct_io=direct_io)):
             made[k] = t
     return made
 
