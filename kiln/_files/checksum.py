@@ -39,6 +39,36 @@ def crc32(data: Any) -> int:
     return _compat.kernels.crc32(data) & 0xFFFFFFFF
 
 
+def pread_exact(fd: int, n: int, at: int, path: str) -> Any:
+    """``n`` bytes of ``fd`` at ``at`` (a bytearray), or ``EOF`` when the file
+    ends first: it changed under the reader."""
+    import os
+    buf = bytearray(n)
+    view = memoryview(buf)
+    done = 0
+    while done < n:
+        got = os.preadv(fd, [view[done:]], at + done)
+        if got <= 0:
+            end = min(at + done, os.fstat(fd).st_size)
+            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
+                            "byte %d, inside bytes %d..%d it holds a payload in"
+                            % (path, end, at, at + n))
+        done += got
+    return buf
+
+
+def crc_of_range(fd: int, at: int, n: int, path: str) -> int:
+    """The CRC-32 of ``n`` bytes of ``fd`` at ``at``, read with ``pread`` in
+    chunks (never through a mapping: a file truncated meanwhile is ``EOF``)."""
+    c = 0
+    end = at + n
+    while at < end:
+        k = min(_CHUNK * 2, end - at)
+        c = _compat.kernels.crc32(pread_exact(fd, k, at, path), c) & 0xFFFFFFFF
+        at += k
+    return c
+
+
 # --- two threads: each sums half of the bytes ----------------------------------
 
 PARALLEL_MIN = 1 << 23   # below 8 MiB in all, a second thread costs more than it saves

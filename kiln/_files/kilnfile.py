@@ -14,7 +14,7 @@ from .. import _wire as W
 from .._errors import KilnError
 from . import checksum as _checksum
 from .base import TensorFile, open_table, row_bound, split_metadata
-from .local import PayloadChecks, file_name, map_file, unmap
+from .local import PayloadChecks, file_name, map_file_fd, unmap
 from .tables import Tensor, TensorDirectory, mapping_intact, tensor_offset, tensor_row
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -82,14 +82,20 @@ class KilnFile(TensorFile):
                  max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
         self.path = file_name(path)
         self._names = None
-        mm = map_file(path)
+        mm, fd = map_file_fd(path)
         try:
             d, end = open_table(mm, trusted, max_count, max_bytes)
             self._dir, self.metadata, self.checksums = split_metadata(d, self.path)
         except BaseException:
             unmap(mm)
+            if fd is not None:
+                os.close(fd)
             raise
-        self._checks = PayloadChecks(end)
+        # kiln's own reads of the payloads (their checks, their CRC-32s) go
+        # through this descriptor with pread, never through the mapping: a
+        # file truncated under them is EOF, never SIGBUS
+        self._fd = fd
+        self._checks = PayloadChecks(end, fd, self.path)
         self._mm: Any = mm
         self._verify = verify is None or bool(verify)   # whole reads compared
         self._verify_rows = bool(verify)                 # rows() reads the whole tensor
@@ -113,9 +119,17 @@ class KilnFile(TensorFile):
         if self._verify and sums is not None:
             i = self._index(name)
             if i not in self._verified:
-                _checksum.check(sums, i, t.data, t.name, tensor_offset(t), self.path)
+                self._crc_check(sums, i, t)
                 self._verified.add(i)
         return t
+
+    def _crc_check(self, sums: bytes, i: int, t: Tensor) -> None:
+        at = tensor_offset(t)
+        if self._fd is None:   # bytes of a file object without a descriptor
+            _checksum.check(sums, i, t.data, t.name, at, self.path)
+            return
+        got = _checksum.crc_of_range(self._fd, at, t.nbytes, self.path)
+        _checksum.compare(sums, i, got, t.name, at, self.path)
 
     def __getitem__(self, name: Any) -> Tensor:
         return self._checked(name)
@@ -128,7 +142,14 @@ class KilnFile(TensorFile):
             raise KilnError("CHECKSUM", 0, "%s records no checksums (written without "
                             "checksum=True)" % self.path)
         self._intact()
-        _checksum.check_directory(self.checksums, self._d(), self.path, self._verified)
+        if self._fd is None:
+            _checksum.check_directory(self.checksums, self._d(), self.path, self._verified)
+            return
+        d = self._d()
+        for i, t in enumerate(d.values()):   # read with pread, in file order
+            if i not in self._verified:
+                self._crc_check(self.checksums, i, t)
+                self._verified.add(i)
 
     def _d(self) -> TensorDirectory:
         d = self._dir   # read once: another thread may close the file meanwhile
@@ -194,6 +215,9 @@ class KilnFile(TensorFile):
         mm, self._mm = self._mm, None
         if mm is not None:
             unmap(mm)
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def __repr__(self) -> str:
         d = self._dir
