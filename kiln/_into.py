@@ -12,7 +12,7 @@ from typing import Any, List, Mapping, Tuple
 import numpy as np
 
 from . import _wire as W
-from ._tensors.arrays import mapping_intact
+from ._tensors.arrays import file_source, mapping_intact
 
 
 def as_target(obj: Any, what: str) -> np.ndarray:
@@ -72,9 +72,30 @@ def plan(t: Any, obj: Any, what: str) -> Tuple[np.ndarray, np.ndarray]:
     return src, a
 
 
+def _copy(src: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[...] = src``; from an open file's mapping into a contiguous target,
+    read with pread instead (a truncated file is EOF, never SIGBUS)."""
+    where = file_source(src) if src.size and dst.flags.c_contiguous else None
+    if where is None:
+        np.copyto(dst, src, casting="no")
+        return
+    import os
+    from ._errors import KilnError
+    fd, at, name = where
+    view = memoryview(dst.reshape(-1).view(np.uint8))
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], at + done)
+        if got <= 0:
+            end = min(at + done, os.fstat(fd).st_size)
+            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
+                            "byte %d, inside a payload being copied" % (name, end))
+        done += got
+
+
 def copy_one(t: Any, obj: Any) -> None:
     src, dst = plan(t, obj, "the target of tensor %r" % (t.name,))
-    np.copyto(dst, src, casting="no")
+    _copy(src, dst)
 
 
 def copy_many(d: Any, targets: Mapping[Any, Any], strict: bool) -> None:
@@ -100,4 +121,4 @@ def copy_many(d: Any, targets: Mapping[Any, Any], strict: bool) -> None:
         seen.append(dst)
         pairs.append((src, dst))
     for src, dst in pairs:
-        np.copyto(dst, src, casting="no")
+        _copy(src, dst)

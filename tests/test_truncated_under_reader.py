@@ -67,9 +67,12 @@ _CHILD = """
             cut = int(os.path.getsize(p) * frac)
             os.truncate(p, cut)
             try:
-                {"get": lambda: rf[250], "iter": lambda: list(rf),
-                 "slice": lambda: rf[100:290]}[name]()
-                out.append([frac, name, "no error", cut])
+                got = {"get": lambda: [rf[250]], "iter": lambda: list(rf),
+                       "slice": lambda: rf[100:290]}[name]()
+                # records read with pread: whole ones read right are no fault
+                first = {"get": 250, "iter": 0, "slice": 100}[name]
+                out.append([frac, name, "EOF", [r["id"] for r in got] ==
+                            list(range(first, first + len(got))) and len(got) > 0])
             except kiln.KilnError as e:
                 out.append([frac, name, e.code, e.offset == cut and
                             "changed under the reader" in str(e)])

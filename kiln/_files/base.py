@@ -169,6 +169,17 @@ def has_metadata(table: Sequence[tuple], path: str) -> bool:
     return names[-1] == reserved
 
 
+def metadata_span(d: TensorDirectory) -> Optional[Tuple[int, int]]:
+    """The file bytes (start, end) of the metadata tensor's payload, when the
+    last tensor is named as the metadata (unchecked: ``split_metadata`` checks)."""
+    table = rows(d)
+    if not len(table) or table[len(table) - 1][W.R_NAME] != _meta.META_NAME.encode():
+        return None
+    row = table[len(table) - 1]
+    at = file_base(table) + row[W.R_BYTE_OFFSET]
+    return at, at + row[W.R_BYTE_LENGTH]
+
+
 def split_metadata(d: TensorDirectory, path: str) -> Any:
     """The directory without the metadata tensor, the metadata dict (or None), and
     the payload digests its checksum entry holds (or None; see kiln._files.checksum).

@@ -13,9 +13,10 @@ import numpy as np
 from .. import _wire as W
 from .._errors import KilnError
 from . import checksum as _checksum
-from .base import TensorFile, open_table, row_bound, split_metadata
-from .local import PayloadChecks, file_name, map_file_fd, unmap
-from .tables import Tensor, TensorDirectory, mapping_intact, tensor_offset, tensor_row
+from .base import TensorFile, metadata_span, open_table, row_bound, split_metadata
+from .local import PayloadChecks, file_name, map_file_fd, shadow, shadow_fill, unmap
+from .tables import (Tensor, TensorDirectory, mapping_intact, over, register_file, tensor_offset,
+                     tensor_row, unregister_file)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -83,18 +84,32 @@ class KilnFile(TensorFile):
         self.path = file_name(path)
         self._names = None
         mm, fd = map_file_fd(path)
+        # the open's checks read a stand-in holding the header, the table and
+        # the metadata read with pread, never the mapping: a file truncated
+        # meanwhile is EOF, never SIGBUS; the tensors then view the mapping
+        stand_in = shadow(mm, fd, self.path)
         try:
-            d, end = open_table(mm, trusted, max_count, max_bytes)
-            self._dir, self.metadata, self.checksums = split_metadata(d, self.path)
+            d, end = open_table(stand_in, trusted, max_count, max_bytes)
+            span = metadata_span(d)
+            if span is not None:
+                shadow_fill(stand_in, mm, fd, span[0], span[1], self.path)
+            d, self.metadata, self.checksums = split_metadata(d, self.path)
+            self._dir = d if stand_in is mm else over(d, mm)
         except BaseException:
             unmap(mm)
             if fd is not None:
                 os.close(fd)
             raise
+        d = None   # the stand-in goes with the last directory over it
         # kiln's own reads of the payloads (their checks, their CRC-32s) go
         # through this descriptor with pread, never through the mapping: a
         # file truncated under them is EOF, never SIGBUS
         self._fd = fd
+        self._fd_done: Any = None
+        if fd is not None:
+            register_file(mm, fd, self.path)   # copy_into reads through fd while open
+            import weakref   # a file never closed closes its descriptor when it goes
+            self._fd_done = weakref.finalize(self, os.close, fd)
         self._checks = PayloadChecks(end, fd, self.path)
         self._mm: Any = mm
         self._verify = verify is None or bool(verify)   # whole reads compared
@@ -214,10 +229,11 @@ class KilnFile(TensorFile):
         self._dir = None  # type: ignore[assignment]  # first: no new reads
         mm, self._mm = self._mm, None
         if mm is not None:
+            unregister_file(mm)
             unmap(mm)
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        self._fd = None
+        if self._fd_done is not None:
+            self._fd_done()   # os.close, once
 
     def __repr__(self) -> str:
         d = self._dir

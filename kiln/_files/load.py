@@ -183,6 +183,17 @@ def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
         owned = read_owned(os.fspath(local_path(path)), prog, early)
         return _tensors_of(_api.decode_tensors(owned, **options), file_name(path), verify,
                            None if early is None else early.known)
+    if not copy and not hasattr(path, "read"):
+        # views: opened as kiln.open opens (the table and metadata read with pread,
+        # every payload's checks and CRC-32 read with pread), never read through
+        # the mapping by kiln: a file truncated meanwhile is EOF, never SIGBUS
+        from .kilnfile import KilnFile
+        f = KilnFile(path, verify=verify, **{k: v for k, v in options.items()
+                                            if k in ("trusted", "max_count", "max_bytes")})
+        try:
+            return f.tensors()
+        finally:
+            f.close()   # the views keep the mapping
     mm = map_file(path)
     try:
         mapping_intact(mm, file_name(path))   # not truncated since it was mapped

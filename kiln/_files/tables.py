@@ -12,14 +12,15 @@ the package imports ``kiln._tensors``.
 from typing import Any, Sequence
 
 from .._tensors import Tensor, TensorDirectory, normalize_tensors
-from .._tensors.arrays import mapping_intact
+from .._tensors.arrays import mapping_intact, register_file, unregister_file
 from .._tensors.directory import _raw_names as raw_names
 from .._tensors.dtypes import _code_of as code_of, element_count
 from .. import _wire as W
 
 __all__ = ["Tensor", "TensorDirectory", "element_count", "normalize_tensors", "code_of",
            "raw_names", "rows", "buffer", "payload_base", "directory", "without_last",
-           "tensor_row", "tensor_offset", "tensor_buffer", "payload", "mapping_intact"]
+           "tensor_row", "tensor_offset", "tensor_buffer", "payload", "mapping_intact", "over",
+           "register_file", "unregister_file"]
 
 
 def rows(d: TensorDirectory) -> Sequence[tuple]:
@@ -40,6 +41,15 @@ def payload_base(d: TensorDirectory) -> int:
 def directory(table: Sequence[tuple], buf: Any, base: int, errors: str) -> TensorDirectory:
     """A directory of lazy views of ``buf`` for the checked rows ``table``."""
     return TensorDirectory._from_table(table, buf, base, errors)
+
+
+def over(d: TensorDirectory, buf: Any) -> TensorDirectory:
+    """``d``'s checked rows over another buffer holding the same bytes (a file's
+    mapping, for a directory checked on a copy of its table)."""
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    return TensorDirectory._from_table(d._rows, mv.toreadonly(), d._pb, d._errors)
 
 
 def without_last(d: TensorDirectory) -> TensorDirectory:

@@ -160,3 +160,44 @@ def mapping_intact(obj, name="the file"):
         raise KilnError("EOF", now, "%s: the file changed under the reader: it is %d bytes "
                         "now, %d when it was opened (truncated in place by another program); "
                         "open it again" % (name, now, mapped))
+
+
+# The files open for reading, by their mapping: kiln's own copies out of a
+# mapped file's tensors (copy_into) read the file with pread instead of the
+# mapping while the file is open (a file truncated meanwhile is EOF, never
+# SIGBUS).  Filled by the file layer (kiln._files.kilnfile), by id of the mapping.
+_FILES = {}
+
+
+def register_file(mm, fd, name):
+    import weakref
+    key = id(mm)
+    # weakly: a file never closed must not keep its mapping; its entry goes with it
+    _FILES[key] = (weakref.ref(mm, lambda _r, k=key: _FILES.pop(k, None)), fd, name)
+
+
+def unregister_file(mm):
+    _FILES.pop(id(mm), None)
+
+
+def file_source(arr):
+    """(descriptor, file offset, name) of the bytes of array ``arr`` when they
+    are a view of a registered file's mapping, else None."""
+    import mmap
+    obj, start = arr, None
+    for _ in range(16):
+        if isinstance(obj, mmap.mmap):
+            break
+        if isinstance(obj, np.ndarray):
+            start = obj
+        obj = getattr(obj, "base", None) if isinstance(obj, np.ndarray) else \
+            getattr(obj, "obj", None)
+        if obj is None:
+            return None
+    else:
+        return None
+    found = _FILES.get(id(obj))
+    if found is None or found[0]() is not obj or start is None:
+        return None
+    base = start.__array_interface__["data"][0]
+    return found[1], arr.__array_interface__["data"][0] - base, found[2]

@@ -8,23 +8,34 @@ import os
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from .._files.local import map_fd, open_regular_file
+from .._errors import KilnError
+from .._files.local import check_regular, open_regular_file
 
 
 READ_AHEAD = 64 << 10
 
 
 class LocalSource:
-    """A file mapped copy-on-write and viewed read-only (or the bytes of a file object
-    that has none).
+    """A local file read with ``pread`` (or the bytes of a file object that has
+    no descriptor, viewed in memory).
+
+    Nothing is read through a mapping: every read copies its bytes into memory
+    this process owns, so a file that another program truncates under the
+    reader is ``EOF`` ("the file changed under the reader"), never SIGBUS, and
+    the records' arrays view those private copies (a consumer that writes
+    into one changes that copy only).
 
     A file object's container starts at its current position, whatever the
-    object: an open file is mapped and read from ``tell()`` on, as the bytes
+    object: an open file is read from ``tell()`` on, as the bytes
     ``read()`` gives from one without a descriptor (a ``BytesIO``), and as
     ``kiln.iter_records`` reads a stream; offsets count from there."""
 
+    read_size = 4 << 20   # a read of consecutive records: up to this many bytes at once
+
     def __init__(self, source: Any) -> None:
         self.mm: Any = None
+        self.fd: Optional[int] = None
+        self._at = 0   # the container's first byte in the file
         start = 0
         if hasattr(source, "read"):
             self.name = str(getattr(source, "name", "<file object>"))
@@ -33,44 +44,56 @@ class LocalSource:
                 start = int(source.tell())
             except (AttributeError, OSError, ValueError):
                 data = source.read()
-                self.view = memoryview(data).cast("B")
-                self.size = len(self.view)
+                self.data = memoryview(data).cast("B").toreadonly()
+                self.view = None
+                self.size = len(self.data)
                 return
-            self._map(fd)
+            self._open(fd)
         else:
             self.name = os.fspath(source)
             with open_regular_file(self.name) as f:
-                self._map(f.fileno())
-        # read-only views of a copy-on-write mapping (kiln._files.local.map_fd):
-        # a consumer that writes through a tensor's DLPack pointer anyway
-        # (torch.from_dlpack) changes private pages, never the file
-        self.view = memoryview(self.mm).toreadonly() if self.mm is not None \
-            else memoryview(b"")
+                self._open(f.fileno())
+        self.view = None   # read with pread: no view of the file
         if start:
             start = min(start, self.size)
-            self.view = self.view[start:]
+            self._at = start
             self.size -= start
 
-    def _map(self, fd: int) -> None:
-        self.size = os.fstat(fd).st_size
-        self.mm = map_fd(fd, self.name) if self.size else None
+    def _open(self, fd: int) -> None:
+        st = check_regular(fd, self.name)
+        self.size = st.st_size
+        self.fd = os.dup(fd)
 
     bytes_fetched = 0
 
     def read(self, lo: int, hi: int, ahead: int = 0) -> Any:
-        return self.view[lo:hi]
+        """Bytes ``lo..hi`` of the container, read now into a bytearray."""
+        if self.fd is None:
+            return self.data[lo:hi]
+        # placed so that the file's 64-byte boundaries fall on 64-byte
+        # addresses: a record's tensors stay aligned arrays
+        import numpy as np
+        n = hi - lo
+        buf = np.empty(n + 64, np.uint8)
+        shift = (self._at + lo - buf.__array_interface__["data"][0]) % 64
+        view = memoryview(buf)[shift:shift + n]
+        done = 0
+        while done < n:
+            got = os.preadv(self.fd, [view[done:]], self._at + lo + done)
+            if got <= 0:
+                end = min(self._at + lo + done, os.fstat(self.fd).st_size)
+                raise KilnError("EOF", end, "%s: the file changed under the reader: it ends "
+                                "at byte %d, inside bytes %d..%d" % (self.name, end,
+                                                                    self._at + lo,
+                                                                    self._at + hi))
+            done += got
+        return view
 
     def close(self) -> None:
-        """Release the mapping now, or when the last view of it goes."""
-        try:
-            self.view.release()
-        except BufferError:
-            return
-        if self.mm is not None:
-            try:
-                self.mm.close()
-            except BufferError:
-                pass
+        """Close the descriptor; records already read keep their bytes."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class RemoteSource:

@@ -292,9 +292,10 @@ class RecordFile(Sequence[R]):
         if budget is None:
             budget = [self._max_count]
         i = first
+        step = getattr(self._src, "read_size", _REMOTE_READ)
         while i < last:
             j = i + 1
-            while j < last and offs[j + 1] - offs[i] <= _REMOTE_READ:
+            while j < last and offs[j + 1] - offs[i] <= step:
                 j += 1
             lo = offs[i]
             self._k.decode_records(self._prog, self._src.read(lo, offs[j]), lo, offs, i, j,
