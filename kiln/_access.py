@@ -19,6 +19,7 @@ from ._compat import COMPILED_TENSOR_LAYER
 from ._tensors.dtypes import _dtype_code_of_numpy
 from ._tensors.tensor import dtype_label
 from ._files.atomic import AtomicFile
+from ._pread import read_exactly
 from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, is_url, local_path
 from ._files.progress import make as check_progress, session as progress_session
@@ -28,7 +29,7 @@ from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, rea
                              strict_json)
 from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
 
-__all__ = ["AtomicFile", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
+__all__ = ["AtomicFile", "read_exactly", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",
            "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",

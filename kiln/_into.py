@@ -79,18 +79,10 @@ def _copy(src: np.ndarray, dst: np.ndarray) -> None:
     if where is None:
         np.copyto(dst, src, casting="no")
         return
-    import os
-    from ._errors import KilnError
+    from ._pread import read_exactly
     fd, at, name = where
-    view = memoryview(dst.reshape(-1).view(np.uint8))
-    done = 0
-    while done < len(view):
-        got = os.preadv(fd, [view[done:]], at + done)
-        if got <= 0:
-            end = min(at + done, os.fstat(fd).st_size)
-            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
-                            "byte %d, inside a payload being copied" % (name, end))
-        done += got
+    read_exactly(fd, memoryview(dst.reshape(-1).view(np.uint8)), at, name,
+                 "a payload being copied")
 
 
 def copy_one(t: Any, obj: Any) -> None:

@@ -118,8 +118,11 @@ def test_a_converted_set_makes_a_meta_model_that_computes_what_from_pretrained_d
     with torch.no_grad():
         logits = m(ids).logits
         assert logits.dtype == KINDS[kind][1]
-        assert torch.equal(logits, ref(ids).logits)
-        assert torch.equal(logits, src(ids).logits)
+        # the weights are equal bit for bit (above); logits within float
+        # tolerance: torch's CPU kernels may sum in another order from one call
+        # to the next (threads), which the full suite showed once
+        torch.testing.assert_close(logits, ref(ids).logits)
+        torch.testing.assert_close(logits, src(ids).logits)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -149,7 +152,7 @@ def test_a_single_file_checkpoint_makes_a_meta_model(api, tmp_path):
     assert m.lm_head.weight is m.transformer.wte.weight
     ids = torch.arange(10).reshape(1, 10)
     with torch.no_grad():
-        assert torch.equal(m.eval()(ids).logits, src(ids).logits)
+        torch.testing.assert_close(m.eval()(ids).logits, src(ids).logits)
 
 
 def test_a_meta_model_and_a_set_that_does_not_fit_it_allocate_nothing(api, tmp_path):
@@ -204,4 +207,4 @@ def test_save_model_keeps_the_name_save_pretrained_keeps(api, tmp_path):
         m.tie_weights()
         assert m.lm_head.weight is m.transformer.wte.weight, path
         with torch.no_grad():
-            assert torch.equal(m.eval()(ids).logits, src(ids).logits), path
+            torch.testing.assert_close(m.eval()(ids).logits, src(ids).logits), path

@@ -78,37 +78,29 @@ def record_calls():
             elif k == 1: rf[10:50]
             else: sum(1 for _ in rf)
     elif k == 3:
-        with open(rp, "rb") as f:
-            sum(1 for _ in kiln.iter_records(f, T))
+        iterate()
     else:
-        d = kiln.StreamDecoder(T)
-        with open(rp, "rb") as f:
-            while True:
-                b = f.read(65536)
-                if not b:
-                    break
-                for _ in d.feed(b):
-                    pass
-        d.eof()
+        stream()
     return "records.%d" % k
+
+def iterate():   # kiln.iter_records over the open file
+    with open(rp, "rb") as f:
+        sum(1 for _ in kiln.iter_records(f, T))
+
+def stream():   # the record file's bytes fed to a StreamDecoder
+    d = kiln.StreamDecoder(T)
+    with open(rp, "rb") as f:
+        while True:
+            b = f.read(65536)
+            if not b:
+                break
+            for _ in d.feed(b):
+                pass
+    d.eof()
 
 def copy_calls():   # whole reads through pread: load_tensors(copy=True), the streams
     k = rnd.randrange(3)
-    if k == 0:
-        kiln.load_tensors(tp, copy=True)
-    elif k == 1:
-        with open(rp, "rb") as f:
-            sum(1 for _ in kiln.iter_records(f, T))
-    else:
-        d = kiln.StreamDecoder(T)
-        with open(rp, "rb") as f:
-            while True:
-                b = f.read(65536)
-                if not b:
-                    break
-                for _ in d.feed(b):
-                    pass
-        d.eof()
+    (lambda: kiln.load_tensors(tp, copy=True), iterate, stream)[k]()
     return "copies.%d" % k
 
 def torch_calls():

@@ -42,18 +42,9 @@ def crc32(data: Any) -> int:
 def pread_exact(fd: int, n: int, at: int, path: str) -> Any:
     """``n`` bytes of ``fd`` at ``at`` (a bytearray), or ``EOF`` when the file
     ends first: it changed under the reader."""
-    import os
+    from .._pread import read_exactly
     buf = bytearray(n)
-    view = memoryview(buf)
-    done = 0
-    while done < n:
-        got = os.preadv(fd, [view[done:]], at + done)
-        if got <= 0:
-            end = min(at + done, os.fstat(fd).st_size)
-            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
-                            "byte %d, inside bytes %d..%d it holds a payload in"
-                            % (path, end, at, at + n))
-        done += got
+    read_exactly(fd, memoryview(buf), at, path, "bytes %d..%d" % (at, at + n))
     return buf
 
 

@@ -8,7 +8,8 @@ import os
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from .._errors import KilnError
+from .. import _wire as W
+from .._pread import read_exactly
 from .._files.local import check_regular, open_regular_file
 
 
@@ -75,18 +76,10 @@ class LocalSource:
         import numpy as np
         n = hi - lo
         buf = np.empty(n + 64, np.uint8)
-        shift = (self._at + lo - buf.__array_interface__["data"][0]) % 64
+        shift = (self._at + lo - buf.__array_interface__["data"][0]) % W.DIR_ALIGN
         view = memoryview(buf)[shift:shift + n]
-        done = 0
-        while done < n:
-            got = os.preadv(self.fd, [view[done:]], self._at + lo + done)
-            if got <= 0:
-                end = min(self._at + lo + done, os.fstat(self.fd).st_size)
-                raise KilnError("EOF", end, "%s: the file changed under the reader: it ends "
-                                "at byte %d, inside bytes %d..%d" % (self.name, end,
-                                                                    self._at + lo,
-                                                                    self._at + hi))
-            done += got
+        read_exactly(self.fd, view, self._at + lo, self.name,
+                     "bytes %d..%d" % (self._at + lo, self._at + hi))
         return view
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ import zlib
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from kiln import KilnError
+from kiln._access import read_exactly as _read_exact
 
 from ._common import torch_module
 
@@ -108,18 +109,6 @@ def plan(items: Sequence[Item], direct: Sequence[bool], chunk_bytes: int) -> Lis
         out.append(_Chunk(cur[0], cur[1], cur[2] - cur[1], cur[3], False))
     return out
 
-
-def _read_exact(fd: int, buf: memoryview, offset: int, path: str, what: str) -> None:
-    """Fill ``buf`` from ``fd`` at ``offset``; EOF naming the file and the offset
-    when the file ends first (it shrank under the load)."""
-    done = 0
-    while done < len(buf):
-        n = os.preadv(fd, [buf[done:]], offset + done)
-        if n <= 0:
-            end = min(offset + done, os.fstat(fd).st_size)
-            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
-                            "byte %d, before the end of %s" % (path, end, what))
-        done += n
 
 
 class _Run:
