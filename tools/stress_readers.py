@@ -121,6 +121,8 @@ while time.time() < deadline:
     except Exception as e:   # any refusal: the file changed under the reader
         key = "refused." + type(e).__name__
         counts[key] = counts.get(key, 0) + 1
+        if not isinstance(e, kiln.KilnError):   # what else readers were told, once each
+            counts.setdefault("other: %s: %s" % (type(e).__name__, str(e)[:120]), 0)
 print(json.dumps(counts))
 """
 

@@ -277,6 +277,14 @@ def map_fd(fd: int, name: str) -> "mmap.mmap":
     if check_regular(fd, name).st_size == 0:
         raise KilnError("EOF", 0, "%s is empty: a Kiln file has at least a header" % name)
     try:
+        return _map(fd)
+    except ValueError:   # emptied between the fstat and the mmap: changed under the reader
+        raise KilnError("EOF", 0, "%s: the file changed under the reader: it is empty now"
+                        % name) from None
+
+
+def _map(fd: int) -> "mmap.mmap":
+    try:
         if hasattr(mmap, "MAP_PRIVATE"):
             return mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE | _NORESERVE,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
