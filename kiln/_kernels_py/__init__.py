@@ -78,14 +78,16 @@ directory).
 ``decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None)``
 ``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None)``
 ``crc32(data, value=0)``
-``encode_record(program, value)``
-``encode_records(program, values, room, limit, offsets)``
+``encode_record(program, value, base=-1)``
+``encode_records(program, values, room, limit, offsets, base=-1)``
     The record container's loop (``kiln.records``): check and decode the
     records of a range of a file's index, or the complete records at the
     front of a stream's buffer, with a compiled decode program, the records
     of one read sharing one budget of zero-size elements (``budget``); write
     one record, or the records of an iterator's values into one buffer (head,
-    framed value, CRC, and each record's offset); see ``records.py``.
+    framed value, CRC, and each record's offset), padded when ``base`` (the
+    container offset of the buffer's byte 0) is given so that the first
+    tensor directory with payload bytes starts 64-aligned; see ``records.py``.
     ``crc32`` is ``zlib.crc32``'s function.
 
 Everything else in the parts is private to the kernel.  The Python layer

@@ -240,7 +240,25 @@ def _tensors(plan, rf):
             raise
         write_directory(records, out)
         check_written_directory(out, start)
+        # the first block with payload bytes, for a padded record (records.py)
+        if type(out) is Marked and out.first_dir < 0 and _PAYLOAD_BYTES.unpack_from(out, start)[0]:
+            out.first_dir = start
     return enc_tensors
+
+
+_PAYLOAD_BYTES = _struct.Struct("<16xQ")   # a directory header's payload_bytes
+
+
+class Marked(bytearray):
+    """The output of an encode that notes where its first tensor directory
+    with payload bytes starts (``first_dir``, -1 for none): the twin of the
+    compiled Writer's ``first_dir``."""
+
+    __slots__ = ("first_dir",)
+
+    def __init__(self):
+        super().__init__()
+        self.first_dir = -1
 
 
 def check_written_directory(out, start):
@@ -394,6 +412,15 @@ class EncodeProgram:
             out += self._prefix
         self._enc(value, out)
         return bytes(out)
+
+    def encode_marked(self, value):
+        """``encode(value)`` and the offset in it of the first tensor
+        directory with payload bytes (-1 for none)."""
+        out = Marked()
+        if self._prefix is not None:
+            out += self._prefix
+        self._enc(value, out)
+        return bytes(out), out.first_dir
 
     def encode_into(self, value, buffer, offset=0):
         if type(buffer) is not bytearray:

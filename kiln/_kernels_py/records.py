@@ -30,13 +30,18 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     records taken, ``ocrc`` being the CRC-32 continued over each record's
     offset as 8 little-endian bytes.  ``budget`` as for ``decode_records``.
 
-``encode_record(program, value)``
-    One whole record of kind 0 without padding (head, framed value, record
-    CRC) as bytes; ``program`` is an encode program that frames its values.
-    An ``EncodeError`` is that of ``program.encode`` (its offset counts from
-    the value's frame).
+``encode_record(program, value, base=-1)``
+    One whole record of kind 0 (head, pad, framed value, record CRC) as
+    bytes; ``program`` is an encode program that frames its values.  An
+    ``EncodeError`` is that of ``program.encode`` (its offset counts from
+    the value's frame).  ``base`` -1: no pad.  ``base`` >= 0: the record's
+    head lands at container offset ``base``, and the record is padded so
+    that the first tensor directory of the value whose payload bytes are
+    not 0 starts on a 64-byte boundary of the container (every payload of
+    that directory is then 64-aligned); no such directory: no pad.  Padded
+    records need a program of this kernel (else ``ValueError``).
 
-``encode_records(program, values, room, limit, offsets)``
+``encode_records(program, values, room, limit, offsets, base=-1)``
     The records of values taken from the iterator ``values``, at most
     ``room`` of them, in one bytes object; stops after the record that
     brings it to ``limit`` bytes or more.  The offset of each record's head
@@ -46,7 +51,8 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     stopped it, or the iterator's own exception (``data`` then holds the
     records before it, ``offsets`` only theirs), or None.  Only exceptions
     that are not ``Exception`` (``KeyboardInterrupt``) propagate, with
-    nothing returned.
+    nothing returned.  ``base`` >= 0: byte 0 of ``data`` lands at container
+    offset ``base``, and each record is padded as ``encode_record`` pads.
 
 ``crc32(data, value=0)``
     ``zlib.crc32``.
@@ -69,33 +75,53 @@ def crc32(data, value=0):
     return zlib.crc32(data, value)
 
 
-_FIRST = struct.Struct("<QI")          # length, kind/pad/reserved (all 0)
+_FIRST = struct.Struct("<QI")          # length, kind (0), pad, reserved
+_ALIGN_OTHER = "encode_records: padded records need an encode program of this kernel"
 
 
-def _framed(value_bytes):
+def _framed(value_bytes, pad=0):
     n = len(value_bytes)
     if n < 16:
         raise ValueError("encode_records: the program must frame its values (frame=True)")
-    first = _FIRST.pack(n, 0)
+    first = _FIRST.pack(n, pad << 8)
     hc = _CRC.pack(zlib.crc32(first))
-    return first, hc, _CRC.pack(zlib.crc32(value_bytes, zlib.crc32(hc, zlib.crc32(first))))
+    at = zlib.crc32(hc, zlib.crc32(first))
+    if pad:
+        at = zlib.crc32(_ZEROS[:pad], at)
+    return first, hc, _CRC.pack(zlib.crc32(value_bytes, at))
 
 
-def encode_record(program, value):
+def _record(program, value, base, at):
+    """The parts of the record of ``value`` whose head lands at container
+    offset ``base + at`` (``base`` -1: no pad)."""
+    if base < 0:
+        b = program.encode(value)
+        first, hc, tail = _framed(b)
+        return (first, hc, b, tail)
+    marked = getattr(program, "encode_marked", None)
+    if marked is None:
+        raise ValueError(_ALIGN_OTHER)
+    b, d = marked(value)
+    pad = -(base + at + 16 + d) % 64 if d > 0 else 0
+    first, hc, tail = _framed(b, pad)
+    return (first, hc, _ZEROS[:pad], b, tail)
+
+
+def encode_record(program, value, base=-1):
     if getattr(program, "frame_hash", 0) is None:
         raise ValueError("encode_records: the program must frame its values (frame=True)")
-    b = program.encode(value)
-    first, hc, tail = _framed(b)
-    return b"".join((first, hc, b, tail))
+    return b"".join(_record(program, value, base, 0))
 
 
-def encode_records(program, values, room, limit, offsets):
+def encode_records(program, values, room, limit, offsets, base=-1):
     if getattr(program, "frame_hash", 0) is None:
         raise ValueError("encode_records: the program must frame its values (frame=True)")
+    if base >= 0 and getattr(program, "encode_marked", None) is None:
+        raise ValueError(_ALIGN_OTHER)
     out = bytearray()
     if room <= 0:
         return b"", True, None
-    encode, append = program.encode, offsets.append
+    append = offsets.append
     it = iter(values)
     while True:
         try:
@@ -105,15 +131,12 @@ def encode_records(program, values, room, limit, offsets):
         except Exception as e:           # the iterator's own error
             return bytes(out), False, e
         try:
-            b = encode(value)
+            parts = _record(program, value, base, len(out))
         except Exception as e:           # a value that does not encode
             return bytes(out), False, e
-        first, hc, tail = _framed(b)
         append(len(out))
-        out += first
-        out += hc
-        out += b
-        out += tail
+        for part in parts:
+            out += part
         room -= 1
         if len(out) >= limit or room == 0:
             return bytes(out), True, None

@@ -84,48 +84,10 @@ def unfinished(path: Any) -> "list[str]":
     return sorted(found, key=lambda p: os.stat(p).st_mtime, reverse=True)
 
 
-_KINDS: Any = None
-
-
-def _kinds() -> Any:
-    """(TensorDirectory, Some, numpy), imported once, when first needed."""
-    global _KINDS
-    if _KINDS is None:
-        import numpy as np
-        import kiln
-        _KINDS = (kiln.TensorDirectory, kiln.Some, np)
-    return _KINDS
-
-
-_SCALARS = (int, float, str, bytes, bool, type(None))
-
-
-def _first_payload(value: Any, base: int, depth: int = 0) -> Optional[int]:
-    """The offset in the encoded buffer (whose address is ``base``) of the first
-    non-empty tensor payload in ``value`` (decoded by the type text: structs
-    are dicts), found in field order."""
-    if depth > 80 or type(value) in _SCALARS:     # the common fields, at once
-        return None
-    directory, some, np = _KINDS or _kinds()
-    if isinstance(value, directory):
-        for t in value.values():
-            if t.nbytes:     # the payload's raw bytes: no dtype support needed
-                return np.frombuffer(t.data, np.uint8).__array_interface__["data"][0] - base
-        return None
-    items: Any
-    if isinstance(value, dict):
-        items = value.values()
-    elif isinstance(value, (list, tuple)):
-        items = value
-    elif isinstance(value, some):
-        items = (value.value,)
-    else:
-        return None
-    for x in items:
-        at = _first_payload(x, base, depth + 1)
-        if at is not None:
-            return at
-    return None
+def _keep(it: Iterator[Any], saved: "list[Any]") -> Iterator[Any]:
+    for v in it:
+        saved.append(v)
+        yield v
 
 
 class RecordWriter(Generic[T]):
@@ -148,8 +110,9 @@ class RecordWriter(Generic[T]):
         type: a :class:`kiln.Type`, type text, or a bound dataclass /
             NamedTuple.
         align: pad records so that the first tensor directory of each record
-            has its payloads 64-byte aligned in the file (costs one lazy
-            decode of each record whose type holds ``tensors``).
+            that holds payload bytes has its payloads 64-byte aligned in the
+            file (the kernel notes where it writes that directory; a record
+            costs one move of its bytes by the pad).
         store_type: store the canonical type text in the file's head, so that
             ``kiln.RecordFile(path)`` and the command line read it with no
             type given (``spec/records.md``, "Type text").  ``False`` writes
@@ -202,13 +165,9 @@ class RecordWriter(Generic[T]):
         self._prog = self._enc._prog
         self._record = k.encode_record
         self._records = k.encode_records
-        self._align_dec = None
-        if align and "tensors" in self.type.text:
-            from .._api import Decoder
-            # decoded by the type text, not the bound class: structs come back
-            # as dicts whatever the class is (a dataclass, kiln.Record, a
-            # slots class), and no class's own __init__ runs
-            self._align_dec = Decoder(self.type.text, True, trusted=True, kernels=kernels)
+        # the kernels pad each record so that its first directory with payload
+        # bytes starts 64-aligned in the file (kiln/_kernels_py/records.py)
+        self._align = bool(align) and "tensors" in self.type.text
         self._lock = threading.RLock()
         self._dir_synced = False
         self._offsets = array("Q")
@@ -245,17 +204,6 @@ class RecordWriter(Generic[T]):
             self._tmp = None
             self._dir_synced = False
 
-    def _pad(self, buf: bytes) -> int:
-        if self._align_dec is None:
-            return 0
-        value = self._align_dec.decode(buf)
-        import numpy as np
-        base = np.frombuffer(buf, np.uint8).__array_interface__["data"][0]
-        at = _first_payload(value, base)
-        if at is None or not 0 <= at < len(buf):
-            return 0
-        return F.pad_for(self._base + self._pos + F.HEAD_SIZE, at)
-
     def _usable(self) -> None:
         if self._closed:
             raise ValueError("write to a closed RecordWriter")
@@ -278,9 +226,13 @@ class RecordWriter(Generic[T]):
 
     def write(self, value: T) -> int:
         """Append one record; returns its index (0, 1, ...)."""
-        if self._align_dec is not None:
-            return self._write_aligned(value)
-        rec = self._record(self._prog, value)    # head, framed value and CRC: one kernel call
+        if self._align:
+            # the pad depends on where the record lands: framed for the
+            # position now, again in the rare case another thread wrote first
+            at = self._pos
+            rec = self._record(self._prog, value, self._base + at)
+        else:
+            rec = self._record(self._prog, value)    # head, framed value and CRC: one kernel call
         with self._lock:
             if self._closed or self._broken:
                 self._usable()
@@ -288,6 +240,8 @@ class RecordWriter(Generic[T]):
             if len(offsets) >= U32_MAX:
                 self._limit()
             start = self._pos
+            if self._align and start != at:
+                rec = self._record(self._prog, value, self._base + start)
             try:
                 n = self._f.write(rec)
                 if n is not None and n < len(rec):
@@ -314,16 +268,9 @@ class RecordWriter(Generic[T]):
                 usable.  An exception of the iterable itself likewise comes
                 after the records of the values it gave.
         """
-        it = iter(values)
-        n = 0
-        if self._align_dec is not None:
-            for v in it:
-                self._write_aligned(v)
-                n += 1
-            return n
         with self._lock:
             self._usable()
-        return self._many(it)
+        return self._many(iter(values))
 
     def _many(self, it: Iterator[Any]) -> int:
         """Blocks of records framed by the kernel from ``it`` with no lock held
@@ -334,18 +281,35 @@ class RecordWriter(Generic[T]):
         offsets = self._offsets
         n = 0
         more = True
+        align = self._align
+        saved: "list[Any]" = []
         while more:
             with self._lock:
                 self._usable()
                 room = U32_MAX - len(offsets)
+                at = self._pos
             rel: "array[int]" = array("Q")
-            data, more, error = self._records(self._prog, it, room, _ONE_WRITE, rel)
+            if align:
+                # padded for the position now; the values kept in case another
+                # thread writes first (the block is then framed again)
+                saved.clear()
+                data, more, error = self._records(self._prog, _keep(it, saved), room,
+                                                  _ONE_WRITE, rel, self._base + at)
+            else:
+                data, more, error = self._records(self._prog, it, room, _ONE_WRITE, rel)
             if data:
                 with self._lock:
                     self._usable()
                     if len(offsets) + len(rel) > U32_MAX:
                         self._limit()
                     start = self._pos
+                    if align and start != at:
+                        keep = saved[:len(rel)]
+                        rel = array("Q")
+                        data, _, again = self._records(self._prog, iter(keep), len(keep),
+                                                       1 << 62, rel, self._base + start)
+                        if again is not None and error is None:   # a value changed meanwhile
+                            error, more = again, False
                     self._emit(data)
                     offsets.frombytes((np.frombuffer(rel, np.uint64) +
                                        np.uint64(start)).tobytes())
@@ -357,28 +321,6 @@ class RecordWriter(Generic[T]):
                     self._limit()
                 more = False
         return n
-
-    def _write_aligned(self, value: Any) -> int:
-        """``write`` for a type with tensors and ``align``: the pad depends on
-        the encoding, so the record is framed here."""
-        buf = self._encode(value)
-        with self._lock:
-            self._usable()
-            pad = self._pad(buf)
-            head = F.make_head(len(buf), F.KIND_RECORD, pad)
-            if len(self._offsets) >= U32_MAX:
-                raise EncodeError("LIMIT", self._pos, "a record file holds at most %d records "
-                                  "(the index is one Kiln list)" % U32_MAX)
-            start = self._pos
-            first = head + bytes(pad)
-            tail = F.CRC.pack(F.crc(buf, F.crc(first)))
-            if len(buf) < _ONE_WRITE:
-                self._emit(b"".join((first, buf, tail)))
-            else:
-                for part in (first, buf, tail):
-                    self._emit(part)
-            self._offsets.append(start)
-            return len(self._offsets) - 1
 
     def __len__(self) -> int:
         return len(self._offsets)

@@ -403,6 +403,7 @@ def write_directory(records, out):
     w.cap = 256
     w.pos = 0
     w.depth = 0
+    w.first_dir = -1
     w.round_floats = False
     try:
         write_dir(&w, records)

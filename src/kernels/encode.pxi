@@ -18,6 +18,7 @@ cdef struct Writer:
     Py_ssize_t cap
     int depth
     bint round_floats   # float arrays may round to a narrower element
+    Py_ssize_t first_dir  # the first tensor directory with payload bytes, or -1
     Seg segs[MAXSEG]
 
 
@@ -84,6 +85,7 @@ cdef int fix_path(Writer *w, object e) except -1:
             Py_XDECREF(s.obj)
             s.obj = NULL
     w.depth = 0
+    w.first_dir = -1
     if parts and isinstance(e, EncodeError):
         e.add_path("".join(parts))
     return 0
@@ -163,6 +165,7 @@ cdef class EncodeProgram:
         w.cap = cap0
         w.pos = 0
         w.depth = 0
+        w.first_dir = -1
         w.round_floats = self.round_floats
         try:
             if self.prefix is not None:

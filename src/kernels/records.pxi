@@ -265,29 +265,39 @@ def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify
 
 # --- the writer's record loop: head, framed value and record CRC in one buffer ----
 
-cdef int rec_seal(char *q, Py_ssize_t n) noexcept:
-    """Fill the head before the ``n``-byte framed value at ``q + 16`` (kind
-    0, no pad) and put the record CRC after it (the 4 bytes are reserved)."""
+cdef int rec_seal(char *q, Py_ssize_t n, Py_ssize_t pad) noexcept:
+    """Fill the head before the ``pad`` zero bytes and the ``n``-byte framed
+    value at ``q + 16 + pad`` (kind 0) and put the record CRC after it (the 4
+    bytes are reserved)."""
     cdef uint8_t *b = <uint8_t *>q
     kiln_st_u64(b, <uint64_t>n)
-    kiln_st_u32(b + 8, 0)
+    kiln_st_u32(b + 8, <uint32_t>pad << 8)
     kiln_st_u32(b + REC_HEAD_CHECKED, kiln_crc32(0, b, REC_HEAD_CHECKED))
-    kiln_st_u32(b + REC_HEAD + n, kiln_crc32(0, b, REC_HEAD + <size_t>n))
+    kiln_st_u32(b + REC_HEAD + pad + n, kiln_crc32(0, b, REC_HEAD + <size_t>(pad + n)))
     return 0
 
 
-cdef int rec_put(EncodeProgram p, Writer *w, object value) except -1:
+cdef int rec_put(EncodeProgram p, Writer *w, object value, Py_ssize_t base) except -1:
     """Append one whole record of ``value`` at ``w.pos``; on an error ``w.pos``
     is back where it was and the EncodeError's offset counts from the value's
-    frame (as kiln.encode(value, frame=True) reports it)."""
+    frame (as kiln.encode(value, frame=True) reports it).
+
+    ``base`` >= 0: byte 0 of the writer's buffer is container offset ``base``,
+    and the record is padded so that the value's first tensor directory with
+    payload bytes starts on a 64-byte boundary of the container (then every
+    payload in it is 64-aligned); -1: no pad."""
     cdef Py_ssize_t start = w.pos
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n, pad = 0
+    cdef char *v
     try:
         w_reserve(w, REC_HEAD)
         w.pos += REC_HEAD
         w_bytes(w, PyBytes_AS_STRING(<PyObject *>p.prefix), 16)
+        w.first_dir = -1
         enc(p.root, w, value)
-        w_reserve(w, 4)
+        if base >= 0 and start + REC_HEAD < w.first_dir < w.pos:
+            pad = <Py_ssize_t>(<size_t>(-(base + w.first_dir)) & <size_t>REC_MAX_PAD)
+        w_reserve(w, pad + 4)
     except BaseException as e:
         fix_path(w, e)
         w.pos = start
@@ -295,8 +305,12 @@ cdef int rec_put(EncodeProgram p, Writer *w, object value) except -1:
             e.offset -= start + REC_HEAD
         raise
     n = w.pos - start - REC_HEAD
-    rec_seal(w.data + start, n)
-    w.pos += 4
+    if pad:
+        v = w.data + start + REC_HEAD
+        memmove(v + pad, v, <size_t>n)
+        memset(v, 0, <size_t>pad)
+    rec_seal(w.data + start, n, pad)
+    w.pos += pad + 4
     return 0
 
 
@@ -310,6 +324,7 @@ cdef int rec_writer(EncodeProgram p, Writer *w, Py_ssize_t cap0) except -1:
     w.cap = cap0
     w.pos = 0
     w.depth = 0
+    w.first_dir = -1
     w.round_floats = p.round_floats
     return 0
 
@@ -319,18 +334,23 @@ cdef object rec_take(Writer *w):
     return _take(w.obj)
 
 
-def encode_record(program, value):
-    """One whole record of kind 0 without padding (see kiln/_kernels_py/records.py)."""
+_ALIGN_OTHER = "encode_records: padded records need an encode program of this kernel"
+
+
+def encode_record(program, value, Py_ssize_t base=-1):
+    """One whole record of kind 0, padded for ``base`` >= 0 (see kiln/_kernels_py/records.py)."""
     cdef EncodeProgram p = program if isinstance(program, EncodeProgram) else None
     cdef Writer w
     if p is None:
         if getattr(program, "frame_hash", 0) is None:
             raise ValueError("encode_records: the program must frame its values (frame=True)")
+        if base >= 0:
+            raise ValueError(_ALIGN_OTHER)
         raw = program.encode(value)
         return rec_frame_bytes(raw)
     rec_writer(p, &w, p.hint + REC_OVERHEAD + 16)
     try:
-        rec_put(p, &w, value)
+        rec_put(p, &w, value, base)
     except BaseException:
         Py_XDECREF(w.obj)
         w.obj = NULL
@@ -346,19 +366,23 @@ cdef object rec_frame_bytes(object raw):
         raise ValueError("encode_records: the program must frame its values (frame=True)")
     out = PyBytes_FromStringAndSize(NULL, n + REC_OVERHEAD)
     memcpy(PyBytes_AS_STRING(<PyObject *>out) + REC_HEAD, PyBytes_AS_STRING(<PyObject *>raw), n)
-    rec_seal(PyBytes_AS_STRING(<PyObject *>out), n)
+    rec_seal(PyBytes_AS_STRING(<PyObject *>out), n, 0)
     return out
 
 
-def encode_records(program, values, Py_ssize_t room, Py_ssize_t limit, offsets):
+def encode_records(program, values, Py_ssize_t room, Py_ssize_t limit, offsets,
+                   Py_ssize_t base=-1):
     """Records of the values taken from the iterator ``values``, in one bytes
-    object; returns ``(data, more, error)`` (see kiln/_kernels_py/records.py)."""
+    object, padded for ``base`` >= 0; returns ``(data, more, error)`` (see
+    kiln/_kernels_py/records.py)."""
     cdef EncodeProgram p = program if isinstance(program, EncodeProgram) else None
     cdef Writer w
     cdef Py_ssize_t start
     cdef object error = None
     cdef bint more = False
     if p is None:
+        if base >= 0 and getattr(program, "frame_hash", 0) is not None:
+            raise ValueError(_ALIGN_OTHER)
         return rec_records_other(program, values, room, limit, offsets)
     rec_writer(p, &w, limit + 256 if limit < (1 << 26) else (1 << 26))
     try:
@@ -368,7 +392,7 @@ def encode_records(program, values, Py_ssize_t room, Py_ssize_t limit, offsets):
             return b"", True, None
         for value in values:
             start = w.pos
-            rec_put(p, &w, value)
+            rec_put(p, &w, value, base)
             offsets.append(start)
             room -= 1
             if w.pos >= limit or room == 0:
