@@ -6,6 +6,7 @@ a memoryview of the whole mapping, for the zero-copy fast path.
 
 import os
 import threading
+from array import array
 from typing import Any, Dict, Optional, Tuple
 
 from .. import _wire as W
@@ -14,6 +15,7 @@ from .._files.local import check_regular, open_regular_file
 
 
 READ_AHEAD = 64 << 10
+_SMALL_READ = 64 << 10     # LocalSource.read: below this, an array.array (see there)
 
 
 class LocalSource:
@@ -73,13 +75,21 @@ class LocalSource:
             return self.data[lo:hi]
         # placed so that the file's 64-byte boundaries fall on 64-byte
         # addresses: a record's tensors stay aligned arrays
-        import numpy as np
         n = hi - lo
-        buf = np.empty(n + 64, np.uint8)
-        shift = (self._at + lo - buf.__array_interface__["data"][0]) % W.DIR_ALIGN
+        if n <= _SMALL_READ:    # one record, say: an array's address is one cheap call
+            small = array("B", bytes(n + W.DIR_ALIGN))
+            at = small.buffer_info()[0]
+            buf: Any = small
+        else:                   # no zeroing of a large read
+            import numpy as np
+            buf = np.empty(n + W.DIR_ALIGN, np.uint8)
+            at = buf.__array_interface__["data"][0]
+        shift = (self._at + lo - at) % W.DIR_ALIGN
         view = memoryview(buf)[shift:shift + n]
-        read_exactly(self.fd, view, self._at + lo, self.name,
-                     "bytes %d..%d" % (self._at + lo, self._at + hi))
+        got = os.preadv(self.fd, [view], self._at + lo)    # the whole span, most often
+        if got < n:
+            read_exactly(self.fd, view[max(got, 0):], self._at + lo + max(got, 0), self.name,
+                         "bytes %d..%d" % (self._at + lo, self._at + hi))
         return view
 
     def close(self) -> None:

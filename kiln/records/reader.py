@@ -170,6 +170,8 @@ class RecordFile(Sequence[R]):
             raise
         if self._src.view is not None and self._offs is not None:
             self._local = (self._src.view, self._offs, self._src.mm)
+        elif isinstance(self._src, LocalSource) and self._offs is not None:
+            self._local = (None, self._offs, None)   # read with pread: rf[i] reads its record
 
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         """The record type: ``self.type``, its hash and the value decoder."""
@@ -319,9 +321,14 @@ class RecordFile(Sequence[R]):
             n = self._count
             if -n <= i < n:
                 view, offs, mm = self._local
+                i %= n
+                if view is None:
+                    lo = offs[i]
+                    self._k.decode_records(self._prog, self._src.read(lo, offs[i + 1]), lo, offs,
+                                           i, i + 1, self._verify, out)
+                    return out[0]
                 mapping_intact(mm, self.path)   # see _records
-                self._k.decode_records(self._prog, view, 0, offs, i % n, i % n + 1,
-                                       self._verify, out)
+                self._k.decode_records(self._prog, view, 0, offs, i, i + 1, self._verify, out)
                 return out[0]
         if isinstance(i, slice):
             start, stop, step = i.indices(self._count)
