@@ -348,13 +348,16 @@ def encode_record(program, value, Py_ssize_t base=-1):
             raise ValueError(_ALIGN_OTHER)
         raw = program.encode(value)
         return rec_frame_bytes(raw)
-    rec_writer(p, &w, p.hint + REC_OVERHEAD + 16)
+    rec_writer(p, &w, p.hint + REC_OVERHEAD + REC_MAX_PAD + 1)
     try:
         rec_put(p, &w, value, base)
     except BaseException:
         Py_XDECREF(w.obj)
         w.obj = NULL
         raise
+    # the next record starts at this size, as EncodeProgram.run does (a record
+    # that grew from 256 bytes paid a copy for each doubling)
+    p.hint = 256 if w.pos < 192 else (w.pos + 64 if w.pos < (1 << 26) else (1 << 26))
     return rec_take(&w)
 
 

@@ -291,7 +291,14 @@ cdef object view_directory(object mv, object pb, list table, bint trusted):
     kiln_slot_set(d, _D_off[DS_BUF], buf)
     kiln_slot_set(d, _D_off[DS_PB], pb)
     kiln_slot_set(d, _D_off[DS_ERRORS], "surrogateescape" if trusted else "strict")
-    kiln_slot_set(d, _D_off[DS_TENSORS], [None] * PyList_GET_SIZE(table))
+    # the two lists hold rows (ints, bytes, None and untracked shape tuples)
+    # and, once made, Tensors, which never refer to a directory: no cycle can
+    # go through them, so the collector need not walk them (a record file
+    # kept in a list otherwise pays a full collection for every tensor list)
+    PyObject_GC_UnTrack(table)
+    tensors = [None] * PyList_GET_SIZE(table)
+    PyObject_GC_UnTrack(tensors)
+    kiln_slot_set(d, _D_off[DS_TENSORS], tensors)
     kiln_slot_set(d, _D_off[DS_INDEX], None)
     kiln_slot_set(d, _D_off[DS_NAMES], None)
     kiln_slot_set(d, _D_off[DS_OWN], hold_buffer(buf))
