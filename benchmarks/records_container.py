@@ -102,9 +102,11 @@ def _lp_iter(data, unpack):
     return out
 
 
-def _kiln_write(text, values, kernels, many=False, **kw):
+def _kiln_write(text, values, kernels, many=False, target=io.BytesIO, **kw):
+    """Every value written by a RecordWriter to ``target()`` (a file object,
+    returned: a file is closed when it is dropped)."""
     def run():
-        out = io.BytesIO()
+        out = target()
         with kiln.RecordWriter(out, text, kernels=kernels, **kw) as w:
             if many:
                 w.write_many(values)

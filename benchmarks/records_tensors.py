@@ -41,6 +41,7 @@ import numpy as np
 
 import kiln
 from benchmarks.harness import PEER, VARIANT, Config, Contender, measure
+from benchmarks.records_container import _kiln_write as _write_all, _per as _us
 
 _LEN = struct.Struct("<I")
 SMALL = "struct{id:i64,label:str,x:tensors,}"
@@ -89,14 +90,7 @@ def _lp_read(path, decode):
 
 
 def _kiln_write(path, recs, many=False, **kw):
-    def run():
-        with open(path, "wb") as f, kiln.RecordWriter(f, Rec, **kw) as w:
-            if many:
-                w.write_many(recs)
-            else:
-                for r in recs:
-                    w.write(r)
-    return run
+    return _write_all(Rec, recs, None, many, lambda: open(path, "wb"), **kw)
 
 
 def build(n, folder):
@@ -150,19 +144,14 @@ def build_random(n, folder, path=None):
             Contender("kiln-cython rf[i]", "kiln", lambda: [rf[i] for i in idx])]
 
 
-def _us(c, n):
-    return None if c.median is None else c.median / n * 1e6
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10,000 records, 3 repeats")
     ap.add_argument("--json", help="write the numbers as JSON here")
     args = ap.parse_args(argv)
-    n = 10000 if args.quick else 100000
-    nr = 5000 if args.quick else 20000
-    cfg = Config(repeats=3 if args.quick else 7, warmup=0 if args.quick else 1,
-                 min_sample=0.05 if args.quick else 0.2)
+    # (records, records for rf[i]) and (repeats, warm-up samples, seconds a sample)
+    (n, nr), cfg = ((10000, 5000), Config(3, 0, 0.05)) if args.quick else \
+        ((100000, 20000), Config(7, 1, 0.2))
     report = {"records": n, "us_per_record": {}, "bytes_per_record": {}, "ratios": {}}
     with tempfile.TemporaryDirectory() as folder:
         write, read, sizes, kpath = build(n, folder)
@@ -181,7 +170,8 @@ def main(argv=None):
              "read": {c.name: _us(c, n) for c in read}}
     for name, rows in shapes.items():
         table["random " + name] = {c.name: _us(c, nr) for c in rows}
-    spec_w, spec_r = table["write"]["msgspec length-prefixed"], table["read"]["msgspec length-prefixed"]
+    spec_w = table["write"]["msgspec length-prefixed"]
+    spec_r = table["read"]["msgspec length-prefixed"]
     ratios = {
         "write / msgspec": (table["write"]["kiln-cython write"] / spec_w, 1.2),
         "write_many / msgspec": (table["write"]["kiln-cython write_many"] / spec_w, 1.2),
@@ -190,7 +180,8 @@ def main(argv=None):
     }
     for name, rows in shapes.items():
         t = table["random " + name]
-        ratios["rf[i] / iterate, %s" % name] = (t["kiln-cython rf[i]"] / t["kiln-cython iterate"], 3.0)
+        ratios["rf[i] / iterate, %s" % name] = (t["kiln-cython rf[i]"] /
+                                                 t["kiln-cython iterate"], 3.0)
     print("\n%d records (rf[i] on %d), microseconds per record (median of %d), GC on"
           % (n, nr, cfg.repeats))
     for op, rows in table.items():
@@ -204,8 +195,7 @@ def main(argv=None):
     report.update(us_per_record=table, bytes_per_record=sizes,
                   ratios={k: v[0] for k, v in ratios.items()})
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        Path(args.json).write_text(json.dumps(report, indent=1))
     return 0
 
 
