@@ -86,17 +86,30 @@ def _rows(torch, kp, sp, sd, names):
 def _time_op(fns, repeat):
     """Samples of each of one op's contenders, timed in interleaved rounds
     (the order rotating), after one untimed warm-up call each (page cache,
-    imports): a neighbour's load that comes and goes hits all of them alike."""
-    for fn in fns:
-        fn()
+    imports): a neighbour's load that comes and goes hits all of them alike.
+    A contender given as ``(setup, fn)`` is timed as ``fn(setup())``, the
+    setup untimed (a fresh model to load into)."""
+    fns = [f if isinstance(f, tuple) else (None, f) for f in fns]
+
+    def call(i):
+        setup, fn = fns[i]
+        if setup is None:
+            t = time.perf_counter()
+            fn()
+            return time.perf_counter() - t
+        arg = setup()
+        t = time.perf_counter()
+        fn(arg)
+        return time.perf_counter() - t
+
+    for i in range(len(fns)):
+        call(i)
     times = [[] for _ in fns]
     for r in range(repeat):
         order = list(range(len(fns)))
         order = order[r % len(order):] + order[:r % len(order)]
         for i in order:
-            t = time.perf_counter()
-            fns[i]()
-            times[i].append(time.perf_counter() - t)
+            times[i].append(call(i))
     return times
 
 
@@ -104,6 +117,35 @@ TARGETS = {"save": 1.0, "load_file": 1.0, "load_model": 1.1}
 BASE = {"save": "safetensors.torch.save_file", "load_file": "safetensors.torch.load_file",
         "load_file + read": "safetensors.torch.load_file",
         "load_model": "load_state_dict (loaded)"}
+KILN = {"save": "kiln.torch.save_file", "load_file": "kiln.torch.load_file",
+        "load_model": "kiln.torch.load_model"}
+
+
+def _table(rows, repeat, total, base):
+    """Time each op's contenders (the first row of an op is its baseline) and
+    print a row each: {(op, label): (median, fastest)}."""
+    out = {}
+    print("%-22s %-36s %9s %17s %7s %7s" % ("op", "contender", "median s", "min..max",
+                                            "GB/s", "ratio"))
+    for op in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == op]
+        for (_, label, _), times in zip(mine, _time_op([r[2] for r in mine], repeat)):
+            med = statistics.median(times)
+            out[(op, label)] = (med, min(times))
+            ratio = "" if label == base[op] else "%.2fx" % (med / out[(op, base[op])][0])
+            print("%-22s %-36s %9.4f %8.4f..%-8.4f %7.2f %7s" % (
+                op, label, med, min(times), max(times), total / med / 1e9, ratio))
+    return out
+
+
+def _verdicts(timed, targets, base, mine):
+    for op, target in targets.items():
+        if (op, mine[op]) not in timed:
+            continue
+        (k, k_min), (b, b_min) = timed[(op, mine[op])], timed[(op, base[op])]
+        print("target %-22s %s / %s = %.2fx of medians, %.2fx of fastest (at most %.1fx): %s"
+              % (op, mine[op], base[op], k / b, k_min / b_min, target,
+                 "met" if k / b <= target else "NOT MET"))
 
 
 def main(argv=None):
@@ -111,10 +153,34 @@ def main(argv=None):
     ap.add_argument("--tensors", type=int, default=50)
     ap.add_argument("--mib", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--models", default="gpt2,llama",
+                    help="Hugging Face-like models to time (gpt2, llama; 'none' for the "
+                         "state dict alone); needs transformers")
+    ap.add_argument("--layers", type=int, default=2, help="layers of each model")
+    ap.add_argument("--state-dict", action=argparse.BooleanOptionalAction, default=True,
+                    help="time the bf16 state dict (--tensors, --mib)")
     args = ap.parse_args(argv)
     import torch
     import safetensors
     import kiln.torch  # noqa: F401
+    print("kiln %s, torch %s, safetensors %s, %d threads"
+          % (kiln.IMPLEMENTATION, torch.__version__, safetensors.__version__,
+             torch.get_num_threads()))
+    if args.state_dict:
+        _state_dict_section(torch, args)
+    models = [m for m in args.models.split(",") if m and m != "none"]
+    if models:
+        try:
+            import transformers
+        except ImportError:
+            print("\ntransformers is not installed: the model rows are not timed")
+            return
+        from benchmarks.torch_models import model_section
+        for name in models:
+            model_section(torch, transformers, name, args.layers, args.repeat)
+
+
+def _state_dict_section(torch, args):
     sd = _state_dict(torch, args.tensors, args.mib)
     names = {k: k.replace(".", "_") for k in sd}   # a ParameterDict's names have no dots
     total = sum(v.numel() * v.element_size() for v in sd.values())
@@ -123,30 +189,9 @@ def main(argv=None):
         kiln.torch.save_file(sd, kp)
         import safetensors.torch as sttorch
         sttorch.save_file(sd, sp)
-        print("%d bf16 tensors, %.0f MiB; kiln %s, torch %s, safetensors %s, %d threads"
-              % (len(sd), total / 2**20, kiln.IMPLEMENTATION, torch.__version__,
-                 safetensors.__version__, torch.get_num_threads()))
-        print("%-18s %-30s %9s %17s %7s %7s" % ("op", "contender", "median s", "min..max",
-                                                "GB/s", "ratio"))
-        medians, mins = {}, {}
-        rows = _rows(torch, kp, sp, sd, names)
-        for op in dict.fromkeys(r[0] for r in rows):
-            mine = [r for r in rows if r[0] == op]
-            for (_, label, _), times in zip(mine, _time_op([r[2] for r in mine], args.repeat)):
-                med = medians[(op, label)] = statistics.median(times)
-                mins[(op, label)] = min(times)
-                base = medians[(op, BASE[op])]
-                ratio = "" if label == BASE[op] else "%.2fx" % (med / base)
-                print("%-18s %-30s %9.4f %8.4f..%-8.4f %7.2f %7s" % (
-                    op, label, med, min(times), max(times), total / med / 1e9, ratio))
-        print()
-        for op, target in TARGETS.items():
-            kiln_label = {"save": "kiln.torch.save_file", "load_file": "kiln.torch.load_file",
-                          "load_model": "kiln.torch.load_model"}[op]
-            r = medians[(op, kiln_label)] / medians[(op, BASE[op])]
-            r_min = mins[(op, kiln_label)] / mins[(op, BASE[op])]
-            print("target %-10s kiln/%s = %.2fx of medians, %.2fx of fastest (at most %.1fx): "
-                  "%s" % (op, BASE[op], r, r_min, target, "met" if r <= target else "NOT MET"))
+        print("\n%d bf16 tensors, %.0f MiB" % (len(sd), total / 2**20))
+        timed = _table(_rows(torch, kp, sp, sd, names), args.repeat, total, BASE)
+        _verdicts(timed, TARGETS, BASE, KILN)
 
 
 if __name__ == "__main__":
