@@ -63,6 +63,7 @@ import zlib
 
 from .._convert import as_bytes_view
 from .._errors import KilnError
+from .._wire import DIR_ALIGN
 
 _HEAD = struct.Struct("<QBBHI")
 _CRC = struct.Struct("<I")
@@ -102,7 +103,7 @@ def _record(program, value, base, at):
     if marked is None:
         raise ValueError(_ALIGN_OTHER)
     b, d = marked(value)
-    pad = -(base + at + 16 + d) % 64 if d > 0 else 0
+    pad = -(base + at + 16 + d) % DIR_ALIGN if d > 0 else 0
     first, hc, tail = _framed(b, pad)
     return (first, hc, _ZEROS[:pad], b, tail)
 
