@@ -229,7 +229,7 @@ def test_keyboard_interrupt_leaves_no_thread_and_no_buffer(api, mixed):
 
 
 def test_tqdm_progress_counts_every_byte(api, mixed):
-    pytest.importorskip("tqdm")
+    pytest.importorskip("tqdm", reason="tqdm is not installed: the bar is tested where it is")
     seen = []
     P.load(_items(mixed), "cpu", stage=True, chunk_bytes=256,
            progress=lambda done, total: seen.append((done, total)))

@@ -36,7 +36,6 @@ class LocalSource:
     read_size = 4 << 20   # a read of consecutive records: up to this many bytes at once
 
     def __init__(self, source: Any) -> None:
-        self.mm: Any = None
         self.fd: Optional[int] = None
         self._at = 0   # the container's first byte in the file
         start = 0

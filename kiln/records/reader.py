@@ -21,7 +21,6 @@ from typing import Type as _ClassOf
 from .. import _compat
 from .._api import Annotation, Decoder
 from .._errors import KilnError
-from .._files.tables import mapping_intact
 from .._types import Type, as_type
 from . import _format as F
 from ._source import READ_AHEAD, LocalSource, open_source
@@ -147,7 +146,7 @@ class RecordFile(Sequence[R]):
         self._verify = bool(verify)
         self.recovery: Optional[Recovery] = None
         self._offs: Optional["array[int]"] = None
-        self._local: Optional[tuple] = None      # (mapping, offsets) while open and local
+        self._local: Optional[Any] = None        # the offsets, while open and local
         self._pending: Dict[int, List[Any]] = {}  # each iteration's chunk being handed out
         self._closed = False
         self._options = decode_options
@@ -168,10 +167,8 @@ class RecordFile(Sequence[R]):
         except BaseException:
             self._src.close()
             raise
-        if self._src.view is not None and self._offs is not None:
-            self._local = (self._src.view, self._offs, self._src.mm)
-        elif isinstance(self._src, LocalSource) and self._offs is not None:
-            self._local = (None, self._offs, None)   # read with pread: rf[i] reads its record
+        if isinstance(self._src, LocalSource) and self._offs is not None:
+            self._local = self._offs   # read with pread: rf[i] reads its one record
 
     def _setup(self, type: Any, decode_options: Dict[str, Any]) -> None:
         """The record type: ``self.type``, its hash and the value decoder."""
@@ -280,15 +277,9 @@ class RecordFile(Sequence[R]):
         records belong to (an iteration); None: one for this call."""
         if self._closed:
             raise ValueError("I/O on a closed RecordFile")
-        view, offs = self._src.view, self._offs
+        offs = self._offs
         assert offs is not None
-        if view is not None:
-            # a file truncated in place since it was mapped: EOF, never SIGBUS
-            mapping_intact(getattr(self._src, "mm", None), self.path)
-            self._k.decode_records(self._prog, view, 0, offs, first, last, self._verify, out,
-                                   budget)
-            return
-        # remote: consecutive records in reads of up to _REMOTE_READ bytes (one
+        # consecutive records in reads of up to the source's read_size (one
         # record when it is longer), each byte of a record fetched once; the
         # reads of one call share one zero-size budget
         if budget is None:
@@ -320,15 +311,11 @@ class RecordFile(Sequence[R]):
         if type(i) is int and self._local is not None:     # the common case: one kernel call
             n = self._count
             if -n <= i < n:
-                view, offs, mm = self._local
+                offs = self._local
                 i %= n
-                if view is None:
-                    lo = offs[i]
-                    self._k.decode_records(self._prog, self._src.read(lo, offs[i + 1]), lo, offs,
-                                           i, i + 1, self._verify, out)
-                    return out[0]
-                mapping_intact(mm, self.path)   # see _records
-                self._k.decode_records(self._prog, view, 0, offs, i, i + 1, self._verify, out)
+                lo = offs[i]
+                self._k.decode_records(self._prog, self._src.read(lo, offs[i + 1]), lo, offs,
+                                       i, i + 1, self._verify, out)
                 return out[0]
         if isinstance(i, slice):
             start, stop, step = i.indices(self._count)
