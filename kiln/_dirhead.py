@@ -13,28 +13,29 @@ from ._errors import EncodeError
 
 def plan_heap(records, at):
     """(named, name offsets, layout offsets, heap size), or EncodeError at ``at``."""
-    named = any(rec[2] is not None for rec in records)
+    named = any(rec[W.R_NAME] is not None for rec in records)
     heap_n = 0
     noffs = []
     for rec in records:
         if named:
-            if not rec[2]:
+            if not rec[W.R_NAME]:
                 raise EncodeError("TYPE", at, "when one tensor is named, all must be")
             noffs.append(heap_n)
-            heap_n += len(rec[2])
+            heap_n += len(rec[W.R_NAME])
         else:
             noffs.append(W.NO_NAME)
     loffs = []
     for rec in records:
-        if rec[3]:
+        if rec[W.R_LAYOUT]:
             loffs.append(heap_n)
-            heap_n += len(rec[3])
+            heap_n += len(rec[W.R_LAYOUT])
         else:
             loffs.append(W.NO_NAME)
     if any(o >= W.NO_NAME for o in noffs + loffs if o != W.NO_NAME) or heap_n > W.U32_MAX:
         raise EncodeError("LIMIT", at, "name heap of %d bytes does not fit u16 offsets" % heap_n)
     for rec in records:
-        if (rec[2] and len(rec[2]) > W.U16_MAX) or (rec[3] and len(rec[3]) > W.U16_MAX):
+        name, layout = rec[W.R_NAME], rec[W.R_LAYOUT]
+        if (name and len(name) > W.U16_MAX) or (layout and len(layout) > W.U16_MAX):
             raise EncodeError("LIMIT", at, "a name is longer than 65535 bytes")
     return named, noffs, loffs, heap_n
 
@@ -57,20 +58,23 @@ def block_head(metas, at):
     for m in metas:
         o = W.dir_align(r)
         places.append(o)
-        r = o + m[10]
+        r = o + m[W.R_PAYLOAD]
     head = bytearray(W.HEADER.pack(W.DIR_MAGIC, W.DIR_VERSION,
                                    W.FLAG_LITTLE | (W.FLAG_NAMED if named else 0), 0, count,
                                    heap_n, r, dir_bytes, bytes(32)))
     for i, m in enumerate(metas):
-        shape = tuple(m[1]) + (0,) * (W.MAX_RANK - len(m[1]))
-        head += W.DESC.pack(m[0], len(m[1]), 0, noffs[i], len(m[2]) if named else 0,
-                            loffs[i], len(m[3]) if m[3] else 0, m[4], m[5], m[6], m[7], m[8],
-                            m[9], places[i], m[10], *shape, bytes(16))
+        dims, layout = m[W.R_SHAPE], m[W.R_LAYOUT]
+        shape = tuple(dims) + (0,) * (W.MAX_RANK - len(dims))
+        # block_size .. outer_index: the record's and the descriptor's order
+        head += W.DESC.pack(m[W.R_CODE], len(dims), 0, noffs[i],
+                            len(m[W.R_NAME]) if named else 0, loffs[i],
+                            len(layout) if layout else 0, *m[W.R_BLOCK_SIZE:W.R_PAYLOAD],
+                            places[i], m[W.R_PAYLOAD], *shape, bytes(16))
     for m in metas:
         if named:
-            head += m[2]
+            head += m[W.R_NAME]
     for m in metas:
-        if m[3]:
-            head += m[3]
+        if m[W.R_LAYOUT]:
+            head += m[W.R_LAYOUT]
     head += bytes(base - (W.HEADER_SIZE + dir_bytes))
     return bytes(head), places, r
