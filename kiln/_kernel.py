@@ -51,7 +51,7 @@ class Kernels(Protocol):
                            max_copy: Optional[int] = None) -> Tuple[int, int, List[Row]]: ...
 
     def validate_directory_copy(self, buf: Any, start: int, standalone: bool, trusted: bool,
-                                max_count: int, max_bytes: int
+                                max_count: int, max_bytes: int, length: Optional[int] = None
                                 ) -> Tuple[int, int, int, bool, bytes,
                                            List[Optional[bytes]]]: ...
 

@@ -24,14 +24,14 @@ _D = W.DESC_SIZE
 class Dir:
     """What the steps learn about one directory, as they learn it."""
 
-    __slots__ = ("buf", "n", "s", "standalone", "trusted", "max_count", "max_bytes", "max_copy",
+    __slots__ = ("buf", "n", "have", "s", "standalone", "trusted", "max_count", "max_bytes", "max_copy",
                  "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
                  "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
                  "counts", "names", "layouts", "heap", "contents")
 
     def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy):
         self.buf = buf
-        self.n = len(buf)
+        self.n = self.have = len(buf)   # n: the bounds; have: the bytes that may be read
         self.s = s
         self.standalone = standalone
         self.trusted = trusted
@@ -46,7 +46,7 @@ class Dir:
 
 
 def step1_magic(st):
-    s, avail = st.s, st.n - st.s
+    s, avail = st.s, st.have - st.s
     if avail < 4:
         raise err("EOF", s, "a directory needs 4 bytes for its magic, %d remain" % max(avail, 0))
     magic = bytes(st.buf[s:s + 4])
@@ -109,6 +109,9 @@ def step6_block(st):
                   % (st.block, st.n - st.s))
     st.pb = st.s + st.base
     st.heap0 = st.s + W.HEADER_SIZE + _D * st.count
+    if st.pb > st.have:   # only a head-only check (have < n): its buffer ends before the payloads
+        raise err("EOF", st.s + W.H_COUNT, "the table and its padding need %d bytes, %d were "
+                  "given" % (st.base, st.have - st.s))
 
 
 def step7_padding(st):
@@ -441,24 +444,34 @@ def check_header(buf, start, max_count, max_bytes):
     return st.base
 
 
-def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
+def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes,
+                            length=None):
     """Check the directory at ``start`` as validate_directory does, except the
     payload contents (left to check_payload); returns (end, payload_base,
     count, named, table_bytes, names): the checked copy of the descriptors and
     the name heap, from which rows are built on demand (kiln._rows.LazyRows),
     and every name (bytes, or None when unnamed).  The descriptors are packed
-    again from the values the steps checked, never read again from ``buf``."""
+    again from the values the steps checked, never read again from ``buf``.
+
+    ``length``: the bounds are those of a buffer of this many bytes, of which
+    ``buf`` holds only the head (at least through the payload base, else
+    ``EOF``); no payload byte is read."""
     if start < 0 or max_count < 0 or max_bytes < 0:
         raise ValueError("start, max_count and max_bytes must be non-negative")
-    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False)
+    if length is not None and not len(buf) <= length <= 0x7FFFFFFFFFFFFFFF:
+        raise ValueError("length must be at least len(buf) and at most 2**63-1")
+    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False, length)
     end = step12_trailing(st)
     blob = b"".join([W.DESC.pack(*dsc) for dsc in st.descs]) + st.heap
     return end, st.base, st.count, bool(st.named), blob, list(st.names)
 
 
-def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy, contents=True):
+def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy, contents=True,
+             length=None):
     st = Dir(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
     st.contents = contents
+    if length is not None:
+        st.n = length
     step2_envelope(st, *step1_magic(st))
     step3_caps(st)
     step4_arithmetic(st)

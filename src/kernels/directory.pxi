@@ -37,7 +37,8 @@ cdef int cmp_range(const void *a, const void *b) noexcept nogil:
 
 cdef struct Dir:
     const uint8_t *b        # the caller's buffer
-    Py_ssize_t n
+    Py_ssize_t n            # the length the directory's bounds are checked against
+    Py_ssize_t have         # the bytes of b that may be read (n, or a head: see vdir)
     Py_ssize_t s            # where the directory starts
     bint standalone
     bint trusted
@@ -74,7 +75,7 @@ cdef inline Py_ssize_t dpos(Dir *st, uint64_t i) noexcept:
 
 
 cdef int step1_magic(Dir *st) except -1:
-    cdef Py_ssize_t s = st.s, avail = st.n - st.s
+    cdef Py_ssize_t s = st.s, avail = st.have - st.s
     if avail < 4:
         kfail("EOF", s, "a directory needs 4 bytes for its magic, %d remain" % max(avail, 0))
     if memcmp(st.b + s, b"KLNT", 4) != 0:
@@ -145,6 +146,9 @@ cdef int step6_block(Dir *st) except -1:
               % (st.block, avail))
     st.pb = st.s + <Py_ssize_t>st.base
     st.heap0 = st.s + HEADER_SIZE + DESC_SIZE * <Py_ssize_t>st.count
+    if st.pb > st.have:   # only a head-only check (have < n): its buffer ends before the payloads
+        kfail("EOF", st.s + H_COUNT, "the table and its padding need %d bytes, %d were given"
+              % (st.base, st.have - st.s))
     return 0
 
 

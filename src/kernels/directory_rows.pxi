@@ -149,7 +149,7 @@ cdef object raw_names(Dir *st):
 
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
                  uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, int want_table,
-                 Py_ssize_t *endp, uint64_t *basep):
+                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1):
     """Run the steps in order over the directory at ``s``; the table when wanted.
 
     Nothing is allocated before step 5 bounds the descriptor count by the
@@ -158,7 +158,8 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
     """
     cdef Dir st
     st.b = b
-    st.n = n
+    st.have = n
+    st.n = n if length < 0 else length   # length: b holds only the head of that many bytes
     st.s = s
     st.standalone = standalone
     st.trusted = trusted
@@ -218,22 +219,33 @@ def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, ma
     return end, base, table
 
 
-def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes):
+def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes,
+                            length=None):
     """Check the tensor directory at ``start`` of ``buf`` as validate_directory
     does; returns (end, payload_base, count, named, table_bytes, names): the
     checked private copy of the descriptors and the name heap, from which rows
     are built on demand (kiln._rows.LazyRows) instead of all at once, and
-    every name as bytes (None when unnamed)."""
+    every name as bytes (None when unnamed).
+
+    ``length``: the bounds are checked against a buffer of this many bytes,
+    of which ``buf`` holds only the head (at least through the payload base;
+    ``EOF`` if not).  No payload byte is read here, so a writer checks a file
+    it wrote without mapping or reading its payloads."""
     cdef Py_buffer view
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
+    cdef Py_ssize_t whole = -1
     if start < 0 or max_count < 0 or max_bytes < 0:
         raise ValueError("start, max_count and max_bytes must be non-negative")
     get_view(buf, &view)
     try:
+        if length is not None:
+            if not view.len <= length <= PY_SSIZE_T_MAX:
+                raise ValueError("length must be at least len(buf) and at most 2**63-1")
+            whole = length
         count, named, blob, names = vdir(<const uint8_t *>view.buf, view.len, start,
                                          bool(standalone), bool(trusted), _cap(max_count),
-                                         _cap(max_bytes), U64_MAX, 2, &end, &base)
+                                         _cap(max_bytes), U64_MAX, 2, &end, &base, whole)
     finally:
         PyBuffer_Release(&view)
     return end, base, count, named, blob, names
@@ -252,6 +264,7 @@ def check_header(buf, start, max_count, max_bytes):
     try:
         st.b = <const uint8_t *>view.buf
         st.n = view.len
+        st.have = view.len
         st.s = start
         st.standalone = True
         st.trusted = False
