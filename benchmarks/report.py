@@ -253,6 +253,14 @@ TARGETS = [
     Target("#17 sample encode", "sample", "encode", FLOOR, 1.5, "kiln / floor ≤ 1.5"),
     Target("#17 kiln-python records decode", "records", "decode", "msgspec", 4,
            "kiln-python / msgspec ≤ 4", impl="kiln-python"),
+    # issue 52: every binding at most msgspec (its array_like Struct), GC on
+    *[Target("#52 records %s [%s]" % (op, b) if b else "#52 records %s [dataclass]" % op,
+             "records", op, "msgspec", 1.0,
+             "kiln%s / msgspec ≤ 1.0" % (" [%s]" % b if b else ""),
+             impl="kiln-cython [%s]" % b if b else "kiln-cython", strict=False)
+      for op in ("encode", "decode") for b in ("", "namedtuple", "dict")],
+    Target("#52 many-tensors decode + .numpy() against safetensors", "many-tensors",
+           "decode + .numpy()", "safetensors.numpy.load", 0.12, "kiln / safetensors ≤ 0.12"),
 ]
 
 

@@ -200,7 +200,8 @@ cdef inline int put_exact(FieldInfo *f, Writer *w, PyObject *o) except -1:
     cdef int op = f.op
     cdef long long x
     cdef int of = 0
-    cdef Py_ssize_t ln
+    cdef Py_ssize_t ln, c
+    cdef char *src
     cdef float y
     cdef double fx
     if op <= OP_U64 and op != OP_BOOL and op != OP_U64:
@@ -249,8 +250,14 @@ cdef inline int put_exact(FieldInfo *f, Writer *w, PyObject *o) except -1:
         w.data[w.pos] = 1 if o == <PyObject *>True else 0
         w.pos += 1
         return 1
-    if op == OP_PODLIST and PyList_CheckExact(<object>o) and not KILN_FREE_THREADED:
-        return pod_fast_seq(<Node>f.node, w, <object>o, PyList_GET_SIZE(<object>o))
+    if op == OP_PODLIST and not KILN_FREE_THREADED:
+        if PyList_CheckExact(<object>o):
+            return pod_fast_seq(<Node>f.node, w, <object>o, PyList_GET_SIZE(<object>o))
+        # a 1-D C-contiguous array of the wire dtype: enc_pod's one copy
+        if _np_fast and type(<object>o) is _np_ndarray and \
+                kiln_np_plain_1d(<object>o, (<Node>f.node).dt_le, &src, &c) and <uint64_t>c <= U32_MAX:
+            w_pod_run(w, src, c, (<Node>f.node).width, False)
+            return 1
     return 0
 
 
