@@ -24,6 +24,7 @@ from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, is_url, local_path
 from ._files.progress import make as check_progress, session as progress_session
 from ._files.save import write_payload
+from ._files.padded import value_start
 from ._files.tables import tensor_offset, tensor_row
 from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
                              strict_json)
@@ -34,7 +35,7 @@ __all__ = ["AtomicFile", "read_exactly", "write_payload", "progress_session", "c
            "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "metadata_blob",
-           "metadata_of_blob", "strict_json"]
+           "metadata_of_blob", "strict_json", "value_start"]
 
 
 def compiled_tensor_part_bound() -> bool:

@@ -295,6 +295,13 @@ def encode(value: Any, type: TypeLike, *, frame: bool = False,
     return enc.encode(value)
 
 
+def cached_encoder(type: TypeLike, frame: bool, round_floats: bool) -> "Encoder[Any]":
+    """The :class:`Encoder` :func:`encode` uses for these options (compiled once,
+    cached): for the file writers that need its program (``kiln.save``)."""
+    key = (_key_type(type), bool(frame), bool(round_floats), _compat.IMPLEMENTATION)
+    return _cached(_enc_cache, key, lambda: Encoder(type, frame, round_floats=round_floats))
+
+
 @overload
 def decode(buf: Buffer, type: _ClassOf[T], *, frame: bool = ..., trusted: bool = ...,
            max_count: int = ..., max_bytes: int = ..., copy: bool = ...,

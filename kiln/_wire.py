@@ -124,6 +124,17 @@ FRAME_FLAGS = 5
 FRAME_RESERVED = 6                          # two bytes
 FRAME_HASH = 8
 
+# a file of kiln.save whose value carries tensors may start with a pad head
+# (spec/kiln-v2.md section 13): magic, version, pad length, reserved; then
+# the pad's zero bytes, then the framed value
+PADDED_MAGIC = b"KLNP"
+PADDED_HEAD = _struct.Struct("<4sBBH")
+PADDED_SIZE = 8
+PADDED_VERSION = 1
+PADDED_AT_VERSION = 4
+PADDED_AT_PAD = 5
+PADDED_AT_RESERVED = 6                      # two bytes
+
 # --- tensor directory ------------------------------------------------------------
 
 DIR_MAGIC = b"KLNT"

@@ -72,7 +72,7 @@ def kind(path: str) -> str:
         raise Fail("cannot read %s: %s" % (path, e), EXIT_USAGE)
     if magic == W.DIR_MAGIC:
         return "directory"
-    if magic == W.FRAME_MAGIC:
+    if magic in (W.FRAME_MAGIC, W.PADDED_MAGIC):   # a frame, or kiln.save's pad head first
         return "framed"
     if not magic:
         raise Fail("%s is empty" % path, EXIT_INVALID)
@@ -83,17 +83,21 @@ def kind(path: str) -> str:
     return "bare"
 
 
-def row(name: Any, t: Any) -> Dict[str, Any]:
+def row(name: Any, t: Any, at: int = 0) -> Dict[str, Any]:
+    """A tensor's line of a table; ``at``: where the buffer it was decoded from
+    starts in the file (a value after kiln.save's pad head)."""
     from .._access import file_offset
-    return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "offset": file_offset(t),
+    return {"name": name, "dtype": t.dtype, "shape": list(t.shape),
+            "offset": at + file_offset(t),
             "bytes": t.nbytes, "layout": t.layout, "quant_scheme": t.quant_scheme,
             "quant_axis": t.quant_axis, "group_size": t.group_size,
             "scale_index": t.scale_index, "outer_index": t.outer_index,
             "block_size": t.block_size}
 
 
-def short(v: Any, width: int = 8) -> Any:
-    """A value for printing: long arrays and lists shortened."""
+def short(v: Any, width: int = 8, at: int = 0) -> Any:
+    """A value for printing: long arrays and lists shortened; ``at`` as for
+    :func:`row`."""
     import numpy as np
     import kiln
     if isinstance(v, np.ndarray):
@@ -101,16 +105,16 @@ def short(v: Any, width: int = 8) -> Any:
         return {"ndarray": str(v.dtype), "shape": list(v.shape),
                 "first": items + (["..."] if v.size > width else [])}
     if isinstance(v, kiln.TensorDirectory):
-        return {"tensors": [row(k, t) for k, t in v.items()]}
+        return {"tensors": [row(k, t, at) for k, t in v.items()]}
     if isinstance(v, bytes):
         return {"bytes": len(v), "first": v[:width].hex()}
     if isinstance(v, dict):
-        return {k: short(x, width) for k, x in v.items()}
+        return {k: short(x, width, at) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        out = [short(x, width) for x in v[:width]]
+        out = [short(x, width, at) for x in v[:width]]
         return out + (["... %d more" % (len(v) - width)] if len(v) > width else [])
     if isinstance(v, kiln.Some):
-        return {"Some": short(v.value, width)}
+        return {"Some": short(v.value, width, at)}
     return v
 
 

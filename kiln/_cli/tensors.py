@@ -24,7 +24,7 @@ def cmd_inspect(args: Any) -> int:
             frame = what == "framed"
             value = kiln.load(args.file, args.type, frame=frame)
             report.update(kind="framed record" if frame else "record", type=args.type,
-                          value=short(value))
+                          value=short(value, at=_value_at(args.file) if frame else 0))
         elif what == "directory":
             from .._access import table
             with kiln.open(args.file) as f:
@@ -36,10 +36,13 @@ def cmd_inspect(args: Any) -> int:
                     "name_bytes": heap, "payload_bytes": payload, "directory_bytes": dirb},
                     tensors=[row(k, t) for k, t in raw.items()], metadata=f.metadata)
         elif what == "framed":
-            frame = head(args.file, W.FRAME_SIZE)   # (a short file: the bytes it has)
+            at = _value_at(args.file)   # after kiln.save's pad head, when there is one
+            frame = head(args.file, at + W.FRAME_SIZE)[at:]   # (a short file: what it has)
             report.update(kind="framed record", schema_hash="0x%016x"
                           % int.from_bytes(frame[W.FRAME_HASH:W.FRAME_SIZE], "little"),
                           note="pass --type TEXT to decode it")
+            if at:
+                report.update(value_offset=at)
         else:
             raise Fail(NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
@@ -59,7 +62,17 @@ def cmd_inspect(args: Any) -> int:
         print(json.dumps(report["value"], indent=1, default=str))
     else:
         print("schema hash %s (%s)" % (report["schema_hash"], report["note"]))
+        if "value_offset" in report:
+            print("the framed value starts at byte %d, after a pad head that aligns its "
+                  "tensors" % report["value_offset"])
     return 0
+
+
+def _value_at(path: str) -> int:
+    """Where a framed file's value starts: after kiln.save's pad head and pad
+    (checked: KilnError), else 0."""
+    from .._access import value_start
+    return value_start(head(path, W.PADDED_SIZE + W.DIR_ALIGN - 1))
 
 
 def _inspect_set(args: Any) -> int:

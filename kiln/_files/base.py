@@ -14,6 +14,7 @@ from .. import _wire as W
 from .._errors import KilnError, frame_hint
 from .._rows import LazyRows
 from . import checksum
+from .padded import padded_hint
 from .paths import FOREIGN_HEAD, foreign_hint
 from .tables import Tensor, TensorDirectory, directory, payload, raw_names, rows, without_last
 
@@ -134,8 +135,11 @@ def open_table(buf: Any, trusted: bool, max_count: int,
         end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
             buf, 0, True, trusted, max_count, max_bytes)
     except KilnError as e:
-        if bytes(memoryview(buf)[:len(W.FRAME_MAGIC)]) == W.FRAME_MAGIC:
+        magic = bytes(memoryview(buf)[:len(W.FRAME_MAGIC)])
+        if magic == W.FRAME_MAGIC:
             raise frame_hint(e) from None
+        if magic == W.PADDED_MAGIC:
+            raise padded_hint(e) from None
         add_foreign_hint(e, buf)
         raise
     mv = memoryview(buf)

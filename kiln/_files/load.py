@@ -277,7 +277,9 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
     """Decode the file at ``path`` as one value of ``type`` (framed by default).
 
     The file is mapped; tensors in the value view the mapping unless
-    ``copy=True``.
+    ``copy=True``.  A file that :func:`kiln.save` wrote with a pad head (so
+    that the value's payloads are 64-byte aligned) is read after its head and
+    pad; errors count their offsets from the file's first byte.
 
     Args:
         path: a file path or a binary file object.
@@ -299,15 +301,26 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
         >>> kiln.load("rec.kiln", "list<f64>").tolist()
         [1.5, 2.5]
     """
+    from . import padded as _padded
     mm = map_file(path)
     try:
         # caps the caller left unset grow to the file's size (_api._file_caps)
         options = _api._file_caps(len(mm), type, options)
+        # a pad head before the frame (kiln.save's, spec section 13): the value
+        # after it, with error offsets made the file's
+        start = _padded.value_start(mm) if frame else 0
+        buf = memoryview(mm)[start:] if start else mm
         try:
-            return _api.decode(mm, type, frame=frame, copy=copy, **options)
+            return _api.decode(buf, type, frame=frame, copy=copy, **options)
         except KilnError as e:
-            add_foreign_hint(e, mm)
+            add_foreign_hint(_padded.shifted(e, start), mm)
             raise
+        finally:
+            if buf is not mm:
+                try:
+                    buf.release()   # now, unless a view of the value holds it
+                except BufferError:
+                    pass
     finally:
         unmap(mm)
 

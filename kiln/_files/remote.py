@@ -18,6 +18,7 @@ from .. import _wire as W
 from .._errors import KilnError, frame_hint
 from . import checksum as _checksum
 from .base import TensorFile, has_metadata, open_table, row_bound, split_metadata
+from .padded import padded_hint
 from .fetch import RemoteError, RemoteFileChanged, source
 from .local import unmap as _close
 from .paths import is_url
@@ -145,6 +146,8 @@ class RemoteFile(TensorFile):
         except KilnError as e:
             if first[:len(W.FRAME_MAGIC)] == W.FRAME_MAGIC:
                 raise frame_hint(e) from None
+            if first[:len(W.PADDED_MAGIC)] == W.PADDED_MAGIC:
+                raise padded_hint(e) from None
             raise
         mm[:min(len(first), base)] = first[:base]
         if base > len(first):

@@ -18,7 +18,7 @@ from .. import _api, _meta
 from .. import _wire as W
 from .._dirhead import block_head
 from .._errors import EncodeError
-from . import checksum as _checksum, progress as _progress
+from . import checksum as _checksum, padded as _padded, progress as _progress
 from .atomic import AlignedWriter, AtomicFile, WRITEBACK_STEP
 from .declare import _check_file, _check_meta
 from .progress import Progress, ProgressLike
@@ -165,11 +165,26 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
          round_floats: bool = False) -> None:
     """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically.
 
+    Tensor payloads are 64-byte aligned in the file: when the value's first
+    tensor directory with payload bytes would start off a 64-byte boundary,
+    the framed value follows an 8-byte pad head and up to 63 zero bytes
+    (spec/kiln-v2.md section 13), which :func:`kiln.load` and ``kiln
+    inspect``/``check`` read; older kiln versions refuse such a file
+    (``FRAME`` at byte 0).  A value without tensors, or already aligned,
+    is written as before, the framed value alone.  Only the first
+    directory with payload bytes is aligned for certain; later directories
+    of the same value (a second field, a list of them) are aligned when the
+    bytes between happen to be a multiple of 64 (Frozen has no padding).
+
     Args:
-        path: a file path, or a binary file object (written in place).
+        path: a file path, or a binary file object (written in place, aligned
+            to the file's offsets from its current position when ``tell``
+            works, else from the first byte written).
         value, type, round_floats: as for :func:`kiln.encode`.
         frame: prefix the frame with the schema hash (the default here, so
-            :func:`kiln.load` can check the file holds this type).
+            :func:`kiln.load` can check the file holds this type);
+            ``frame=False`` writes the bare value, with no pad head (so no
+            alignment of its payloads in the file).
 
     Raises:
         EncodeError: as :func:`kiln.encode`.
@@ -181,13 +196,29 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
         >>> kiln.load("rec.kiln", "struct{id:i64,}")
         {'id': 7}
     """
-    data = _api.encode(value, type, frame=frame, round_floats=round_floats)
+    if not frame:   # a bare value: no frame, so no place for a pad head
+        head, data = b"", _api.encode(value, type, frame=False, round_floats=round_floats)
+    else:   # a pad head when the first directory with payload bytes needs one
+        at = _position(path) if hasattr(path, "write") else 0
+        head, data = _padded.encode(value, type, round_floats, at)
     if hasattr(path, "write"):
+        if head:
+            path.write(head)
         path.write(data)
         return
     with AtomicFile(path) as out, memoryview(data) as view:
+        out.f.write(head)
         for at in range(0, len(view), WRITEBACK_STEP):
             out.f.write(view[at:at + WRITEBACK_STEP])
             out.wrote(min(WRITEBACK_STEP, len(view) - at))
+
+
+def _position(f: Any) -> int:
+    """Where a file object's next byte lands (0 for a pipe or a socket: the pad
+    then counts from the first byte written)."""
+    try:
+        return int(f.tell())
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
