@@ -55,9 +55,14 @@ def address(a):
     return a.__array_interface__["data"][0]
 
 
-def test_the_issue_example_by_hand(api, tmp_path):
+def issue_value():
+    """The issue's record: ten random floats after an id and a 3-byte label."""
     w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
+    return w, {"id": 1, "label": "abc", "x": {"w": w}}
+
+
+def test_the_issue_example_by_hand(api, tmp_path):
+    w, v = issue_value()
     p = tmp_path / "rec.kiln"
     kiln.save(p, v, T)
     data = p.read_bytes()
@@ -187,8 +192,7 @@ def test_values_without_payload_bytes_are_written_as_before(api, tmp_path, t, v)
 
 
 def test_a_bare_value_has_no_head(api, tmp_path):
-    w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
+    w, v = issue_value()
     p = tmp_path / "bare.kiln"
     kiln.save(p, v, T, frame=False)
     assert p.read_bytes() == kiln.encode(v, T)
@@ -196,8 +200,7 @@ def test_a_bare_value_has_no_head(api, tmp_path):
 
 
 def test_file_objects_are_aligned_from_where_they_write(api, tmp_path):
-    w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
+    w, v = issue_value()
     framed = kiln.encode(v, T, frame=True)
     for start in (0, 5, 33, 64):
         buf = io.BytesIO()
@@ -236,8 +239,7 @@ def test_file_objects_are_aligned_from_where_they_write(api, tmp_path):
 
 
 def test_an_old_file_without_a_head_still_loads(api, tmp_path):
-    w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
+    w, v = issue_value()
     p = tmp_path / "old.kiln"
     p.write_bytes(kiln.encode(v, T, frame=True))   # what kiln.save wrote before
     got = kiln.load(p, T)
@@ -258,8 +260,7 @@ def test_kiln_open_says_it_is_a_saved_value(api, tmp_path):
 
 
 def test_the_command_line_reads_a_padded_file(api, tmp_path):
-    w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
+    w, v = issue_value()
     kiln.save(tmp_path / "rec.kiln", v, T)
     data = (tmp_path / "rec.kiln").read_bytes()
     code, out, err = run("inspect", "rec.kiln", "--json", env_impl=api.name, cwd=tmp_path)
@@ -310,10 +311,8 @@ def _hostile(data):
 
 
 def test_hostile_pad_heads_are_kiln_errors_at_their_byte(api, tmp_path):
-    w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
     p = tmp_path / "h.kiln"
-    kiln.save(p, v, T)
+    kiln.save(p, issue_value()[1], T)
     data = p.read_bytes()
     for bad, code, off in _hostile(data):
         p.write_bytes(bad)
@@ -326,8 +325,7 @@ def test_hostile_pad_heads_are_kiln_errors_at_their_byte(api, tmp_path):
 
 
 def test_errors_in_the_value_count_from_the_file_start(api, tmp_path):
-    w = rand(10)
-    v = {"id": 1, "label": "abc", "x": {"w": w}}
+    w, v = issue_value()
     framed = kiln.encode(v, T, frame=True)
     p = tmp_path / "e.kiln"
     start = 8 + 25
