@@ -7,28 +7,49 @@ a change to the files floor that keeps these keeps them working.  Nothing
 else under ``kiln/`` imports this module, and they import no other private
 module of kiln (``tests/test_house.py`` checks it).
 
-Importing it loads the files floor (``kiln/_files/``), never a remote
-reader or an optional package.
+Importing it loads what reading a local file needs from the files floor
+(``kiln/_files/``); the writers' names (``AtomicFile``, ``write_payload``, a
+set's ``write_index``, ``old_shards``, ``fresh_names``, ``drop_shards``) load
+their modules on first use, so ``kiln inspect`` and ``kiln check`` never load
+them.  Never a remote reader or an optional package.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._compat import COMPILED_TENSOR_LAYER
 from ._tensors.dtypes import _dtype_code_of_numpy
 from ._tensors.tensor import dtype_label
-from ._files.atomic import AtomicFile
 from ._pread import read_exactly
 from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, is_url, local_path
 from ._files.progress import make as check_progress, session as progress_session
-from ._files.save import write_payload
 from ._files.padded import value_start
 from ._files.tables import tensor_offset, tensor_row
 from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
                              strict_json)
-from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
+
+if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
+    from ._files.atomic import AtomicFile
+    from ._files.save import write_payload
+    from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
+
+# the writers' names, {name: module}, imported on first use (PEP 562)
+_LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
+          "drop_shards": "._files.shardsave", "fresh_names": "._files.shardsave",
+          "old_shards": "._files.shardsave", "write_index": "._files.shardsave"}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+    where = _LATER.get(name)
+    if where is None:
+        raise AttributeError("module 'kiln._access' has no attribute %r" % name)
+    value = getattr(importlib.import_module(where, __package__), name)
+    globals()[name] = value   # once: later lookups are plain attribute reads
+    return value
+
 
 __all__ = ["AtomicFile", "read_exactly", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",

@@ -117,6 +117,36 @@ replaces it only when the conversion succeeds. Exit 1 for a source that
 cannot be converted, 2 for a pair of formats with no converter."""
 
 
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` finds it (``COLUMNS``,
+    else the terminal on stdout, else 80), without importing shutil: argparse
+    builds a formatter for every argument it adds, and shutil brings bz2, lzma
+    and fnmatch into every start of the command."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, its default width found by :func:`_columns`."""
+
+    def __init__(self, prog: str, **options: Any) -> None:
+        if options.get("width") is None:
+            options["width"] = _columns() - 2   # argparse's own margin
+        super().__init__(prog, **options)
+
+
+class _RawFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    """The same, with descriptions and the epilog printed as written."""
+
+
 class _Version(argparse.Action):
     """``kiln --version``: the version, the kernels this process imported, and whether
     the compiled tensor layer is on (kiln is imported only when asked)."""
@@ -131,14 +161,15 @@ class _Version(argparse.Action):
 
 
 def _add_demo(sub: Any) -> None:
-    c = sub.add_parser("demo", help="save, open and check a sample model; timings")
+    c = sub.add_parser("demo", help="save, open and check a sample model; timings",
+                       formatter_class=_Formatter)
     c.add_argument("--out", help="where to save the sample (default: sample.kiln in a new "
                    "temporary folder, kept and printed)")
     c.set_defaults(fn=cmd_demo)
 
 
 def _add_inspect(sub: Any) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
+    raw = _RawFormatter
     c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata",
                        description=INSPECT, formatter_class=raw)
     c.add_argument("file", help=FILE_HELP)
@@ -154,7 +185,7 @@ def _add_inspect(sub: Any) -> None:
 
 
 def _add_check(sub: Any) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
+    raw = _RawFormatter
     c = sub.add_parser("check", help="exit 0 when the file is valid",
                        description=CHECK, formatter_class=raw)
     c.add_argument("file", help=FILE_HELP)
@@ -170,7 +201,7 @@ def _add_check(sub: Any) -> None:
 
 
 def _add_convert(sub: Any) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
+    raw = _RawFormatter
     c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz; "
                        ".jsonl and .kilnr", description=CONVERT, formatter_class=raw)
     c.add_argument("src", help="the file to read; its format is its extension")
@@ -190,14 +221,16 @@ def _add_convert(sub: Any) -> None:
 
 
 def _add_cases(sub: Any) -> None:
-    c = sub.add_parser("cases", help="run the golden cases against the active implementation")
+    c = sub.add_parser("cases", help="run the golden cases against the active implementation",
+                       formatter_class=_Formatter)
     c.add_argument("file", nargs="?", help="case file (default: the cases shipped with kiln)")
     c.add_argument("-v", "--verbose", action="store_true")
     c.set_defaults(fn=cmd_cases)
 
 
 def _add_gen(sub: Any) -> None:
-    c = sub.add_parser("gen", help="a module of dataclasses from a JSON Schema")
+    c = sub.add_parser("gen", help="a module of dataclasses from a JSON Schema",
+                       formatter_class=_Formatter)
     c.add_argument("schema")
     c.add_argument("-o", "--output", help="module path (default: stdout)")
     c.add_argument("--root", help="the root class's name (default: the title, or Root)")
@@ -205,7 +238,8 @@ def _add_gen(sub: Any) -> None:
 
 
 def _add_hash(sub: Any) -> None:
-    c = sub.add_parser("hash", help="print the canonical text and schema hash of a type")
+    c = sub.add_parser("hash", help="print the canonical text and schema hash of a type",
+                       formatter_class=_Formatter)
     c.add_argument("type_text")
     c.set_defaults(fn=cmd_hash)
 
@@ -217,10 +251,11 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     ``main`` builds when the first argument names a command: ``kiln inspect``
     pays for one subparser)."""
     p = argparse.ArgumentParser(prog="kiln", description="Kiln wire format tools",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=EPILOG, formatter_class=_RawFormatter)
     p.add_argument("--version", action=_Version, nargs=0,
                    help="print the version and the kernels in use, then exit")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    # (prog given: argparse would otherwise format a usage line to find "kiln")
+    sub = p.add_subparsers(dest="cmd", required=True, prog=p.prog)
     for name, add in COMMANDS.items():
         if only is None or name == only:
             add(sub)

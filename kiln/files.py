@@ -25,12 +25,35 @@ The code lives in the package ``kiln/_files/``, one module per job (see
 docs/architecture.md); this module is its public face.
 """
 
+from typing import TYPE_CHECKING, Any, List
+
 from ._files.kilnfile import KilnFile
 from ._files.load import load, load_metadata, load_tensors, open  # noqa: A004
-from ._files.save import save, save_tensors
 from ._files.sharded import ShardedFile
-from ._files.shardsave import save_sharded
-from ._files.writer import TensorWriter
+
+if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
+    from ._files.save import save, save_tensors
+    from ._files.shardsave import save_sharded
+    from ._files.writer import TensorWriter
+
+# the writers, {name: module}, imported on first use (PEP 562): reading a file
+# (kiln.open, kiln inspect, kiln check) loads none of them
+_WRITERS = {"save": "._files.save", "save_tensors": "._files.save",
+            "save_sharded": "._files.shardsave", "TensorWriter": "._files.writer"}
 
 __all__ = ["save_tensors", "load_tensors", "load_metadata", "save", "load", "open", "KilnFile",
            "TensorWriter", "save_sharded", "ShardedFile"]
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+    where = _WRITERS.get(name)
+    if where is None:
+        raise AttributeError("module 'kiln.files' has no attribute %r" % name)
+    value = getattr(importlib.import_module(where, __package__), name)
+    globals()[name] = value   # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_WRITERS))

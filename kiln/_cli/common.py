@@ -3,7 +3,7 @@ first bytes (a path or a URL), telling its kind by its magic, and printing
 tensors and values."""
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .. import _wire as W
 
@@ -54,6 +54,14 @@ def size(path: str) -> int:
 def oserror(e: OSError) -> str:
     """An OSError as one line: its message, or the system's text for its errno."""
     return str(e.strerror or e)
+
+
+def dumps(value: Any, indent: Optional[int] = None) -> str:
+    """``value`` as JSON for printing (what JSON has no type for, as its text);
+    json is imported here, on first use: a plain ``kiln inspect`` or ``check``
+    needs none."""
+    import json
+    return json.dumps(value, indent=indent, default=str)
 
 
 def read(fn: Any, path: str) -> Any:

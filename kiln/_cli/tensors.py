@@ -5,15 +5,14 @@ import sys
 from typing import Any, Dict
 
 from .. import _wire as W
-from .common import (EXIT_INVALID, EXIT_USAGE, NOT_KILN, Fail, head, kind, located, oserror,
-                     read, records_file, row, short, size, table_text)
-from .records import check_records, convert_records, convert_wanted, inspect_records
+from .common import (EXIT_INVALID, EXIT_USAGE, NOT_KILN, Fail, dumps, head, kind, located,
+                     oserror, read, records_file, row, short, size, table_text)
 
 
 def cmd_inspect(args: Any) -> int:
-    import json
     import kiln
     if records_file(args.file):
+        from .records import inspect_records
         return inspect_records(args)
     if not args.type and _sharded(args.file):
         return _inspect_set(args)
@@ -50,16 +49,16 @@ def cmd_inspect(args: Any) -> int:
     except OSError as e:
         raise Fail("cannot read %s: %s" % (args.file, oserror(e)))
     if args.json:
-        print(json.dumps(report, indent=1, default=str))
+        print(dumps(report, indent=1))
         return 0
     print("%s: %s, %d bytes" % (args.file, report["kind"], report["size"]))
     if "header" in report:
         print("header: " + ", ".join("%s %s" % kv for kv in report["header"].items()))
         print(table_text(report["tensors"]))
         if report["metadata"] is not None:
-            print("metadata: " + json.dumps(report["metadata"], default=str))
+            print("metadata: " + dumps(report["metadata"]))
     elif "value" in report:
-        print(json.dumps(report["value"], indent=1, default=str))
+        print(dumps(report["value"], indent=1))
     else:
         print("schema hash %s (%s)" % (report["schema_hash"], report["note"]))
         if "value_offset" in report:
@@ -78,7 +77,6 @@ def _value_at(path: str) -> int:
 def _inspect_set(args: Any) -> int:
     """``kiln inspect`` of a sharded set: the index, then each shard's header and
     table (no payload read, nor fetched from a URL), one table across the set."""
-    import json
     import os
     import kiln
     from .._access import table
@@ -107,7 +105,7 @@ def _inspect_set(args: Any) -> int:
     except ValueError as e:   # a folder holding several indexes
         raise Fail(str(e), EXIT_USAGE)
     if args.json:
-        print(json.dumps(report, indent=1, default=str))
+        print(dumps(report, indent=1))
         return 0
     print("%s: sharded set, %d tensors in %d shards, %d payload bytes (index %s, "
           "total_size %s)" % (args.file, len(rows), len(shards),
@@ -118,13 +116,14 @@ def _inspect_set(args: Any) -> int:
                                                "" if s["tensors"] == 1 else "s", s["size"]))
     print(table_text(rows, shard=True))
     if report["metadata"] is not None:
-        print("metadata: " + json.dumps(report["metadata"], default=str))
+        print("metadata: " + dumps(report["metadata"]))
     return 0
 
 
 def cmd_check(args: Any) -> int:
     import kiln
     if records_file(args.file):
+        from .records import check_records
         return check_records(args)
     if not args.type and _sharded(args.file):
         return _check_set(args.file)
@@ -192,6 +191,7 @@ def cmd_convert(args: Any) -> int:
     import time
     import kiln
     from ..convert import ConvertError, UnsupportedConversion, convert
+    from .records import convert_records, convert_wanted
     if convert_wanted(args):
         return convert_records(args)
     t = time.perf_counter()
