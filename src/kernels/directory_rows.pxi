@@ -11,11 +11,14 @@ cdef object _U32_NONE = 0xFFFFFFFF
 
 
 cdef inline object row_int(uint64_t v):
-    if v < 0xFFFF:
+    # (C constants on purpose: Cython takes a literal above a C long's range,
+    # 0xFFFFFFFF, for a Python int, and compared v as one: an int made and
+    # freed for every row's two "none" indexes)
+    if v < NO_AXIS:
         return PyLong_FromUnsignedLongLong(v)
-    if v == 0xFFFF:
+    if v == NO_AXIS:
         return _U16_NONE
-    if v == 0xFFFFFFFF:
+    if v == NO_INDEX:
         return _U32_NONE
     return PyLong_FromUnsignedLongLong(v)
 

@@ -89,6 +89,20 @@ def tensor_numpy_method(tensor):
     return t_numpy(tensor)
 
 
+cdef object _T_last_dt = None   # the dtype whose itemsize was read last (held:
+cdef uint64_t _T_last_size = 0  # its identity cannot be taken by another meanwhile)
+
+
+cdef inline uint64_t dt_itemsize(object dt) except? 0:
+    """``dt.itemsize`` (a numpy dtype's never changes), the attribute read
+    once for the dtype of the tensors before (most tables hold one dtype)."""
+    global _T_last_dt, _T_last_size
+    if dt is not _T_last_dt:
+        size = <uint64_t>dt.itemsize
+        _T_last_dt, _T_last_size = dt, size
+    return _T_last_size
+
+
 cdef object row_array(object row, object own, object offo):
     """The array over a table row's payload at byte ``offo`` of the held buffer
     ``own``, or None when the Python path must make it."""
@@ -112,13 +126,13 @@ cdef object row_array(object row, object own, object offo):
             return None
     h = <HeldBuffer>own
     off = offo
-    if prod * <uint64_t>(<object>dt).itemsize != <uint64_t>nbytes or off < 0 or \
-            nbytes > h.view.len - off:
+    if prod * dt_itemsize(dt) != <uint64_t>nbytes or off < 0 or nbytes > h.view.len - off:
         return None
     return kiln_np_view(dt, <int>rank, dims, <char *>h.view.buf + off, own)
 
 
 cdef object name_str(object b, const char *errors, bint small):
+    cdef PyObject *r
     if b is None:
         return None
     if type(b) is not bytes:
@@ -127,8 +141,32 @@ cdef object name_str(object b, const char *errors, bint small):
         u = cached_name_str(b)   # valid UTF-8: the same str whatever the error handler
         if u is not None:
             return u
+    # (kiln_text: an ASCII name straight into its str, about half the
+    # instructions of PyUnicode_DecodeUTF8; exact bytes cannot change)
+    r = kiln_text(PyBytes_AS_STRING(<PyObject *>b), PyBytes_GET_SIZE(<PyObject *>b), errors, 0)
+    if r != NULL:
+        return _take(r)
+    PyErr_Clear()   # (its error, raised again by the decoder itself)
     return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(<PyObject *>b),
                                 PyBytes_GET_SIZE(<PyObject *>b), errors)
+
+
+cdef extern from "Python.h":
+    Py_ssize_t kiln_as_ssize "PyLong_AsSsize_t"(object o)   # (-1 and an error set: cleared)
+    object kiln_from_ssize "PyLong_FromSsize_t"(Py_ssize_t v)
+
+
+cdef inline object abs_offset(object pb, object off):
+    """``pb + off`` (the payload base and a row's byte offset), added in C
+    when both are exact ints that fit."""
+    cdef Py_ssize_t a, b
+    if PyLong_CheckExact(<PyObject *>pb) and PyLong_CheckExact(<PyObject *>off):
+        a = kiln_as_ssize(pb)
+        b = kiln_as_ssize(off)
+        if a >= 0 and b >= 0 and a <= PY_SSIZE_T_MAX - b:
+            return kiln_from_ssize(a + b)
+        PyErr_Clear()
+    return pb + off
 
 
 def tensors_fill(directory):
@@ -184,7 +222,7 @@ def tensors_fill(directory):
             kiln_slot_set(t, _T_off[TS_LAYOUT], name_str(kd, errs, False))
             kiln_slot_set(t, _T_off[TS_ROW], row)
             kiln_slot_set(t, _T_off[TS_BUF], buf)
-            kiln_slot_set(t, _T_off[TS_OFF], pb + off)
+            kiln_slot_set(t, _T_off[TS_OFF], abs_offset(pb, off))
             kiln_slot_set(t, _T_off[TS_OWN], own)
             if i >= PyList_GET_SIZE(tensors):
                 return None
