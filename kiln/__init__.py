@@ -29,12 +29,12 @@ from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tens
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION
 from ._record import Record
-from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array, I16Array,
-                       I32Array, I64Array, U8Array, U16Array, U32Array, U64Array, F32Array,
-                       F64Array, BoolArray)
 from . import _dask_hook
 
 if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
+    from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array,
+                           I16Array, I32Array, I64Array, U8Array, U16Array, U32Array, U64Array,
+                           F32Array, F64Array, BoolArray)
     from .schema import SchemaError, schema_from_json, to_json_schema
     from .files import (save_tensors, load_tensors, load_metadata, save, load, open, KilnFile,
                         TensorWriter, save_sharded, ShardedFile)
@@ -66,6 +66,11 @@ _LAZY = {
     "SchemaError": "schema", "schema_from_json": "schema", "to_json_schema": "schema",
     "RecordWriter": "records", "RecordFile": "records", "iter_records": "records",
     "StreamDecoder": "records",
+    # the annotation aliases (they import numpy.typing)
+    **{name: "_aliases" for name in (
+        "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "F32", "F64", "Bool", "I8Array",
+        "I16Array", "I32Array", "I64Array", "U8Array", "U16Array", "U32Array", "U64Array",
+        "F32Array", "F64Array", "BoolArray")},
 }
 _SUBMODULES = ("cli", "convert", "dask", "files", "records", "remote", "schema", "torch")
 

@@ -85,14 +85,17 @@ def _powers() -> Tuple[int, ...]:
     return tuple(out)
 
 
-_X2N = _powers()
+_X2N: Tuple[int, ...] = ()   # _powers(), at the first crc32_combine (not at import)
 
 
 def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC-32 of ``A + B`` from ``crc1`` of A, ``crc2`` of B and B's length
     (zlib's ``crc32_combine``): crc1 times x^(8 len2), plus crc2."""
+    global _X2N
     if len2 < 0:
         raise ValueError("crc32_combine: a length of %d bytes" % len2)
+    if not _X2N:
+        _X2N = _powers()   # (two threads may both compute it: the same tuple)
     p, k = 1 << 31, 3   # x^0; 2^3 bits a byte
     while len2:
         if len2 & 1:

@@ -50,7 +50,8 @@ MAX_INDEX_VALUES = 1 << 21   # JSON values in an index (two a tensor: ~1M tensor
 KILN_INDEX = ".kiln.index.json"
 ST_INDEX = ".safetensors.index.json"
 ALIASES_KEY = "__kiln_aliases__"   # in an index's metadata: alias name -> stored name
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$", re.I)
+# (compiled by re, and cached there, at the first parse_size: not at import)
+_SIZE = r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$"
 _UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
           "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
           "K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
@@ -63,8 +64,8 @@ def parse_size(size: Any) -> int:
         raise ValueError("max_shard_size must be an int or a size such as '5GB', not a bool")
     if isinstance(size, int):
         n = size
-    elif isinstance(size, str) and _SIZE.match(size):
-        m = _SIZE.match(size)
+    elif isinstance(size, str) and re.match(_SIZE, size, re.I):
+        m = re.match(_SIZE, size, re.I)
         unit = m.group(2).upper()   # type: ignore[union-attr]
         if unit not in _UNITS:
             raise ValueError("max_shard_size %r: unknown unit %r" % (size, m.group(2)))  # type: ignore[union-attr]
