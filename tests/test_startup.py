@@ -269,7 +269,7 @@ with contextlib.redirect_stdout(buf):
 import kiln
 report(({"impl": kiln.IMPLEMENTATION, "code": code, "out": buf.getvalue(),
                   "loaded": loaded(%r)}))
-""" % (argv, str(p), watched + ["tempfile"] + ([] if "--json" in argv else ["json"])))
+""" % (argv, str(p), watched + ["tempfile"] + ([] if "--json" in argv else ["json", "argparse"])))
     assert out["code"] == 0 and out["loaded"] == []
     if argv == ["check"]:
         assert out["out"].startswith("%s: valid: structure checked" % p)
@@ -277,3 +277,24 @@ report(({"impl": kiln.IMPLEMENTATION, "code": code, "out": buf.getvalue(),
         assert json.loads(out["out"])["tensors"][0]["name"] == "x"
     else:
         assert "tensor directory" in out["out"]
+
+
+@pytest.mark.parametrize("argv", [["inspect", "m.kiln"], ["check", "m.kiln"],
+                                  ["check", "a b.kiln"], ["inspect", ""]])
+def test_a_bare_command_gets_what_the_parser_would_make(argv):
+    # kiln inspect FILE and kiln check FILE skip argparse (issue 52): the same
+    # namespace as the parser's, fn included, for every command main takes so
+    from kiln import cli
+    parsed = cli.build_parser(argv[0]).parse_args(argv)
+    assert vars(cli._bare(argv)) == vars(parsed)
+    assert sorted(cli.BARE) == ["check", "inspect"]
+
+
+@pytest.mark.parametrize("argv", [["inspect", "-h"], ["inspect", "f", "--json"], ["check"],
+                                  ["convert", "a", "b"], ["inspect", "--type", "i32"],
+                                  ["--version"], []])
+def test_every_other_command_line_goes_to_the_parser(argv):
+    from kiln import cli
+    from kiln._cli import common, parser
+    assert cli._bare(argv) is None
+    assert sorted(parser.COMMANDS) == sorted(common.RUNNERS)   # one table of commands

@@ -10,6 +10,24 @@ from .. import _wire as W
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 
 
+def command(module: str, name: str) -> Any:
+    """The command ``name`` of ``kiln/_cli/<module>.py``, imported when it runs:
+    ``kiln inspect`` loads neither the demo, the cases nor the converters."""
+    def run(args: Any) -> int:
+        import importlib
+        fn: Any = getattr(importlib.import_module("kiln._cli." + module), name)
+        return int(fn(args))
+    run.__name__ = name
+    return run
+
+
+# each command's runner (the parser's ``fn``): its name -> its module
+RUNNERS = {name: command(module, "cmd_" + name)
+           for name, module in (("demo", "demo"), ("inspect", "tensors"), ("check", "tensors"),
+                                ("convert", "tensors"), ("cases", "cases"), ("gen", "cases"),
+                                ("hash", "cases"))}
+
+
 class Fail(Exception):
     """A one-line error and an exit code."""
 
