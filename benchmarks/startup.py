@@ -1,6 +1,6 @@
-"""Start-up and command-line latency against ``python -c "import numpy"`` (issue 31).
+"""Start-up and command-line latency against ``python -c "import numpy"`` (issues 31, 52).
 
-    python -m benchmarks.startup [--repeat 15] [--json PATH]
+    python -m benchmarks.startup [--repeat 15] [--before PATH] [--json PATH]
 
 Each row is the median wall time of ``--repeat`` fresh interpreter starts
 (from the child's start to its exit), the rows interleaved round by round
@@ -17,7 +17,9 @@ beside the wall time as a check on load from other processes.
 
 The command-line rows run ``python -m kiln inspect`` and ``python -m kiln
 check`` on a file holding one 4-byte tensor, written once into a temporary
-folder.
+folder.  ``--before PATH`` adds the kiln rows of another checkout (an older
+tree, ``git archive`` of a commit) to the same rounds, marked ``(before)``:
+on a shared machine a neighbour's load then falls on both trees alike.
 """
 
 import argparse
@@ -34,17 +36,20 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-TARGETS = {"import kiln": 1.25, "kiln inspect": 1.6, "kiln check": 1.6}
+TARGETS = {"import kiln": 1.25, "kiln inspect": 1.3, "kiln check": 1.3}   # issue 52
 
 
-def rows(small):
+def rows(small, tag="", path=None):
+    """(name, command, PYTHONPATH) of each row; ``tag`` and ``path``: the kiln
+    rows of another checkout."""
     py = sys.executable
-    return [
-        ("import numpy", [py, "-c", "import numpy"]),
+    kiln = [
         ("import kiln", [py, "-c", "import kiln"]),
         ("kiln inspect", [py, "-m", "kiln", "inspect", small]),
         ("kiln check", [py, "-m", "kiln", "check", small]),
     ]
+    out = [(name + tag, cmd, path) for name, cmd in kiln]
+    return out if tag else [("import numpy", [py, "-c", "import numpy"], None)] + out
 
 
 def once(cmd, env, cwd):
@@ -61,7 +66,7 @@ def once(cmd, env, cwd):
     return dt, usage.ru_utime + usage.ru_stime
 
 
-def measure(repeat, pure=False, root=ROOT):
+def measure(repeat, pure=False, root=ROOT, before=None):
     env = dict(os.environ, PYTHONPATH=str(root))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if pure:
@@ -74,26 +79,29 @@ def measure(repeat, pure=False, root=ROOT):
         subprocess.run([sys.executable, "-c", "import sys, numpy, kiln; kiln.save_tensors("
                         "sys.argv[1], {'x': numpy.float32([1.5])})", small],
                        env=env, check=True)
-        table = rows(small)
-        samples = {name: [] for name, _ in table}
-        cpu = {name: [] for name, _ in table}
-        for name, cmd in table:          # untimed: page cache, .pyc files
-            once(cmd, env, d)
+        table = rows(small) + (rows(small, " (before)", str(before)) if before else [])
+        envs = {name: env if path is None else dict(env, PYTHONPATH=path)
+                for name, _, path in table}
+        samples = {name: [] for name, _, _ in table}
+        cpu = {name: [] for name, _, _ in table}
+        for name, cmd, _ in table:          # untimed: page cache, .pyc files
+            once(cmd, envs[name], d)
         for _ in range(repeat):
-            for name, cmd in table:
-                wall, used = once(cmd, env, d)
+            for name, cmd, _ in table:
+                wall, used = once(cmd, envs[name], d)
                 samples[name].append(wall)
                 cpu[name].append(used)
     base = statistics.median(samples["import numpy"])
     base_cpu = statistics.median(cpu["import numpy"])
     out = []
-    for name, _ in table:
+    for name, _, _ in table:
         med = statistics.median(samples[name])
         med_cpu = statistics.median(cpu[name])
         out.append({"row": name, "median_s": med, "min_s": min(samples[name]),
                     "max_s": max(samples[name]), "ratio": med / base,
                     "cpu_median_s": med_cpu, "cpu_ratio": med_cpu / base_cpu,
-                    "target": TARGETS.get(name), "samples": samples[name], "cpu": cpu[name]})
+                    "target": TARGETS.get(name.replace(" (before)", "")),
+                    "samples": samples[name], "cpu": cpu[name]})
     return out
 
 
@@ -104,9 +112,11 @@ def main(argv=None):
     ap.add_argument("--pure", action="store_true", help="KILN_PUREPYTHON=1 for the kiln rows")
     ap.add_argument("--root", metavar="PATH", default=str(ROOT),
                     help="the checkout whose kiln to time (default: this one)")
+    ap.add_argument("--before", metavar="PATH",
+                    help="also time the kiln rows of the checkout at PATH, in the same rounds")
     ap.add_argument("--json", metavar="PATH", help="also write every sample to PATH")
     args = ap.parse_args(argv)
-    result = measure(args.repeat, args.pure, args.root)
+    result = measure(args.repeat, args.pure, args.root, args.before)
     print("| row | median s | min-max s | / import numpy | CPU median s | CPU / import numpy "
           "| target |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
