@@ -46,8 +46,9 @@ cdef struct Dir:
     uint64_t max_count
     uint64_t max_bytes
     uint8_t hdr[HEADER_SIZE]   # the header, copied once
-    uint8_t *priv           # descriptors then name heap, copied once (owned)
-    const uint8_t *heap     # priv + count * DESC_SIZE
+    uint8_t *priv           # descriptors then name heap, copied once (owned), or NULL
+    const uint8_t *tab      # the descriptors then the heap: priv, or in b when stable
+    const uint8_t *heap     # tab + count * DESC_SIZE
     uint64_t *counts        # element count per descriptor (owned)
     uint8_t version
     uint8_t flags
@@ -65,8 +66,8 @@ cdef struct Dir:
 
 
 cdef inline const uint8_t *desc(Dir *st, uint64_t i) noexcept:
-    """Descriptor ``i`` in the private copy."""
-    return st.priv + DESC_SIZE * i
+    """Descriptor ``i`` in the private copy (or the unchangeable buffer)."""
+    return st.tab + DESC_SIZE * i
 
 
 cdef inline Py_ssize_t dpos(Dir *st, uint64_t i) noexcept:
@@ -165,14 +166,22 @@ cdef int step7_padding(Dir *st) except -1:
                          "padding byte is not 0")
 
 
-cdef int read_table(Dir *st) except -1:
-    """Copy the descriptors and the heap (bounded by step 5) once, after step 7."""
-    st.priv = <uint8_t *>PyMem_Malloc(<size_t>st.want + 1)
+cdef int read_table(Dir *st, bint stable=False) except -1:
+    """Copy the descriptors and the heap (bounded by step 5) once, after step 7,
+    so every step and the rows read the bytes that were checked.  ``stable``:
+    the buffer cannot change (exact bytes), so they are read where they are."""
     st.counts = <uint64_t *>PyMem_Malloc(sizeof(uint64_t) * (st.count + 1))
-    if st.priv == NULL or st.counts == NULL:
+    if st.counts == NULL:
         raise MemoryError()
-    memcpy(st.priv, st.b + st.s + HEADER_SIZE, <size_t>st.want)
-    st.heap = st.priv + DESC_SIZE * st.count
+    if stable:
+        st.tab = st.b + st.s + HEADER_SIZE
+    else:
+        st.priv = <uint8_t *>PyMem_Malloc(<size_t>st.want + 1)
+        if st.priv == NULL:
+            raise MemoryError()
+        memcpy(st.priv, st.b + st.s + HEADER_SIZE, <size_t>st.want)
+        st.tab = st.priv
+    st.heap = st.tab + DESC_SIZE * st.count
     return 0
 
 
