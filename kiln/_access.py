@@ -100,5 +100,7 @@ def metadata_blob(meta: Any) -> bytes:
 def metadata_of_blob(blob: Any) -> Any:
     """The metadata :func:`metadata_blob` made, checked as a file's metadata is
     (``KilnError`` with offsets in ``blob``)."""
-    from . import _api, _meta
-    return _meta.from_nodes(_api.decode(blob, _meta.META_TYPE, frame=True), 0)
+    from . import _compat, _meta, _wire
+    with memoryview(blob) as mv:
+        return _meta.read(lambda a, n: mv[a:a + n], len(mv), 0, _compat.kernels,
+                          _wire.DEFAULT_MAX_COUNT, _wire.DEFAULT_MAX_BYTES)

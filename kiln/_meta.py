@@ -10,12 +10,13 @@ and at most 64 lists and dicts nest (the root dict and lists of numbers
 included), the limit of values, checked when saving too (``DEPTH``).
 """
 
+import collections
 import math
 
 import numpy as np
 
 from ._errors import EncodeError, KilnError
-from ._types import parse_type
+from ._types import parse_type, struct
 from ._wire import FRAME_SIZE, MAX_DEPTH, U32_MAX
 
 META_NAME = "__metadata__"
@@ -34,6 +35,9 @@ _USES = {NULL: (), BOOL: ("int",), INT: ("int",), FLOAT: ("float",), STR: ("text
          BYTES: ("raw",), LIST: (), DICT: (), INTS: ("raw",), FLOATS: ("raw",)}
 _ZERO = {"int": 0, "float": 0.0, "text": "", "raw": b""}
 _NP_FLOATS = (np.float16, np.float32, np.float64)
+# each kind's unused fields as bits (int 1, float 2, text 4, raw 8): they must hold zero
+_MUST_ZERO = {k: sum(b for f, b in (("int", 1), ("float", 2), ("text", 4), ("raw", 8))
+                     if f not in used) for k, used in _USES.items()}
 
 
 def _plain(value):
@@ -140,85 +144,204 @@ def _numbers(values, kind):
     return all(type(v) is float or isinstance(v, _NP_FLOATS) for v in values)
 
 
+FIELDS = ("parent", "key", "kind", "int", "float", "text", "raw")
+_Node = collections.namedtuple("_Node", FIELDS)
+# the node struct bound to a tuple class: a run of nodes decodes to small tuples
+NODE_TYPE = struct(list(zip(FIELDS, ("u32", "opt<str>", "u8", "i64", "f64", "str", "list<u8>"))),
+                   cls=_Node)
+RUN = 4096   # nodes decoded, checked and let go at a time
+WINDOW = 1 << 20   # the metadata's bytes read at a time (more for a run that needs it)
+
+
+def _node_size(n):
+    """The wire size of node ``n`` (a tuple in FIELDS order)."""
+    key = n[1]
+    return (4 + 1 + (0 if key is None else 4 + len(key.encode("utf-8", "surrogatepass")))
+            + 1 + 8 + 8 + 4 + len(n[5].encode("utf-8", "surrogatepass")) + 4 + len(n[6]))
+
+
 def node_offset(nodes, i, at):
     """Where node ``i`` starts, for a node list framed at ``at`` (the frame, the
     list's count, then each node's fields in order)."""
-    pos = at + FRAME_SIZE + 4
-    for n in nodes[:i]:
-        key = n["key"]
-        pos += (4 + 1 + (0 if key is None else 4 + len(key.encode("utf-8", "surrogatepass")))
-                + 1 + 8 + 8 + 4 + len(n["text"].encode("utf-8", "surrogatepass"))
-                + 4 + len(n["raw"]))
-    return pos
+    return at + FRAME_SIZE + 4 + sum(_node_size(_as_tuple(n)) for n in nodes[:i])
+
+
+def _as_tuple(n):
+    return tuple(n[f] for f in FIELDS) if isinstance(n, dict) else n
+
+
+class _Tree:
+    """The metadata dict built from its nodes as they come, a run at a time:
+    only each node's value, its nesting level and whether it is a list or a
+    dict are kept, never the nodes.  KilnError ``TYPE`` for a broken tree and
+    ``DEPTH`` past 64 nested lists and dicts (the root included), at the
+    offending node's file offset."""
+
+    __slots__ = ("at", "values", "tags", "count")
+
+    def __init__(self, at, count):
+        self.at = at
+        # each list's and dict's object by node index (only those: most nodes are
+        # leaves, and a dict of the few costs less than a slot for every node)
+        self.values = {}
+        # a list or dict node: 2 * (the lists and dicts around it, itself included)
+        # + 1 for a dict; any other node 0 (it may hold no children).  Made at its
+        # full size once: ``count`` is bounded by the bytes the list holds
+        self.tags = bytearray(count)
+        self.count = 0
+
+    def add(self, nodes, start):
+        """Nodes ``self.count ..`` (tuples in FIELDS order), the first of them at
+        file offset ``start``."""
+        values, tags = self.values, self.tags
+        i = self.count
+        for j, n in enumerate(nodes):
+            parent, key, kind, iv, fv, text, raw = n
+            try:
+                nz = (1 if iv else 0) | (4 if text else 0) | (8 if raw else 0) | \
+                    (2 if fv or math.copysign(1.0, fv) < 0 else 0)   # NaN and -0.0 too
+                if nz & _MUST_ZERO.get(kind, 0):
+                    bad = _unused_fault(dict(zip(FIELDS, n)), kind)
+                    if bad is not None:
+                        raise _Fault("TYPE", "kind %d does not use %r, which must be %r, not %r"
+                                     % (kind, bad, _ZERO[bad], n[FIELDS.index(bad)]))
+                if kind == STR:
+                    v = text
+                elif kind == DICT:
+                    v = {}
+                elif kind == INT:
+                    v = iv
+                elif kind == LIST:
+                    v = []
+                elif kind == FLOAT:
+                    v = fv
+                elif kind == NULL:
+                    v = None
+                elif kind == BOOL:
+                    if iv != 0 and iv != 1:
+                        raise _Fault("TYPE", "bool is %d" % iv)
+                    v = iv == 1
+                elif kind == BYTES:
+                    v = raw
+                elif kind == INTS or kind == FLOATS:
+                    if len(raw) % 8:
+                        raise _Fault("TYPE", "%d bytes are not whole numbers" % len(raw))
+                    v = np.frombuffer(raw, "<i8" if kind == INTS else "<f8").tolist()
+                else:
+                    raise _Fault("TYPE", "unknown kind %d" % kind)
+                level = 1 if kind in _CONTAINERS else 0
+                if i:
+                    if parent >= i:
+                        raise _Fault("TYPE", "parent %d does not come before it" % parent)
+                    tag = tags[parent]
+                    level += tag >> 1
+                    if level > MAX_DEPTH:
+                        raise _Fault("DEPTH", "metadata nests more than %d lists and dicts"
+                                     % MAX_DEPTH)
+                    if tag & 1:   # a dict
+                        holder = values[parent]
+                        if key is None or key in holder:
+                            raise _Fault("TYPE", "a dict item without a key or with a "
+                                         "repeated one")
+                        holder[key] = v
+                    elif tag:     # a list
+                        if key is not None:
+                            raise _Fault("TYPE", "a list item with a key")
+                        values[parent].append(v)
+                    else:
+                        raise _Fault("TYPE", "parent %d is not a list or dict" % parent)
+                elif kind != DICT or parent != _ROOT:
+                    raise KilnError("TYPE", self.at, "metadata does not start with its root dict")
+            except _Fault as f:
+                off = start + sum(_node_size(m) for m in nodes[:j])
+                raise KilnError(f.code, off, "metadata node %d: %s" % (i, f.reason)) from None
+            if kind == DICT or kind == LIST:
+                values[i] = v
+                tags[i] = 2 * level + (kind == DICT)
+            i += 1
+        self.count = i
+
+    def result(self):
+        if not self.count:
+            raise KilnError("TYPE", self.at, "metadata does not start with its root dict")
+        return self.values[0]
+
+
+class _Fault(Exception):
+    def __init__(self, code, reason):
+        super().__init__(reason)
+        self.code, self.reason = code, reason
 
 
 def from_nodes(nodes, at):
-    """The metadata dict of a node list framed at ``at``; KilnError ``TYPE`` for a
-    broken tree and ``DEPTH`` past 64 nested lists and dicts (the root included),
-    at the offending node."""
-    if not nodes or nodes[0]["kind"] != DICT or nodes[0]["parent"] != _ROOT:
-        raise KilnError("TYPE", at, "metadata does not start with its root dict")
+    """The metadata dict of a node list (dicts, as ``to_nodes`` makes them)
+    framed at ``at``; the checks of :class:`_Tree`."""
+    tree = _Tree(at, len(nodes))
+    tree.add([_as_tuple(n) for n in nodes], at + FRAME_SIZE + 4)
+    return tree.result()
 
-    def fail(code, i, reason):
-        return KilnError(code, node_offset(nodes, i, at), "metadata node %d: %s" % (i, reason))
 
-    values = []
-    levels = []   # the lists and dicts around each node, itself included
-    for i, n in enumerate(nodes):
-        kind = n["kind"]
-        if kind == NULL:
-            v = None
-        elif kind == BOOL:
-            if n["int"] not in (0, 1):
-                raise fail("TYPE", i, "bool is %d" % n["int"])
-            v = n["int"] == 1
-        elif kind == INT:
-            v = n["int"]
-        elif kind == FLOAT:
-            v = n["float"]
-        elif kind == STR:
-            v = n["text"]
-        elif kind == BYTES:
-            v = n["raw"]
-        elif kind in (INTS, FLOATS):
-            if len(n["raw"]) % 8:
-                raise fail("TYPE", i, "%d bytes are not whole numbers" % len(n["raw"]))
-            v = np.frombuffer(n["raw"], "<i8" if kind == INTS else "<f8").tolist()
-        elif kind == LIST:
-            v = []
-        elif kind == DICT:
-            v = {}
-        else:
-            raise fail("TYPE", i, "unknown kind %d" % kind)
-        bad = _unused_fault(n, kind)
-        if bad is not None:
-            raise fail("TYPE", i, "kind %d does not use %r, which must be %r, not %r"
-                       % (kind, bad, _ZERO[bad], n[bad]))
-        values.append(v)
-        level = 1 if kind in _CONTAINERS else 0
-        if i == 0:
-            levels.append(level)
-            continue
-        p = n["parent"]
-        if p >= i:
-            raise fail("TYPE", i, "parent %d does not come before it" % p)
-        level += levels[p]
-        if level > MAX_DEPTH:
-            raise fail("DEPTH", i, "metadata nests more than %d lists and dicts" % MAX_DEPTH)
-        levels.append(level)
-        holder = values[p]
-        if isinstance(holder, list) and nodes[p]["kind"] == LIST:
-            if n["key"] is not None:
-                raise fail("TYPE", i, "a list item with a key")
-            holder.append(v)
-        elif isinstance(holder, dict) and nodes[p]["kind"] == DICT:
-            k = n["key"]
-            if k is None or k in holder:
-                raise fail("TYPE", i, "a dict item without a key or with a repeated one")
-            holder[k] = v
-        else:
-            raise fail("TYPE", i, "parent %d is not a list or dict" % p)
-    return values[0]
+def read(source, size, at, kernels, max_count, max_bytes):
+    """The metadata dict of the framed node list of ``size`` bytes that
+    ``source(start, n)`` gives (bytes ``start .. start + n`` of it; the
+    list at file offset ``at``), decoded by ``kernels`` a run of :data:`RUN`
+    nodes at a time from a window of its bytes, and built as it goes: no
+    list of every node and no copy of every byte is ever held, so the peak
+    is the dict plus one window (1 MiB, or twice the bytes of the largest
+    run).  Wire faults (``EOF``, ``LIMIT``, ``UTF8``, ``FRAME``, ``SCHEMA``,
+    ``TRAILING``) come as :class:`WireError`, their offsets in the list's
+    bytes; a broken tree as ``from_nodes`` says it, at file offsets."""
+    head, item = _programs(kernels, max_count, max_bytes)
+    want = WINDOW
+    w0, win = 0, source(0, min(want, size))
+    try:
+        count, p = head.list_head(win, size)
+    except KilnError as e:
+        raise WireError(e.code, e.offset, e.reason) from None
+    tree = _Tree(at, count)   # count: checked against the bytes its nodes need
+    done = 0
+    while done < count:
+        k = min(RUN, count - done)
+        if w0 + len(win) < size and w0 + len(win) - p < want // 2:
+            w0, win = p, None   # slide the window to the run (the old one goes first)
+            win = source(p, min(want, size - p))
+        nodes = []
+        try:
+            end = item.decode_items(win, p - w0, k, nodes)
+        except KilnError as e:
+            if e.code == "EOF" and w0 + len(win) < size:   # the run goes past the window
+                want *= 2
+                w0, win = p, None   # the old window goes before the new one is read
+                win = source(p, min(want, size - p))
+                continue
+            raise WireError(e.code, w0 + e.offset, e.reason) from None
+        tree.add(nodes, at + p)
+        p = w0 + end
+        done += k
+    if p != size:
+        raise WireError("TRAILING", p, "%d bytes follow the value" % (size - p))
+    return tree.result()
+
+
+class WireError(KilnError):
+    """A wire fault of the metadata blob, its offset in the blob."""
+
+
+_PROGRAMS = {}
+
+
+def _programs(kernels, max_count, max_bytes):
+    """The framed list's head program and the node program, compiled once per
+    kernel module and caps."""
+    key = (id(kernels), max_count, max_bytes)
+    got = _PROGRAMS.get(key)
+    if got is None or got[0] is not kernels:
+        head = kernels.compile_decoder(META_TYPE.plan(), META_TYPE.schema_hash, False,
+                                       max_count, max_bytes, False)
+        item = kernels.compile_decoder(NODE_TYPE.plan(), None, False, max_count, max_bytes,
+                                       False)
+        got = _PROGRAMS[key] = (kernels, head, item)
+    return got[1], got[2]
 
 
 def same(a, b):

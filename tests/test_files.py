@@ -131,9 +131,13 @@ def test_hostile_metadata_is_a_kiln_error(api, tmp_path, nodes):
     p.write_bytes(kiln.encode_tensors([
         kiln.Tensor.from_numpy(np.zeros(2, np.float32), name="w"),
         kiln.Tensor(blob, dtype="u8", shape=(len(blob),), name="__metadata__")]))
-    with pytest.raises(kiln.KilnError) as ei:
-        kiln.open(p)
+    with kiln.open(p) as f:   # the table alone: the metadata is read when first used
+        with pytest.raises(kiln.KilnError) as ei:
+            f.metadata
     assert ei.value.code == "TYPE"
+    with pytest.raises(kiln.KilnError) as e2:
+        kiln.load_metadata(p)
+    assert (e2.value.code, e2.value.offset) == (ei.value.code, ei.value.offset)
 
 
 def test_the_metadata_name_is_reserved_for_the_last_tensor(api, tmp_path):
@@ -152,8 +156,8 @@ def test_corrupt_metadata_bytes_are_a_kiln_error_at_their_offset(api, tmp_path):
     p.write_bytes(kiln.encode_tensors([
         kiln.Tensor.from_numpy(np.zeros(2, np.float32), name="w"),
         kiln.Tensor(b"KLN0" + bytes(20), dtype="u8", shape=(24,), name="__metadata__")]))
-    with pytest.raises(kiln.KilnError) as ei:
-        kiln.open(p)
+    with kiln.open(p) as f, pytest.raises(kiln.KilnError) as ei:
+        f.metadata
     assert ei.value.code == "SCHEMA"
     raw = p.read_bytes()
     assert raw[ei.value.offset - 8:ei.value.offset - 4] == b"KLN0"   # the frame's hash field

@@ -96,8 +96,10 @@ def test_metadata_fields_a_kind_does_not_use_must_be_zero(kernels, tmp_path, nod
         kiln.load_metadata(p)
     assert e.value.code == "TYPE" and ("node %d" % node) in e.value.reason
     assert repr(field) in e.value.reason
-    with pytest.raises(kiln.KilnError):
-        kiln.open(p)
+    with kiln.open(p) as f:   # the metadata is decoded when first read
+        with pytest.raises(kiln.KilnError) as e2:
+            f.metadata
+    assert (e2.value.code, e2.value.offset) == (e.value.code, e.value.offset)
 
 
 def test_metadata_text_and_raw_unused_must_be_empty():

@@ -71,7 +71,7 @@ def _value_at(path: str) -> int:
     """Where a framed file's value starts: after kiln.save's pad head and pad
     (checked: KilnError), else 0."""
     from .._access import value_start
-    return value_start(head(path, W.PADDED_SIZE + W.DIR_ALIGN - 1))
+    return value_start(head(path, W.PADDED_SIZE + W.DIR_ALIGN))   # the head and any pad
 
 
 def _inspect_set(args: Any) -> int:

@@ -124,23 +124,30 @@ class TensorFile(TensorFileMapping):
 
 
 def open_table(buf: Any, trusted: bool, max_count: int,
-               max_bytes: int) -> Tuple[TensorDirectory, int]:
+               max_bytes: int, head: Any = None) -> Tuple[TensorDirectory, int]:
     """The file's tensors as views, and where the block ends: the table checked
     in full now (the payload contents are left to kiln._files.local.PayloadChecks,
     tensor by tensor) but its rows built when a tensor is asked for (see
     kiln._rows): opening a file of thousands of tensors to read one builds
-    one row, not thousands."""
+    one row, not thousands.  ``head``: the file's first bytes (through the
+    payload base at least, read by :func:`read_table_head`), checked in place of
+    ``buf`` so that the check reads no page of ``buf``."""
     _api._check_caps(max_count, max_bytes)
     try:
-        end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
-            buf, 0, True, trusted, max_count, max_bytes)
+        if head is None:
+            end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
+                buf, 0, True, trusted, max_count, max_bytes)
+        else:
+            end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
+                head, 0, True, trusted, max_count, max_bytes, len(buf))
     except KilnError as e:
-        magic = bytes(memoryview(buf)[:len(W.FRAME_MAGIC)])
+        first = buf if head is None else head
+        magic = bytes(memoryview(first)[:len(W.FRAME_MAGIC)])
         if magic == W.FRAME_MAGIC:
             raise frame_hint(e) from None
         if magic == W.PADDED_MAGIC:
             raise padded_hint(e) from None
-        add_foreign_hint(e, buf)
+        add_foreign_hint(e, first)
         raise
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.format != "B":
@@ -173,35 +180,61 @@ def has_metadata(table: Sequence[tuple], path: str) -> bool:
     return names[-1] == reserved
 
 
-def metadata_span(d: TensorDirectory) -> Optional[Tuple[int, int]]:
-    """The file bytes (start, end) of the metadata tensor's payload, when the
-    last tensor is named as the metadata (unchecked: ``split_metadata`` checks)."""
+def read_table_head(fd: int, size: int, max_count: int, max_bytes: int, path: str) -> bytes:
+    """A file's header, table, name heap and padding (through its payload
+    base, or its whole length if shorter), read with ``pread``: the header's
+    caps and arithmetic checked first (``check_header`` against the file's
+    length), so a claimed table costs no more than the file can hold."""
+    from .checksum import pread_exact
+    head = pread_exact(fd, min(size, W.HEADER_SIZE), 0, path)
+    if len(head) < W.HEADER_SIZE:
+        return head   # the table check says EOF (or names the foreign format)
+    try:
+        base = _compat.kernels.check_header(head, 0, max_count, max_bytes, size)
+    except KilnError:
+        return head   # open_table's check reports it, with its hints
+    return head + pread_exact(fd, base - W.HEADER_SIZE, W.HEADER_SIZE, path)
+
+
+def metadata_place(d: TensorDirectory, path: str) -> Optional[Tuple[int, int]]:
+    """The metadata tensor's payload (file offset, length) when ``d`` has one
+    (its last tensor, a ``u8`` vector: ``TYPE`` otherwise, and for another
+    tensor holding the reserved name); None when it has none."""
     table = rows(d)
-    if not len(table) or table[len(table) - 1][W.R_NAME] != _meta.META_NAME.encode():
+    if not has_metadata(table, path):
         return None
     row = table[len(table) - 1]
-    at = file_base(table) + row[W.R_BYTE_OFFSET]
-    return at, at + row[W.R_BYTE_LENGTH]
+    if row[W.R_CODE] != W.DTYPE_CODES["u8"] or len(row[W.R_SHAPE]) != 1:
+        raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
+    return file_base(table) + row[W.R_BYTE_OFFSET], row[W.R_BYTE_LENGTH]
+
+
+def decode_metadata(source: Any, size: int, at: int, count: int, path: str) -> Any:
+    """The metadata dict (or None) and the digests (or None) of the metadata
+    payload of ``size`` bytes at file offset ``at`` of a file of ``count``
+    tensors, its bytes from ``source(start, n)`` (a window at a time: see
+    kiln._meta.read); faults at their file offsets."""
+    # the caps grow with the payload: a string or a node count it holds is never refused
+    # (what is claimed is still checked against the bytes present before it is built)
+    cap = max(W.DEFAULT_MAX_BYTES, 1 << max(0, size - 1).bit_length())
+    try:
+        meta = _meta.read(source, size, at, _compat.kernels, cap, cap)
+    except _meta.WireError as e:   # reported at its offset in the file
+        raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
+    return checksum.split(meta, count, at, path)
 
 
 def split_metadata(d: TensorDirectory, path: str) -> Any:
     """The directory without the metadata tensor, the metadata dict (or None), and
     the payload digests its checksum entry holds (or None; see kiln._files.checksum).
     The metadata's payload must be present in ``d``'s buffer."""
-    table = rows(d)
-    if not has_metadata(table, path):
+    place = metadata_place(d, path)
+    if place is None:
         return d, None, None
-    last = len(table) - 1
-    row = table[last]
-    if row[W.R_CODE] != W.DTYPE_CODES["u8"] or len(row[W.R_SHAPE]) != 1:
-        raise KilnError("TYPE", 0, "%s: the metadata tensor is not a u8 vector" % path)
-    at = file_base(table) + row[W.R_BYTE_OFFSET]
-    try:   # straight from the buffer: a claimed length costs what the decode reads
-        with payload(d, last) as blob:
-            nodes = _api.decode(blob, _meta.META_TYPE, frame=True)
-    except KilnError as e:   # reported at its offset in the file
-        raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
-    meta, sums = checksum.split(_meta.from_nodes(nodes, at), last, at, path)
+    last = len(rows(d)) - 1
+    with payload(d, last) as blob:   # straight from the buffer, a window at a time
+        meta, sums = decode_metadata(lambda a, n: blob[a:a + n], len(blob), place[0], last,
+                                     path)
     return without_last(d), meta, sums
 
 

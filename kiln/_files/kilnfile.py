@@ -6,19 +6,22 @@ unmaps under them; the mapping goes when the last view goes.
 """
 
 import os
-from typing import Any, Dict, List, Optional, Union
+import threading
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import _wire as W
 from .._errors import KilnError
 from . import checksum as _checksum
-from .base import TensorFile, metadata_span, open_table, row_bound, split_metadata
-from .local import PayloadChecks, file_name, map_file_fd, shadow, shadow_fill, unmap
-from .tables import (Tensor, TensorDirectory, mapping_intact, over, register_file, tensor_offset,
-                     tensor_row, unregister_file)
+from .base import (TensorFile, decode_metadata, metadata_place, open_table, read_table_head,
+                   row_bound)
+from .local import PayloadChecks, file_name, map_file_fd, unmap
+from .tables import (Tensor, TensorDirectory, mapping_intact, register_file, tensor_offset,
+                     tensor_row, unregister_file, without_last)
 
 PathLike = Union[str, "os.PathLike[str]"]
+_UNSET = object()
 
 
 class KilnFile(TensorFile):
@@ -76,31 +79,31 @@ class KilnFile(TensorFile):
         (['w'], [[2, 3], [4, 5]])
     """
 
-    metadata: Optional[Dict[str, Any]]
-
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
                  max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
         self.path = file_name(path)
         self._names = None
         mm, fd = map_file_fd(path)
-        # the open's checks read a stand-in holding the header, the table and
-        # the metadata read with pread, never the mapping: a file truncated
-        # meanwhile is EOF, never SIGBUS; the tensors then view the mapping
-        stand_in = shadow(mm, fd, self.path)
         try:
-            d, end = open_table(stand_in, trusted, max_count, max_bytes)
-            span = metadata_span(d)
-            if span is not None:
-                shadow_fill(stand_in, mm, fd, span[0], span[1], self.path)
-            d, self.metadata, self.checksums = split_metadata(d, self.path)
-            self._dir = d if stand_in is mm else over(d, mm)
+            # the open's check reads the header and the table with pread, never the
+            # mapping: a file truncated meanwhile is EOF, never SIGBUS; the tensors
+            # then view the mapping.  The metadata is read and decoded on first use.
+            head = None if fd is None else read_table_head(fd, len(mm), max_count, max_bytes,
+                                                     self.path)
+            d, end = open_table(mm, trusted, max_count, max_bytes, head)
+            head = None
+            self._meta_place = metadata_place(d, self.path)
+            self._count = len(d)
+            self._dir = d if self._meta_place is None else without_last(d)
         except BaseException:
             unmap(mm)
             if fd is not None:
                 os.close(fd)
             raise
-        d = None   # the stand-in goes with the last directory over it
+        d = None
+        self._meta: Any = _UNSET   # (metadata, digests) once decoded
+        self._meta_lock = threading.Lock()
         # kiln's own reads of the payloads (their checks, their CRC-32s) go
         # through this descriptor with pread, never through the mapping: a
         # file truncated under them is EOF, never SIGBUS
@@ -115,6 +118,45 @@ class KilnFile(TensorFile):
         self._verify = verify is None or bool(verify)   # whole reads compared
         self._verify_rows = bool(verify)                 # rows() reads the whole tensor
         self._verified: set = set()
+
+    @property
+    def metadata(self) -> Optional[Dict[str, Any]]:
+        """The metadata dict, or None when the file has none (the checksum
+        entry is not part of it): read and decoded on first use, then kept."""
+        return self._metadata()[0]
+
+    @property
+    def checksums(self) -> Optional[bytes]:
+        """The recorded CRC-32s (4 little-endian bytes per tensor, in file
+        order), or None: from the metadata, decoded on first use."""
+        return self._metadata()[1]
+
+    def _metadata(self) -> Tuple[Optional[Dict[str, Any]], Optional[bytes]]:
+        got = self._meta
+        if got is _UNSET:
+            with self._meta_lock:   # close() waits for a read in progress
+                got = self._meta
+                if got is _UNSET:
+                    if self._dir is None:
+                        raise ValueError("%s is closed" % self.path)
+                    got = self._meta = self._read_metadata()
+        return got
+
+    def _read_metadata(self) -> Tuple[Optional[Dict[str, Any]], Optional[bytes]]:
+        """The metadata, read with pread a window at a time as it is decoded
+        (``kiln._meta.read``): a claimed length costs what the decode reads."""
+        place = self._meta_place
+        if place is None:
+            return None, None
+        at, n = place
+        fd = self._fd
+        if fd is None:   # the bytes of a file object without a descriptor
+            with memoryview(self._mm)[at:at + n] as blob:
+                return decode_metadata(lambda a, k: blob[a:a + k], n, at, self._count - 1,
+                                       self.path)
+        self._intact()
+        return decode_metadata(lambda a, k: _pread_bytes(fd, k, at + a, self.path), n, at,
+                               self._count - 1, self.path)
 
     def _intact(self) -> None:
         """``EOF`` when the file is now shorter than when it was opened: kiln's
@@ -231,9 +273,10 @@ class KilnFile(TensorFile):
         if mm is not None:
             unregister_file(mm)
             unmap(mm)
-        self._fd = None
-        if self._fd_done is not None:
-            self._fd_done()   # os.close, once
+        with self._meta_lock:   # after a metadata read in progress, before the next
+            self._fd = None
+            if self._fd_done is not None:
+                self._fd_done()   # os.close, once
 
     def __repr__(self) -> str:
         d = self._dir
@@ -241,6 +284,17 @@ class KilnFile(TensorFile):
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
+
+
+def _pread_bytes(fd: int, n: int, at: int, path: str) -> bytes:
+    """``n`` bytes of ``fd`` at ``at`` as ``bytes`` (immutable: the kernels
+    decode strings from it without a defensive copy); ``EOF`` when the file
+    now ends first."""
+    got = os.pread(fd, n, at)
+    if len(got) == n:
+        return got
+    from .checksum import pread_exact
+    return bytes(pread_exact(fd, n, at, path))   # a short read: the loop, and its EOF
 
 
 def _whole(t: Tensor, start: Optional[int], stop: Optional[int]) -> bool:

@@ -65,8 +65,8 @@ def value_start(buf: Any) -> int:
         raise KilnError("FRAME", W.PADDED_AT_VERSION, "pad head version %d, not %d (a newer "
                         "kiln wrote this file?)" % (version, W.PADDED_VERSION))
     if pad >= W.DIR_ALIGN:
-        raise KilnError("FRAME", W.PADDED_AT_PAD, "pad of %d bytes is above %d"
-                        % (pad, W.DIR_ALIGN - 1))
+        raise KilnError("FRAME", W.PADDED_AT_PAD, "pad of %d bytes is not below %d"
+                        % (pad, W.DIR_ALIGN))
     if reserved:
         raise KilnError("FRAME", W.PADDED_AT_RESERVED + (0 if mv[W.PADDED_AT_RESERVED] else 1),
                         "pad head reserved bytes are not 0")

@@ -403,6 +403,57 @@ class DecodeProgram:
         mv = as_bytes_view(buf)
         return self._decode(buf, mv, box)
 
+    def list_head(self, buf, length=None):
+        """The head of a list value in ``buf``, checked as ``decode`` checks
+        it: the frame (a framed program), then the u32 count by the
+        allocation rule; returns ``(count, where its first item starts)``.
+        ``length``: the value's bytes are this many, of which ``buf`` holds
+        the first (at least the frame and the count word when there are
+        that many).  With ``decode_items`` of a program of the item type, a
+        long list is decoded a run of items at a time from windows of its
+        bytes (never all of its items, or all of its bytes, at once)."""
+        if self.plan.op != W.OP_LIST:
+            raise ValueError("list_head needs a program of a list type")
+        mv = as_bytes_view(buf)
+        whole = len(mv)
+        if length is not None:
+            if not len(mv) <= length <= 0x7FFFFFFFFFFFFFFF or (
+                    len(mv) < length and
+                    len(mv) < (W.FRAME_SIZE if self.frame_hash is not None else 0) + 4):
+                raise ValueError("length must be at least len(buf), and buf must hold the "
+                                 "frame and the count word")
+            whole = length
+        p = check_frame(mv, self.frame_hash) if self.frame_hash is not None else 0
+        m = self.plan.elem.min_size
+        c = check_count(mv, p, self.max_count, m, n=whole)
+        if m == 0 and c > self.max_count:
+            raise zero_budget_error(p, c, self.max_count, self.max_count)
+        return c, p + 4
+
+    def decode_items(self, buf, at, count, out):
+        """``count`` values of this program's type stored back to back from
+        byte ``at`` of ``buf`` (no frame; bytes may follow them), appended to
+        the list ``out``; returns where the last one ends.  Faults are at
+        their offsets in ``buf``; the zero-size budget is this call's."""
+        if type(out) is not list:
+            raise TypeError("out must be a list")
+        if self._top_tensors:
+            raise ValueError("decode_items does not decode standalone directories")
+        mv = as_bytes_view(buf)
+        if not 0 <= at <= len(mv) or count < 0:
+            raise ValueError("at must be within buf and count non-negative")
+        d = buf if type(buf) is bytes else mv
+        saved = getattr(budget, "left", None)
+        budget.left = self.max_count
+        try:
+            p = at
+            for _ in range(count):
+                v, p = self._dec(d, p)
+                out.append(v)
+            return p
+        finally:
+            budget.left = saved
+
     def _decode(self, buf, mv, box=None):
         d = buf if type(buf) is bytes else mv
         n = len(mv)

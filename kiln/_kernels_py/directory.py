@@ -428,14 +428,20 @@ def make_table(st):
              dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH]) for i, dsc in enumerate(st.descs)]
 
 
-def check_header(buf, start, max_count, max_bytes):
+def check_header(buf, start, max_count, max_bytes, length=None):
     """Steps 1 to 6 only, from the header at ``start`` and the length of
-    ``buf``: returns the payload base (from ``start``), so a reader that
-    fetches the table knows, before it asks, that the table is within the
-    caps and the buffer."""
+    ``buf`` (or ``length``, when ``buf`` holds only the header): returns the
+    payload base (from ``start``), so a reader that fetches the table knows,
+    before it asks, that the table is within the caps and the buffer."""
     if start < 0 or max_count < 0 or max_bytes < 0:
         raise ValueError("start, max_count and max_bytes must be non-negative")
     st = Dir(buf, start, True, False, max_count, max_bytes, None)
+    if length is not None:
+        if not len(buf) <= length <= 0x7FFFFFFFFFFFFFFF:
+            raise ValueError("length must be at least len(buf) and at most 2**63-1")
+        st.n = length
+        if len(buf) - start >= W.HEADER_SIZE:   # only the header is read
+            st.have = length
     step2_envelope(st, *step1_magic(st))
     step3_caps(st)
     step4_arithmetic(st)

@@ -21,15 +21,17 @@ def eof(pos, size, n):
     return err("EOF", pos, "%d-byte value needs more bytes, %d remain" % (size, max(n - pos, 0)))
 
 
-def check_count(buf, pos, cap, min_size, capname="max_count"):
+def check_count(buf, pos, cap, min_size, capname="max_count", n=None):
     """Read the u32 count at ``pos`` and apply the five-step allocation rule.
 
     1. the word needs 4 bytes (EOF), 2. read it, 3. it must not exceed the
     cap (LIMIT, naming ``capname``), 4. count * min_size must not overflow
     u64 (LIMIT), 5. count * min_size must not exceed the bytes after the word
-    (EOF).  Returns the count.
+    (EOF).  Returns the count.  ``n``: the bytes there are, when ``buf``
+    holds only the first of them (list_head's ``length``).
     """
-    n = len(buf)
+    if n is None:
+        n = len(buf)
     if pos + 4 > n:
         raise err("EOF", pos, "count word needs 4 bytes, %d remain" % max(n - pos, 0))
     c = U32.unpack_from(buf, pos)[0]

@@ -454,9 +454,8 @@ cdef object dec_tensors(Node nd, DCtx *c, bint standalone):
     cdef Py_ssize_t p = c.pos
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
-    # (exact bytes cannot change: the table is checked and read where it is)
     table = vdir(c.d, c.n, p, standalone, c.trusted, c.max_count, c.max_bytes, c.max_copy, True,
-                 &end, &base, -1, not c.shared)
+                 &end, &base)
     mv = ctx_mv(c)
     if _D_ok and nd.hooks is _D_hooks and not c.copy:
         res = view_directory(mv, p + base, <list>table, c.trusted)
@@ -562,34 +561,13 @@ cdef class DecodeProgram:
             Py_XDECREF(c.mv)
             PyBuffer_Release(&view)
 
+    def list_head(self, buf, length=None):
+        """The head of a list value in ``buf``: see decode_runs.pxi."""
+        return program_list_head(self, buf, length)
 
-cdef int ctx_start(DecodeProgram p, DCtx *c) except -1:
-    """The context of one decode by ``p`` before its bytes are set: position 0,
-    the program's caps and budgets, no memoryview yet (the record loop of
-    records.pxi starts every record from one of these)."""
-    c.pos = 0
-    c.max_count = p.cmax_count
-    c.max_bytes = p.cmax_bytes
-    c.bytes_cap = p.cmax_bytes   # a list<u8> run: max_bytes alone bounds it
-    c.zbudget = p.cmax_count
-    c.trusted = p.trusted
-    c.copy = p.copy
-    c.max_copy = U64_MAX if (p.max_copy is None or not p.copy) else _cap(p.max_copy)
-    c.mv = NULL
-    return 0
-
-
-cdef object ctx_run(DecodeProgram p, DCtx *c):
-    """``p``'s value from the ``c.n`` bytes at ``c.d``: the frame, then the
-    value, which must fill them (the caller releases ``c.mv``)."""
-    if p.framed:
-        c.pos = frame_check(c.d, c.n, p.hash_ok, p.hash)
-    if p.top_tensors:
-        return dec_tensors(p.root, c, True)
-    v = dec(p.root, c)
-    if c.pos != c.n:
-        kfail("TRAILING", c.pos, "%d bytes follow the value" % (c.n - c.pos))
-    return v
+    def decode_items(self, buf, at, count, out):
+        """``count`` values back to back from ``at``: see decode_runs.pxi."""
+        return program_decode_items(self, buf, at, count, out)
 
 
 def compile_decoder(plan, frame_hash, trusted, max_count, max_bytes, copy, max_copy=None):

@@ -152,7 +152,7 @@ cdef object raw_names(Dir *st):
 
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
                  uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, int want_table,
-                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1, bint stable=False):
+                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1):
     """Run the steps in order over the directory at ``s``; the table when wanted.
 
     Nothing is allocated before step 5 bounds the descriptor count by the
@@ -180,7 +180,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         step5_fits(&st)
         step6_block(&st)
         step7_padding(&st)
-        read_table(&st, stable)
+        read_table(&st)
         step8a_reserved(&st)
         step8b_heap(&st)
         step8c_utf8(&st)
@@ -194,7 +194,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         basep[0] = st.base
         if want_table == 2:   # the checked copy itself: rows are built when asked for
             return (st.count, bool(st.named),
-                    PyBytes_FromStringAndSize(<const char *>st.tab, <Py_ssize_t>st.want),
+                    PyBytes_FromStringAndSize(<const char *>st.priv, <Py_ssize_t>st.want),
                     raw_names(&st))
         return make_table(&st) if want_table else None
     finally:
@@ -254,11 +254,11 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
     return end, base, count, named, blob, names
 
 
-def check_header(buf, start, max_count, max_bytes):
+def check_header(buf, start, max_count, max_bytes, length=None):
     """Steps 1 to 6 only, from the header at ``start`` and the length of
-    ``buf``: returns the payload base (from ``start``), so a reader that
-    fetches the table knows, before it asks, that the table is within the
-    caps and the buffer."""
+    ``buf`` (or ``length``, when ``buf`` holds only the header): returns the
+    payload base (from ``start``), so a reader that fetches the table knows,
+    before it asks, that the table is within the caps and the buffer."""
     cdef Py_buffer view
     cdef Dir st
     if start < 0 or max_count < 0 or max_bytes < 0:
@@ -268,6 +268,12 @@ def check_header(buf, start, max_count, max_bytes):
         st.b = <const uint8_t *>view.buf
         st.n = view.len
         st.have = view.len
+        if length is not None:
+            if not view.len <= length <= PY_SSIZE_T_MAX:
+                raise ValueError("length must be at least len(buf) and at most 2**63-1")
+            st.n = length
+            if view.len - start >= HEADER_SIZE:   # only the header is read
+                st.have = length
         st.s = start
         st.standalone = True
         st.trusted = False
