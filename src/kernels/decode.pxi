@@ -454,8 +454,9 @@ cdef object dec_tensors(Node nd, DCtx *c, bint standalone):
     cdef Py_ssize_t p = c.pos
     cdef Py_ssize_t end = 0
     cdef uint64_t base = 0
+    # (exact bytes cannot change: the table is checked and read where it is)
     table = vdir(c.d, c.n, p, standalone, c.trusted, c.max_count, c.max_bytes, c.max_copy, True,
-                 &end, &base)
+                 &end, &base, -1, not c.shared)
     mv = ctx_mv(c)
     if _D_ok and nd.hooks is _D_hooks and not c.copy:
         res = view_directory(mv, p + base, <list>table, c.trusted)

@@ -152,7 +152,7 @@ cdef object raw_names(Dir *st):
 
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
                  uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, int want_table,
-                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1):
+                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1, bint stable=False):
     """Run the steps in order over the directory at ``s``; the table when wanted.
 
     Nothing is allocated before step 5 bounds the descriptor count by the
@@ -180,7 +180,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         step5_fits(&st)
         step6_block(&st)
         step7_padding(&st)
-        read_table(&st)
+        read_table(&st, stable)
         step8a_reserved(&st)
         step8b_heap(&st)
         step8c_utf8(&st)
@@ -194,7 +194,7 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         basep[0] = st.base
         if want_table == 2:   # the checked copy itself: rows are built when asked for
             return (st.count, bool(st.named),
-                    PyBytes_FromStringAndSize(<const char *>st.priv, <Py_ssize_t>st.want),
+                    PyBytes_FromStringAndSize(<const char *>st.tab, <Py_ssize_t>st.want),
                     raw_names(&st))
         return make_table(&st) if want_table else None
     finally:
