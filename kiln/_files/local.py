@@ -175,43 +175,6 @@ def file_name(path: Any) -> str:
         else os.fspath(path)
 
 
-def shadow(mm: Any, fd: Optional[int], path: str, meta_cap: int = 1 << 20) -> Any:
-    """A stand-in for the mapping ``mm`` that kiln's open reads instead of it:
-    an anonymous mapping of the same length (no memory is committed for it)
-    holding the file's header and table, read with ``pread``, so that the
-    open's checks never touch a page of the file a truncation could take
-    away (SIGBUS).  ``meta_cap`` more bytes from the table's claimed end are
-    read later by :func:`shadow_fill` for the metadata.  ``mm`` itself where
-    there is no descriptor (a file object's bytes)."""
-    if fd is None or not isinstance(mm, mmap.mmap):
-        return mm
-    import struct
-    from .checksum import pread_exact
-    n = len(mm)
-    out = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE) \
-        if hasattr(mmap, "MAP_ANONYMOUS") else mmap.mmap(-1, n)
-    head = pread_exact(fd, min(n, W.HEADER_SIZE), 0, path)
-    out[:len(head)] = head
-    if len(head) == W.HEADER_SIZE:
-        count, name_bytes = struct.unpack_from("<II", head, W.H_COUNT)
-        end = min(n, W.HEADER_SIZE + W.DESC_SIZE * count + name_bytes + 64)
-        if end > W.HEADER_SIZE:
-            out[W.HEADER_SIZE:end] = pread_exact(fd, end - W.HEADER_SIZE, W.HEADER_SIZE, path)
-    return out
-
-
-def shadow_fill(out: Any, mm: Any, fd: Optional[int], lo: int, hi: int, path: str) -> None:
-    """Bytes ``lo..hi`` of the file into the stand-in ``out`` (read with pread)."""
-    if out is mm or fd is None or hi <= lo:
-        return
-    from .checksum import pread_exact
-    hi = min(hi, len(out))
-    while lo < hi:   # 1 MiB at a time: the memory of a read is bounded, whatever is claimed
-        k = min(1 << 20, hi - lo)
-        out[lo:lo + k] = pread_exact(fd, k, lo, path)
-        lo += k
-
-
 def map_file_fd(path: Any) -> Tuple[Any, Optional[int]]:
     """``map_file(path)`` and a descriptor of the same file for reads with
     ``pread`` (the caller closes it), None for a file object without one."""

@@ -19,7 +19,7 @@ from .. import _wire as W
 
 __all__ = ["Tensor", "TensorDirectory", "element_count", "normalize_tensors", "code_of",
            "raw_names", "rows", "buffer", "payload_base", "directory", "without_last",
-           "tensor_row", "tensor_offset", "tensor_buffer", "payload", "mapping_intact", "over",
+           "tensor_row", "tensor_offset", "tensor_buffer", "payload", "mapping_intact",
            "register_file", "unregister_file"]
 
 
@@ -41,15 +41,6 @@ def payload_base(d: TensorDirectory) -> int:
 def directory(table: Sequence[tuple], buf: Any, base: int, errors: str) -> TensorDirectory:
     """A directory of lazy views of ``buf`` for the checked rows ``table``."""
     return TensorDirectory._from_table(table, buf, base, errors)
-
-
-def over(d: TensorDirectory, buf: Any) -> TensorDirectory:
-    """``d``'s checked rows over another buffer holding the same bytes (a file's
-    mapping, for a directory checked on a copy of its table)."""
-    mv = memoryview(buf)
-    if mv.ndim != 1 or mv.format != "B":
-        mv = mv.cast("B")
-    return TensorDirectory._from_table(d._rows, mv.toreadonly(), d._pb, d._errors)
 
 
 def without_last(d: TensorDirectory) -> TensorDirectory:
