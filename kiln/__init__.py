@@ -28,10 +28,10 @@ from ._tensors import Tensor, TensorDirectory, unpack_nibbles, pack_nibbles, num
 from ._api import (Encoder, Decoder, encode, decode, encode_tensors, decode_tensors,
                    DEFAULT_MAX_COUNT, DEFAULT_MAX_BYTES)
 from ._compat import IMPLEMENTATION
-from ._record import Record
 from . import _dask_hook
 
 if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
+    from ._record import Record
     from ._aliases import (I8, I16, I32, I64, U8, U16, U32, U64, F32, F64, Bool, I8Array,
                            I16Array, I32Array, I64Array, U8Array, U16Array, U32Array, U64Array,
                            F32Array, F64Array, BoolArray)
@@ -66,6 +66,7 @@ _LAZY = {
     "SchemaError": "schema", "schema_from_json": "schema", "to_json_schema": "schema",
     "RecordWriter": "records", "RecordFile": "records", "iter_records": "records",
     "StreamDecoder": "records",
+    "Record": "_record",
     # the annotation aliases (they import numpy.typing)
     **{name: "_aliases" for name in (
         "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "F32", "F64", "Bool", "I8Array",

@@ -205,12 +205,13 @@ report(({"impl": kiln.IMPLEMENTATION, "seen": seen, "mods": mods,
     assert "kiln.schema" in out["seen"]["SchemaError"]
     assert "kiln.records" in out["seen"]["RecordWriter"]
     # kiln.files' writers load their own modules on first use (reading needs none),
-    # and the annotation aliases theirs (with numpy.typing)
+    # and kiln.Record and the annotation aliases theirs (with numpy.typing)
     assert "kiln._files.save" in out["seen"]["save_tensors"]
     assert {k: v for k, v in out["seen"].items() if v} == {
         "save_tensors": out["seen"]["save_tensors"], "SchemaError": out["seen"]["SchemaError"],
         "RecordWriter": out["seen"]["RecordWriter"], "TensorWriter": ["kiln._files.writer"],
-        "save_sharded": ["kiln._files.shardsave"], "I8": ["kiln._aliases"]}
+        "save_sharded": ["kiln._files.shardsave"], "I8": ["kiln._aliases"],
+        "Record": ["kiln._record"]}
     no_dask = [p for p in ("dask", "distributed") if importlib.util.find_spec(p) is None]
     if no_dask:
         assert "kiln-wire[dask]" in out["mods"].pop("dask")
