@@ -50,8 +50,9 @@ def tensor_setup(cls, shaped, py_numpy):
     """Take kiln.Tensor, its whole-element dtypes (the dict itself, which the
     tensor layer extends when ml_dtypes arrives) and its Python numpy(); True
     when tensor_numpy_method and tensors_fill can be used."""
-    global _T_cls, _T_shaped, _T_py, _T_ok
+    global _T_cls, _T_shaped, _T_py, _T_ok, _T_last_code
     _T_ok = False
+    _T_last_code = None   # (shaped_dtype's answer was for the dict before)
     if not _np_fast or KILN_FREE_THREADED or type(shaped) is not dict or \
             cls.__new__ is not object.__new__ or len(TENSOR_SLOTS) != 6:
         return False
@@ -103,6 +104,26 @@ cdef inline uint64_t dt_itemsize(object dt) except? 0:
     return _T_last_size
 
 
+cdef object _T_last_code = None   # the dtype code looked up last (held), its dtype
+cdef object _T_last_shaped = None  # and the size of _T_shaped then
+cdef Py_ssize_t _T_last_n = -1
+
+
+cdef inline object shaped_dtype(object code):
+    """``_T_shaped.get(code)``, the lookup made once for a run of one code.
+    The tensor layer only adds codes to that dict (ml_dtypes' when it
+    arrives; the dtypes of the codes already there are numpy's own, the
+    same objects when computed again), so the answer for a code stays the
+    same while the dict's size does."""
+    global _T_last_code, _T_last_shaped, _T_last_n
+    if code is _T_last_code and PyDict_GET_SIZE(_T_shaped) == _T_last_n:
+        return _T_last_shaped
+    dt = _T_shaped.get(code)
+    if dt is not None:
+        _T_last_code, _T_last_shaped, _T_last_n = code, dt, PyDict_GET_SIZE(_T_shaped)
+    return dt
+
+
 cdef object row_array(object row, object own, object offo):
     """The array over a table row's payload at byte ``offo`` of the held buffer
     ``own``, or None when the Python path must make it."""
@@ -112,7 +133,7 @@ cdef object row_array(object row, object own, object offo):
     cdef HeldBuffer h
     if type(own) is not HeldBuffer or type(row) is not tuple or PyTuple_GET_SIZE(row) != ROW_SIZE:
         return None
-    dt = _T_shaped.get(<object>PyTuple_GET_ITEM(row, R_CODE))
+    dt = shaped_dtype(<object>PyTuple_GET_ITEM(row, R_CODE))
     nbytes = <object>PyTuple_GET_ITEM(row, R_BYTE_LENGTH)
     shape = <object>PyTuple_GET_ITEM(row, R_SHAPE)
     if dt is None or nbytes <= 0 or type(shape) is not tuple or type(offo) is not int:
