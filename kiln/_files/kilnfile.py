@@ -16,7 +16,8 @@ from .._errors import KilnError
 from . import checksum as _checksum
 from .base import (TensorFile, decode_metadata, metadata_place, open_table, read_table_head,
                    row_bound)
-from .local import PayloadChecks, file_name, map_file_fd, unmap
+from .local import PayloadChecks, map_file_fd, unmap
+from .paths import Source, source
 from .tables import (Tensor, TensorDirectory, mapping_intact, register_file, tensor_offset,
                      tensor_row, unregister_file, without_last)
 
@@ -41,7 +42,10 @@ class KilnFile(TensorFile):
     checked when that tensor is first read (``f[name]``, ``f.rows``,
     ``f.tensors()``), so opening costs the table whatever the payloads
     claim.  A bad payload byte is then ``KilnError`` ``TYPE`` at its offset
-    in the file, raised by the read.
+    in the file, raised by the read.  The metadata is read and decoded when
+    first used (``f.metadata``, ``f.checksums``, a verified read), a window
+    of its bytes and a run of its nodes at a time; its faults are raised
+    there.
 
     Args:
         path: a file path or a binary file object.
@@ -82,9 +86,10 @@ class KilnFile(TensorFile):
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
                  max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
-        self.path = file_name(path)
+        src = path if type(path) is Source else source(path)   # resolved once
+        self.path = src.name
         self._names = None
-        mm, fd = map_file_fd(path)
+        mm, fd = map_file_fd(src)
         try:
             # the open's check reads the header and the table with pread, never the
             # mapping: a file truncated meanwhile is EOF, never SIGBUS; the tensors

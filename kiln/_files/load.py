@@ -14,9 +14,9 @@ from .._errors import KilnError
 from . import checksum as _checksum, progress as _progress
 from .base import add_foreign_hint, file_base, split_metadata
 from .kilnfile import KilnFile
-from .local import file_name, map_file, read_owned, unmap
+from .local import map_file, read_owned, unmap
 from .overlap import Overlapped
-from .paths import local_path
+from .paths import Source, source
 from .progress import Progress, ProgressLike
 from .tables import TensorDirectory, mapping_intact, rows
 
@@ -90,14 +90,13 @@ def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
         >>> w.tolist()
         [1.0, 1.0, 1.0, 1.0]
     """
-    path = local_path(path)
-    from .sharded import ShardedFile, is_sharded
-    if is_sharded(path):
-        return ShardedFile(path, **options)
-    remote = _remote(path, options)
-    if remote is not None:
-        return remote
-    return KilnFile(path, **options)
+    src = path if type(path) is Source else source(path)   # resolved once: the layers
+    if src.kind == "set":                                   # below take it as it is
+        from .sharded import ShardedFile
+        return ShardedFile(src.local, **options)
+    if src.kind == "url":
+        return _remote_file(src, options)
+    return KilnFile(src, **options)
 
 
 def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = None,
@@ -143,30 +142,30 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
         >>> kiln.load_tensors("model.kiln", copy=True)[0].numpy().tolist()
         [0, 0]
     """
-    from .sharded import is_sharded
-    if is_sharded(local_path(path)):
+    src = source(path)   # resolved once: the layers below take it as it is
+    if src.kind == "set":
         raise ValueError("%s is a sharded set: open it with kiln.open (one mapping over its "
-                         "shards), or load_tensors each shard" % os.fspath(path))
+                         "shards), or load_tensors each shard" % src.name)
     if progress is not None and progress is not False and not copy:
         raise ValueError("progress= counts the bytes a copy reads: it needs copy=True "
                          "(views read nothing)")
     if into is not None:
         if copy:
             raise ValueError("pass copy=True or into=..., not both")
-        with open(path, verify=verify, **options) as f:
+        with open(src, verify=verify, **options) as f:
             d = f.tensors()
             d.copy_into(into)
             return d
     with _progress.session(progress, "load") as prog:
-        return _load_tensors(path, copy, verify, prog, options)
+        return _load_tensors(src, copy, verify, prog, options)
 
 
-def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
+def _load_tensors(src: Source, copy: bool, verify: bool, prog: Optional[Progress],
                   options: Dict[str, Any]) -> TensorDirectory:
     cap = options.get("max_copy_bytes")
-    remote = _remote(path, dict(options, verify=verify))
-    if remote is not None:
-        with remote as f:   # every payload fetched into memory the directory owns
+    if src.kind == "url":
+        with _remote_file(src, dict(options, verify=verify)) as f:
+            # every payload fetched into memory the directory owns
             if cap is not None:
                 _copy_cap(f, cap)
             d = f.tensors()
@@ -175,31 +174,30 @@ def _load_tensors(path: Any, copy: bool, verify: bool, prog: Optional[Progress],
                 prog.start(n)
                 prog.add(n)
             return d
-    if copy and not hasattr(path, "read") and options.get("max_copy_bytes") is None:
+    if copy and src.kind == "file" and options.get("max_copy_bytes") is None:
         early = Overlapped(options.get("trusted", False),
                            options.get("max_count", W.DEFAULT_MAX_COUNT),
                            options.get("max_bytes", W.DEFAULT_MAX_BYTES)) \
             if verify else None   # the CRCs computed while the file is read
-        owned = read_owned(os.fspath(local_path(path)), prog, early)
-        return _tensors_of(_api.decode_tensors(owned, **options), file_name(path), verify,
+        owned = read_owned(src.local, prog, early)
+        return _tensors_of(_api.decode_tensors(owned, **options), src.name, verify,
                            None if early is None else early.known)
-    if not copy and not hasattr(path, "read"):
+    if not copy and src.kind == "file":
         # views: opened as kiln.open opens (the table and metadata read with pread,
         # every payload's checks and CRC-32 read with pread), never read through
         # the mapping by kiln: a file truncated meanwhile is EOF, never SIGBUS
-        from .kilnfile import KilnFile
-        f = KilnFile(path, verify=verify, **{k: v for k, v in options.items()
-                                            if k in ("trusted", "max_count", "max_bytes")})
+        f = KilnFile(src, verify=verify, **{k: v for k, v in options.items()
+                                           if k in ("trusted", "max_count", "max_bytes")})
         try:
             return f.tensors()
         finally:
             f.close()   # the views keep the mapping
-    mm = map_file(path)
+    mm = map_file(src)
     try:
-        mapping_intact(mm, file_name(path))   # not truncated since it was mapped
+        mapping_intact(mm, src.name)   # not truncated since it was mapped
         d = _api.decode_tensors(mm, copy=copy, **options)
-        mapping_intact(mm, file_name(path))
-        d = _tensors_of(d, file_name(path), verify)
+        mapping_intact(mm, src.name)
+        d = _tensors_of(d, src.name, verify)
         if prog is not None:   # copied by the kernel in one go: reported once
             prog.start(len(mm))
             prog.add(len(mm))
@@ -231,8 +229,8 @@ def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
         >>> kiln.load_metadata("model.kiln")
         {'lr': 0.5}
     """
-    remote = _remote(path, {})
-    with remote if remote is not None else KilnFile(path) as f:
+    src = source(path)   # resolved once
+    with _remote_file(src, {}) if src.kind == "url" else KilnFile(src) as f:
         return f.metadata
 
 
@@ -248,16 +246,12 @@ def _copy_cap(f: Any, cap: Any) -> None:
                             % (f.path, n, cap))
 
 
-def _remote(path: Any, options: Dict[str, Any]) -> Any:
-    """A :class:`kiln.remote.RemoteFile` when ``path`` is an fsspec URL, else None."""
-    if isinstance(path, str) and "://" in path:
-        from .paths import is_url
-        if is_url(path):
-            from .remote import RemoteFile
-            options = dict(options)
-            options.pop("max_copy_bytes", None)
-            return RemoteFile(path, **options)
-    return None
+def _remote_file(src: Source, options: Dict[str, Any]) -> Any:
+    """The :class:`kiln.remote.RemoteFile` of a URL (its reader imported now)."""
+    from .remote import RemoteFile
+    options = dict(options)
+    options.pop("max_copy_bytes", None)
+    return RemoteFile(src.given, **options)
 
 
 @overload
@@ -302,7 +296,7 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
         [1.5, 2.5]
     """
     from . import padded as _padded
-    mm = map_file(path)
+    mm = map_file(source(path))   # resolved once
     try:
         # caps the caller left unset grow to the file's size (_api._file_caps)
         options = _api._file_caps(len(mm), type, options)

@@ -29,7 +29,7 @@ import numpy as np
 from .. import _compat
 from .. import _wire as W
 from .._errors import KilnError
-from .paths import local_path
+from .paths import Source, source
 from .progress import STEP, Progress
 from .tables import element_count, tensor_buffer, tensor_offset, tensor_row
 
@@ -171,21 +171,25 @@ class PayloadChecks:
 # --- mapping a file ------------------------------------------------------------
 
 def file_name(path: Any) -> str:
+    if type(path) is Source:
+        return path.name
     return str(getattr(path, "name", "<file object>")) if hasattr(path, "read") \
         else os.fspath(path)
 
 
 def map_file_fd(path: Any) -> Tuple[Any, Optional[int]]:
     """``map_file(path)`` and a descriptor of the same file for reads with
-    ``pread`` (the caller closes it), None for a file object without one."""
-    if hasattr(path, "read"):
+    ``pread`` (the caller closes it), None for a file object without one.
+    ``path``: a :class:`Source` (taken as resolved), or what it resolves."""
+    src = path if type(path) is Source else source(path)
+    if src.kind == "object":
         try:
-            fd = path.fileno()
+            fd = src.given.fileno()
         except (AttributeError, OSError, ValueError):
-            return map_file(path), None
-        mm = map_fd(fd, file_name(path))
+            return map_file(src), None
+        mm = map_fd(fd, src.name)
         return mm, os.dup(fd)
-    p = os.fspath(local_path(path))
+    p = src.local if src.local is not None else src.given
     fd = open_regular(p)
     try:
         return map_fd(fd, p), fd
@@ -197,17 +201,19 @@ def map_file_fd(path: Any) -> Tuple[Any, Optional[int]]:
 def map_file(path: Any) -> Any:
     """A copy-on-write mapping of ``path`` (or of a binary file object's file;
     a file object without one is read into memory); clear errors naming the
-    path.  Everything kiln hands out over it is read-only (see map_fd)."""
-    if hasattr(path, "read"):
+    path.  Everything kiln hands out over it is read-only (see map_fd).
+    ``path``: a :class:`Source` (taken as resolved), or what it resolves."""
+    src = path if type(path) is Source else source(path)
+    if src.kind == "object":
         try:
-            fd = path.fileno()
+            fd = src.given.fileno()
         except (AttributeError, OSError, ValueError):
-            data = path.read()
+            data = src.given.read()
             if not data:
-                raise KilnError("EOF", 0, "%s is empty" % file_name(path))
+                raise KilnError("EOF", 0, "%s is empty" % src.name)
             return data
-        return map_fd(fd, file_name(path))
-    p = os.fspath(local_path(path))
+        return map_fd(fd, src.name)
+    p = src.local if src.local is not None else src.given
     fd = open_regular(p)   # FileNotFoundError, IsADirectoryError, PermissionError, NotAFile
     try:
         return map_fd(fd, p)

@@ -1,13 +1,16 @@
-"""Local paths given as ``file://`` URLs, and files in other formats told apart.
+"""What a path names, resolved once; local paths given as ``file://`` URLs;
+files in other formats told apart.
 
-``local_path`` turns a ``file://`` URL into the path it names, so every
-function that takes a path takes one.  ``foreign`` names the format of a
+``source`` resolves a path, URL or file object once into a :class:`Source`
+that the file layers take.  ``local_path`` turns a ``file://`` URL into the
+path it names, so every function that takes a path takes one.  ``foreign`` names the format of a
 file that is not Kiln (from its first bytes), so errors can say what the
 file is and how to convert it.
 """
 
+import os
 import struct
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 
 def is_url(path: Any) -> bool:
@@ -32,6 +35,64 @@ def local_path(path: Any) -> Any:
         raise ValueError("%s names the host %r: a file:// URL must name a local file"
                          % (path, u.netloc))
     return url2pathname(u.path)
+
+
+class Source:
+    """What a path, a URL or a binary file object names, resolved once by
+    :func:`source`: ``kiln.open``, ``load_tensors``, ``load_metadata`` and
+    ``load`` resolve their argument into one of these and hand it to the
+    layers below (the sharded check, :class:`kiln.KilnFile`, the mapping of
+    ``kiln._files.local``, the remote reader), which take it as it is.
+
+    ``kind``: ``"file"`` (a local path: ``local`` is it, a ``file://`` URL
+    decoded), ``"set"`` (a sharded set's index or folder: ``local`` is its
+    path, or its index's URL), ``"url"`` (an fsspec URL) or ``"object"`` (a
+    binary file object);
+    ``given`` is what the caller passed, ``name`` what messages call it."""
+
+    __slots__ = ("given", "kind", "local", "name")
+
+    def __init__(self, given: Any, kind: str, local: Any, name: str) -> None:
+        self.given, self.kind, self.local, self.name = given, kind, local, name
+
+    def __repr__(self) -> str:
+        return "<kiln source %s %r>" % (self.kind, self.name)
+
+
+def source(path: Any) -> Source:
+    """``path`` resolved once (a :class:`Source` is returned as it is)."""
+    if type(path) is Source:
+        return path
+    if hasattr(path, "read"):
+        return Source(path, "object", None, str(getattr(path, "name", "<file object>")))
+    if is_url(path):   # an index's URL is a set (the set reads its URL)
+        return Source(path, "set", path, path) if is_sharded(path) else \
+            Source(path, "url", None, path)
+    local = os.fspath(local_path(path))
+    return Source(path, "set" if is_sharded(local) else "file", local, os.fspath(path))
+
+
+def url_parts(url: str) -> Tuple[str, str]:
+    """(the URL without its query or fragment, the ``?query`` kept for each shard)."""
+    cut = min([i for i in (url.find("?"), url.find("#")) if i >= 0] or [len(url)])
+    return url[:cut], url[cut:].split("#", 1)[0]
+
+
+def is_index_name(path: str) -> bool:
+    """Does ``path`` (a path or a URL, its query aside) name a set's index?"""
+    return (url_parts(path)[0] if "://" in path else path).endswith(".index.json")
+
+
+def is_sharded(path: Any) -> bool:
+    """Does ``kiln.open(path)`` name a sharded set (an index or a folder)?"""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    p = os.fspath(path)
+    if isinstance(p, bytes):
+        return False
+    if is_index_name(p):
+        return True
+    return "://" not in p and os.path.isdir(p)
 
 
 FOREIGN_HEAD = 16   # the bytes of a file's start that foreign() looks at

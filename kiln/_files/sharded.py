@@ -42,6 +42,7 @@ from .. import _meta
 from .. import _wire as W
 from .._errors import KilnError
 from .tables import Tensor
+from .paths import is_index_name, is_sharded, url_parts   # (re-exported: the set module's names)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -135,17 +136,6 @@ def _decodes(name: str) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def url_parts(url: str) -> Tuple[str, str]:
-    """(the URL without its query or fragment, the ``?query`` kept for each shard)."""
-    cut = min([i for i in (url.find("?"), url.find("#")) if i >= 0] or [len(url)])
-    return url[:cut], url[cut:].split("#", 1)[0]
-
-
-def is_index_name(path: str) -> bool:
-    """Does ``path`` (a path or a URL, its query aside) name a set's index?"""
-    return (url_parts(path)[0] if "://" in path else path).endswith(".index.json")
 
 
 def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_MAX_COUNT
@@ -306,18 +296,6 @@ def find_index(folder: str, suffix: str = KILN_INDEX) -> str:
         raise IsADirectoryError("%s is a folder holding no *%s index%s" % (folder, suffix, hint))
     raise ValueError("%s holds %d *%s indexes (%s): open one of them"
                      % (folder, len(found), suffix, ", ".join(found)))
-
-
-def is_sharded(path: Any) -> bool:
-    """Does ``kiln.open(path)`` name a sharded set (an index or a folder)?"""
-    if not isinstance(path, (str, os.PathLike)):
-        return False
-    p = os.fspath(path)
-    if isinstance(p, bytes):
-        return False
-    if is_index_name(p):
-        return True
-    return "://" not in p and os.path.isdir(p)
 
 
 # --- reading ---------------------------------------------------------------
