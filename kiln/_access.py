@@ -21,6 +21,7 @@ import numpy as np
 from ._compat import COMPILED_TENSOR_LAYER
 from ._tensors.dtypes import _dtype_code_of_numpy
 from ._tensors.tensor import dtype_label
+from ._lazy import attribute
 from ._pread import read_exactly
 from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, foreign_hint, is_url, local_path
@@ -42,13 +43,7 @@ _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
 
 
 def __getattr__(name: str) -> Any:
-    import importlib
-    where = _LATER.get(name)
-    if where is None:
-        raise AttributeError("module 'kiln._access' has no attribute %r" % name)
-    value = getattr(importlib.import_module(where, __package__), name)
-    globals()[name] = value   # once: later lookups are plain attribute reads
-    return value
+    return attribute(globals(), _LATER, name)
 
 
 __all__ = ["AtomicFile", "read_exactly", "write_payload", "progress_session", "check_progress", "local_path", "is_url",

@@ -28,6 +28,7 @@ docs/architecture.md); this module is its public face.
 from typing import TYPE_CHECKING, Any, List
 
 from ._files.kilnfile import KilnFile
+from ._lazy import attribute
 from ._files.load import load, load_metadata, load_tensors, open  # noqa: A004
 from ._files.sharded import ShardedFile
 
@@ -46,13 +47,7 @@ __all__ = ["save_tensors", "load_tensors", "load_metadata", "save", "load", "ope
 
 
 def __getattr__(name: str) -> Any:
-    import importlib
-    where = _WRITERS.get(name)
-    if where is None:
-        raise AttributeError("module 'kiln.files' has no attribute %r" % name)
-    value = getattr(importlib.import_module(where, __package__), name)
-    globals()[name] = value   # once: later lookups are plain attribute reads
-    return value
+    return attribute(globals(), _WRITERS, name)
 
 
 def __dir__() -> List[str]:

@@ -2,7 +2,8 @@
 
 ``kiln/cli.py``'s ``main`` builds it for every command line but the bare
 ``kiln inspect FILE`` and ``kiln check FILE``, which go to their command
-without it (argparse, gettext and locale are a fifth of a start-up).
+without it (argparse, gettext, locale and the parser are about a quarter of
+what such a command adds to ``import numpy``).
 """
 
 import argparse
@@ -120,36 +121,37 @@ def _add_demo(sub: Any) -> None:
     c.set_defaults(fn=RUNNERS["demo"])
 
 
-def _add_inspect(sub: Any) -> None:
-    raw = _RawFormatter
-    c = sub.add_parser("inspect", help="what a file is: header, tensor table, metadata",
-                       description=INSPECT, formatter_class=raw)
+def _file_command(sub: Any, name: str, summary: str, description: str, type_help: str,
+                  option: str, option_help: str, recover_help: str) -> None:
+    """``kiln inspect`` or ``kiln check``: FILE, --type, the command's own flag,
+    --recover."""
+    c = sub.add_parser(name, help=summary, description=description,
+                       formatter_class=_RawFormatter)
     c.add_argument("file", help=FILE_HELP)
-    c.add_argument("--type", metavar="TEXT",
-                   help="the type text to decode a record (a bare or framed value) as; for a "
-                        "record file (.kilnr), the type its records are checked against")
-    c.add_argument("--json", action="store_true",
-                   help="the report as JSON on stdout (for scripts)")
-    c.add_argument("--recover", action="store_true",
-                   help="a torn record file (a writer killed or failed): report its "
-                        "complete records and where they end")
-    c.set_defaults(fn=RUNNERS["inspect"])
+    c.add_argument("--type", metavar="TEXT", help=type_help)
+    c.add_argument(option, action="store_true", help=option_help)
+    c.add_argument("--recover", action="store_true", help=recover_help)
+    c.set_defaults(fn=RUNNERS[name])
+
+
+def _add_inspect(sub: Any) -> None:
+    _file_command(
+        sub, "inspect", "what a file is: header, tensor table, metadata", INSPECT,
+        "the type text to decode a record (a bare or framed value) as; for a record file "
+        "(.kilnr), the type its records are checked against",
+        "--json", "the report as JSON on stdout (for scripts)",
+        "a torn record file (a writer killed or failed): report its complete records and "
+        "where they end")
 
 
 def _add_check(sub: Any) -> None:
-    raw = _RawFormatter
-    c = sub.add_parser("check", help="exit 0 when the file is valid",
-                       description=CHECK, formatter_class=raw)
-    c.add_argument("file", help=FILE_HELP)
-    c.add_argument("--type", metavar="TEXT",
-                   help="check as a value of this type text (a record); for a record file "
-                        "(.kilnr), also decode every record as it")
-    c.add_argument("--framed", action="store_true",
-                   help="with --type: the value has the 16-byte frame (magic and type hash)")
-    c.add_argument("--recover", action="store_true",
-                   help="a torn record file: check its complete records, say where they "
-                        "end (the exit status is still 1: the file is torn)")
-    c.set_defaults(fn=RUNNERS["check"])
+    _file_command(
+        sub, "check", "exit 0 when the file is valid", CHECK,
+        "check as a value of this type text (a record); for a record file (.kilnr), also "
+        "decode every record as it",
+        "--framed", "with --type: the value has the 16-byte frame (magic and type hash)",
+        "a torn record file: check its complete records, say where they end (the exit "
+        "status is still 1: the file is torn)")
 
 
 def _add_convert(sub: Any) -> None:
