@@ -80,9 +80,16 @@ def _copy(src: np.ndarray, dst: np.ndarray) -> None:
         np.copyto(dst, src, casting="no")
         return
     from ._pread import read_exactly
-    fd, at, name = where
-    read_exactly(fd, memoryview(dst.reshape(-1).view(np.uint8)), at, name,
-                 "a payload being copied")
+    shared, at, name = where
+    fd = shared.hold()   # a close meanwhile waits for this read
+    if fd is None:   # the file was closed: the view's mapping, as for any view
+        np.copyto(dst, src, casting="no")
+        return
+    try:
+        read_exactly(fd, memoryview(dst.reshape(-1).view(np.uint8)), at, name,
+                     "a payload being copied")
+    finally:
+        shared.drop()
 
 
 def copy_one(t: Any, obj: Any) -> None:

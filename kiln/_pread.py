@@ -3,11 +3,12 @@ behind every read of an open file that must never touch its mapping (payload
 checks and CRC-32s, ``copy_into``, record files, the torch loaders)."""
 
 import os
-from typing import Any
+import threading
+from typing import Any, Optional
 
 from ._errors import KilnError
 
-__all__ = ["read_exactly"]
+__all__ = ["read_exactly", "SharedFd"]
 
 
 def read_exactly(fd: int, view: Any, at: int, path: str, what: str) -> None:
@@ -23,3 +24,45 @@ def read_exactly(fd: int, view: Any, at: int, path: str, what: str) -> None:
             raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
                             "byte %d, before the end of %s" % (path, end, what))
         done += got
+
+
+class SharedFd:
+    """A file's descriptor shared by its readers: ``close()`` closes it only
+    once the reads that hold it are done, so a read in one thread never
+    meets a descriptor another thread closed (``EBADF``), nor one the system
+    has since handed to another file (a read of the wrong bytes)."""
+
+    __slots__ = ("_fd", "_users", "_closing", "_lock", "__weakref__")
+
+    def __init__(self, fd: int) -> None:
+        self._fd: Optional[int] = fd
+        self._users = 0
+        self._closing = False
+        self._lock = threading.Lock()
+
+    def hold(self) -> Optional[int]:
+        """The descriptor, held until :meth:`drop` (None once closing)."""
+        with self._lock:
+            if self._closing:
+                return None
+            self._users += 1
+            return self._fd
+
+    def drop(self) -> None:
+        with self._lock:
+            self._users -= 1
+            fd = self._fd if self._closing and not self._users else None
+            if fd is not None:
+                self._fd = None
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close now, or when the last read that holds it is done (once)."""
+        with self._lock:
+            self._closing = True
+            fd = self._fd if not self._users else None
+            if fd is not None:
+                self._fd = None
+        if fd is not None:
+            os.close(fd)

@@ -89,10 +89,19 @@ def writer(folder, rounds):
 
 def close_under_readers(folder, rounds):
     """Threads reading a tensor while another closes the file: arrays handed
-    out stay valid, reads after the close raise ValueError, nothing crashes."""
+    out stay valid, reads after the close raise ValueError, nothing crashes.
+    Every other round the file records checksums, so a read first decodes the
+    metadata and sums the payload with pread on the descriptor the close
+    closes (once no read holds it: never EBADF, never another file's bytes)."""
+    for k in range(rounds):
+        _close_under_readers(folder, 1, checksum=bool(k % 2))
+
+
+def _close_under_readers(folder, rounds, checksum):
     p = os.path.join(folder, "c.kiln")
     a = np.arange(1 << 14, dtype=np.float32)
-    kiln.save_tensors(p, {"a": a, "b": np.ones(8, np.int8)}, metadata={"m": 1})
+    kiln.save_tensors(p, {"a": a, "b": np.ones(8, np.int8)}, metadata={"m": 1},
+                      checksum=checksum)
     total = float(a.sum())
     for _ in range(rounds):
         f = kiln.open(p)

@@ -92,3 +92,27 @@ def test_every_read_of_a_truncated_file_is_eof_never_sigbus(tmp_path, pure):
     assert len(results) == 3 * 7 + 3 * 3
     wrong = [x for x in results if x[2:] != ["EOF", True]]
     assert wrong == []
+
+
+def test_a_shared_descriptor_closes_once_the_reads_holding_it_end(tmp_path):
+    """kiln._pread.SharedFd: close() while a read holds the descriptor leaves it
+    open for that read and closes it at its drop; no hold after the close."""
+    import os
+    from kiln._pread import SharedFd
+    p = tmp_path / "f"
+    p.write_bytes(b"abc")
+    h = SharedFd(os.open(p, os.O_RDONLY))
+    fd = h.hold()
+    h.close()
+    assert os.pread(fd, 3, 0) == b"abc"   # still this file's descriptor
+    assert h.hold() is None
+    h.drop()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    h.close()   # again: nothing
+    h2 = SharedFd(os.open(p, os.O_RDONLY))
+    fd2 = h2.hold()
+    h2.drop()
+    h2.close()   # no read holds it: closed now
+    with pytest.raises(OSError):
+        os.fstat(fd2)

@@ -5,14 +5,16 @@ file, or leaving its ``with`` block, while views live never raises and never
 unmaps under them; the mapping goes when the last view goes.
 """
 
+import contextlib
 import os
 import threading
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import _wire as W
 from .._errors import KilnError
+from .._pread import SharedFd
 from . import checksum as _checksum
 from .base import (TensorFile, decode_metadata, metadata_place, open_table, read_table_head,
                    row_bound)
@@ -112,13 +114,14 @@ class KilnFile(TensorFile):
         # kiln's own reads of the payloads (their checks, their CRC-32s) go
         # through this descriptor with pread, never through the mapping: a
         # file truncated under them is EOF, never SIGBUS
-        self._fd = fd
+        # (shared by the readers: close() closes it once the reads holding it end)
+        self._fd = None if fd is None else SharedFd(fd)
         self._fd_done: Any = None
-        if fd is not None:
-            register_file(mm, fd, self.path)   # copy_into reads through fd while open
+        if self._fd is not None:
+            register_file(mm, self._fd, self.path)   # copy_into reads through it while open
             import weakref   # a file never closed closes its descriptor when it goes
-            self._fd_done = weakref.finalize(self, os.close, fd)
-        self._checks = PayloadChecks(end, fd, self.path)
+            self._fd_done = weakref.finalize(self, self._fd.close)
+        self._checks = PayloadChecks(end, self._fd, self.path)
         self._mm: Any = mm
         self._verify = verify is None or bool(verify)   # whole reads compared
         self._verify_rows = bool(verify)                 # rows() reads the whole tensor
@@ -139,7 +142,7 @@ class KilnFile(TensorFile):
     def _metadata(self) -> Tuple[Optional[Dict[str, Any]], Optional[bytes]]:
         got = self._meta
         if got is _UNSET:
-            with self._meta_lock:   # close() waits for a read in progress
+            with self._meta_lock:   # read and decoded once
                 got = self._meta
                 if got is _UNSET:
                     if self._dir is None:
@@ -154,14 +157,14 @@ class KilnFile(TensorFile):
         if place is None:
             return None, None
         at, n = place
-        fd = self._fd
-        if fd is None:   # the bytes of a file object without a descriptor
+        if self._fd is None:   # the bytes of a file object without a descriptor
             with memoryview(self._mm)[at:at + n] as blob:
                 return decode_metadata(lambda a, k: blob[a:a + k], n, at, self._count - 1,
                                        self.path)
         self._intact()
-        return decode_metadata(lambda a, k: _pread_bytes(fd, k, at + a, self.path), n, at,
-                               self._count - 1, self.path)
+        with _held(self._fd, self.path) as fd:
+            return decode_metadata(lambda a, k: _pread_bytes(fd, k, at + a, self.path), n, at,
+                                   self._count - 1, self.path)
 
     def _intact(self) -> None:
         """``EOF`` when the file is now shorter than when it was opened: kiln's
@@ -190,7 +193,8 @@ class KilnFile(TensorFile):
         if self._fd is None:   # bytes of a file object without a descriptor
             _checksum.check(sums, i, t.data, t.name, at, self.path)
             return
-        got = _checksum.crc_of_range(self._fd, at, t.nbytes, self.path)
+        with _held(self._fd, self.path) as fd:
+            got = _checksum.crc_of_range(fd, at, t.nbytes, self.path)
         _checksum.compare(sums, i, got, t.name, at, self.path)
 
     def __getitem__(self, name: Any) -> Tensor:
@@ -278,10 +282,8 @@ class KilnFile(TensorFile):
         if mm is not None:
             unregister_file(mm)
             unmap(mm)
-        with self._meta_lock:   # after a metadata read in progress, before the next
-            self._fd = None
-            if self._fd_done is not None:
-                self._fd_done()   # os.close, once
+        if self._fd_done is not None:
+            self._fd_done()   # closed once, when no read holds it any more
 
     def __repr__(self) -> str:
         d = self._dir
@@ -289,6 +291,19 @@ class KilnFile(TensorFile):
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
+
+
+@contextlib.contextmanager
+def _held(shared: SharedFd, path: str) -> Iterator[int]:
+    """The shared descriptor, held for a read (``ValueError`` once the file is
+    closed): a close meanwhile waits for the read to end before closing it."""
+    fd = shared.hold()
+    if fd is None:
+        raise ValueError("%s is closed" % path)
+    try:
+        yield fd
+    finally:
+        shared.drop()
 
 
 def _pread_bytes(fd: int, n: int, at: int, path: str) -> bytes:

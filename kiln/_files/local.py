@@ -121,10 +121,10 @@ class PayloadChecks:
 
     __slots__ = ("block_end", "done", "fd", "path")
 
-    def __init__(self, block_end: int, fd: Optional[int] = None, path: str = "") -> None:
+    def __init__(self, block_end: int, fd: Any = None, path: str = "") -> None:
         self.block_end = block_end
         self.done: Set[int] = set()   # byte offsets of the payloads checked
-        self.fd, self.path = fd, path  # a file's descriptor: its bytes read with pread
+        self.fd, self.path = fd, path  # a file's SharedFd: its bytes read with pread
 
     def tensor(self, t: Any) -> Any:
         """``t`` (a Tensor of the directory) once its payload is checked."""
@@ -159,7 +159,13 @@ class PayloadChecks:
             if hi is None and code != W.DTYPE_BOOL and code not in W.PACKED:
                 lo = max(lo, nbytes)   # only the gap after such a payload has rules
             from .checksum import pread_exact
-            piece = pread_exact(self.fd, max(0, end - at - lo), at + lo, self.path)
+            fd = self.fd.hold()   # a close meanwhile waits for this read
+            if fd is None:
+                raise ValueError("%s is closed" % self.path)
+            try:
+                piece = pread_exact(fd, max(0, end - at - lo), at + lo, self.path)
+            finally:
+                self.fd.drop()
             _compat.kernels.check_payload(piece, lo, code, element_count(row[W.R_SHAPE]),
                                           nbytes, at)
             return

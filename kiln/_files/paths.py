@@ -48,7 +48,8 @@ class Source:
     decoded), ``"set"`` (a sharded set's index or folder: ``local`` is its
     path, or its index's URL), ``"url"`` (an fsspec URL) or ``"object"`` (a
     binary file object);
-    ``given`` is what the caller passed, ``name`` what messages call it."""
+    ``given`` is what the caller passed; ``name`` is what messages (and a
+    file's ``path``) call it: a local file's path, a ``file://`` URL decoded."""
 
     __slots__ = ("given", "kind", "local", "name")
 
@@ -69,7 +70,8 @@ def source(path: Any) -> Source:
         return Source(path, "set", path, path) if is_sharded(path) else \
             Source(path, "url", None, path)
     local = os.fspath(local_path(path))
-    return Source(path, "set" if is_sharded(local) else "file", local, os.fspath(path))
+    return Source(path, "set" if is_sharded(local) else "file", local,
+                  local if isinstance(local, str) else os.fsdecode(local))
 
 
 def url_parts(url: str) -> Tuple[str, str]:

@@ -181,7 +181,7 @@ def unregister_file(mm):
 
 
 def file_source(arr):
-    """(descriptor, file offset, name) of the bytes of array ``arr`` when they
+    """(the file's SharedFd, file offset, name) of the bytes of array ``arr`` when they
     are a view of a registered file's mapping, else None."""
     import mmap
     obj, start = arr, None
