@@ -9,9 +9,10 @@ module of kiln (``tests/test_house.py`` checks it).
 
 Importing it loads what reading a local file needs from the files floor
 (``kiln/_files/``); the writers' names (``AtomicFile``, ``write_payload``, a
-set's ``write_index``, ``old_shards``, ``fresh_names``, ``drop_shards``) load
-their modules on first use, so ``kiln inspect`` and ``kiln check`` never load
-them.  Never a remote reader or an optional package.
+set's ``write_index``, ``old_shards``, ``fresh_names``, ``drop_shards``) and a
+set's index helpers load their modules on first use, so ``kiln inspect`` and
+``kiln check`` of a file never load them.  Never a remote reader or an
+optional package.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -28,18 +29,20 @@ from ._files.paths import FOREIGN_HEAD, foreign_hint, is_url, local_path
 from ._files.progress import make as check_progress, session as progress_session
 from ._files.padded import value_start
 from ._files.tables import tensor_offset, tensor_row
-from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
-                             strict_json)
 
 if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
     from ._files.atomic import AtomicFile
     from ._files.save import write_payload
     from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
+    from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
+                                 strict_json)
 
-# the writers' names, {name: module}, imported on first use (PEP 562)
+# the writers' and the sets' names, {name: module}, imported on first use (PEP 562)
 _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
           "drop_shards": "._files.shardsave", "fresh_names": "._files.shardsave",
-          "old_shards": "._files.shardsave", "write_index": "._files.shardsave"}
+          "old_shards": "._files.shardsave", "write_index": "._files.shardsave",
+          **{name: "._files.sharded" for name in ("KILN_INDEX", "ST_INDEX", "check_shard",
+                                                 "parse_index", "read_index", "strict_json")}}
 
 
 def __getattr__(name: str) -> Any:

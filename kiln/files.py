@@ -30,25 +30,26 @@ from typing import TYPE_CHECKING, Any, List
 from ._files.kilnfile import KilnFile
 from ._lazy import attribute
 from ._files.load import load, load_metadata, load_tensors, open  # noqa: A004
-from ._files.sharded import ShardedFile
 
 if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
     from ._files.save import save, save_tensors
+    from ._files.sharded import ShardedFile
     from ._files.shardsave import save_sharded
     from ._files.writer import TensorWriter
 
-# the writers, {name: module}, imported on first use (PEP 562): reading a file
-# (kiln.open, kiln inspect, kiln check) loads none of them
-_WRITERS = {"save": "._files.save", "save_tensors": "._files.save",
-            "save_sharded": "._files.shardsave", "TensorWriter": "._files.writer"}
+# the writers and sets, {name: module}, imported on first use (PEP 562): reading
+# a file (kiln.open, kiln inspect, kiln check) loads none of them
+_LATER = {"save": "._files.save", "save_tensors": "._files.save",
+          "save_sharded": "._files.shardsave", "TensorWriter": "._files.writer",
+          "ShardedFile": "._files.sharded"}
 
 __all__ = ["save_tensors", "load_tensors", "load_metadata", "save", "load", "open", "KilnFile",
            "TensorWriter", "save_sharded", "ShardedFile"]
 
 
 def __getattr__(name: str) -> Any:
-    return attribute(globals(), _WRITERS, name)
+    return attribute(globals(), _LATER, name)
 
 
 def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_WRITERS))
+    return sorted(set(globals()) | set(_LATER))

@@ -204,14 +204,15 @@ report(({"impl": kiln.IMPLEMENTATION, "seen": seen, "mods": mods,
     assert "kiln.files" in out["seen"]["save_tensors"]     # the first name of each part
     assert "kiln.schema" in out["seen"]["SchemaError"]
     assert "kiln.records" in out["seen"]["RecordWriter"]
-    # kiln.files' writers load their own modules on first use (reading needs none),
+    # kiln.files' writers and sets load their own modules on first use (reading a
+    # file needs none),
     # and kiln.Record and the annotation aliases theirs (with numpy.typing)
     assert "kiln._files.save" in out["seen"]["save_tensors"]
     assert {k: v for k, v in out["seen"].items() if v} == {
         "save_tensors": out["seen"]["save_tensors"], "SchemaError": out["seen"]["SchemaError"],
         "RecordWriter": out["seen"]["RecordWriter"], "TensorWriter": ["kiln._files.writer"],
-        "save_sharded": ["kiln._files.shardsave"], "I8": ["kiln._aliases"],
-        "Record": ["kiln._record"]}
+        "save_sharded": ["kiln._files.sharded", "kiln._files.shardsave"],
+        "I8": ["kiln._aliases"], "Record": ["kiln._record"]}
     no_dask = [p for p in ("dask", "distributed") if importlib.util.find_spec(p) is None]
     if no_dask:
         assert "kiln-wire[dask]" in out["mods"].pop("dask")
@@ -255,9 +256,9 @@ def test_the_command_line_loads_what_its_command_needs(tmp_path, impl, argv):
                                                        "kiln._cli", "kiln._access")]
     watched += ["kiln.remote", "kiln._files.remote", "kiln._files.fetch", "http.client",
                 "kiln._cli.demo", "kiln._cli.cases", "kiln.convert"]
-    # nor the writers, the record commands, or shutil (argparse's width) (issue 52)
+    # nor the writers, the sets, the record commands, or shutil (issue 52)
     watched += ["kiln._files.save", "kiln._files.writer", "kiln._files.atomic",
-                "kiln._files.shardsave", "kiln._cli.records", "shutil"]
+                "kiln._files.shardsave", "kiln._files.sharded", "kiln._cli.records", "shutil"]
     out = _child(impl, r"""
 import runpy, io, contextlib
 sys.argv = ["kiln"] + %r + [%r]
