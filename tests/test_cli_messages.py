@@ -266,3 +266,19 @@ def test_refused_annotations_say_what_to_write_instead(ann, hint):
     with pytest.raises(TypeError) as e:
         kiln.as_type(C)
     assert hint in str(e.value), str(e.value)
+
+
+def test_check_of_a_saved_record_without_its_type_says_so(tmp_path, kernels):
+    # a framed record (with kiln.save's pad head, and without): the frame names the type by
+    # hash only, so the value cannot be checked without --type: a usage error that says so
+    p = tmp_path / "rec.kiln"
+    kiln.save(p, {"id": 1, "x": {"w": np.ones(3, np.float32)}}, "struct{id:i64,x:tensors,}")
+    q = tmp_path / "list.kiln"
+    kiln.save(q, [1, 2], "list<i64>")
+    for f in (p, q):
+        code, out, err = run("check", str(f), kernels=kernels)
+        assert code == 2, (code, out, err)
+        line = one_line(err)
+        assert "framed record" in line and "--type" in line and "neither" not in line
+    code, out, err = run("check", str(q), "--type", "list<i64>", kernels=kernels)
+    assert code == 0 and "valid" in out

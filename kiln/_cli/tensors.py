@@ -138,6 +138,10 @@ def cmd_check(args: Any) -> int:
                 f.metadata        # a URL: its metadata fetched and checked too
                 sums = f.checksums
             done = _check_words(len(d), sums is not None)
+        elif what == "framed":   # its frame names a type by hash only: the value needs the type
+            raise Fail("%s is a framed record (kiln inspect shows its schema hash): kiln check "
+                       "needs its type to check the value: pass --type TEXT" % args.file,
+                       EXIT_USAGE)
         else:
             raise Fail(NOT_KILN % args.file, EXIT_INVALID)
     except kiln.KilnError as e:
