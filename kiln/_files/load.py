@@ -15,7 +15,6 @@ from . import checksum as _checksum, progress as _progress
 from .base import add_foreign_hint, file_base, split_metadata
 from .kilnfile import KilnFile
 from .local import map_file, read_owned, unmap
-from .overlap import Overlapped
 from .paths import Source, source
 from .progress import Progress, ProgressLike
 from .tables import TensorDirectory, mapping_intact, rows
@@ -175,6 +174,7 @@ def _load_tensors(src: Source, copy: bool, verify: bool, prog: Optional[Progress
                 prog.add(n)
             return d
     if copy and src.kind == "file" and options.get("max_copy_bytes") is None:
+        from .overlap import Overlapped   # (only a copying load sums while it reads)
         early = Overlapped(options.get("trusted", False),
                            options.get("max_count", W.DEFAULT_MAX_COUNT),
                            options.get("max_bytes", W.DEFAULT_MAX_BYTES)) \
