@@ -98,7 +98,8 @@ class Kernels(Protocol):
                       number: int, verify: bool, cap: int, ocrc: int, out: List[Any],
                       budget: Optional[List[int]] = None) -> Tuple[int, int, int]: ...
 
-    def encode_record(self, program: EncodeProgram, value: Any, base: int = -1) -> bytes: ...
+    def encode_record(self, program: EncodeProgram, value: Any, base: int = -1,
+                      crc: bool = True) -> bytes: ...
 
     def encode_records(self, program: EncodeProgram, values: Iterator[Any], room: int,
                        limit: int, offsets: Any,

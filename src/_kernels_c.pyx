@@ -124,6 +124,7 @@ cdef extern from "Python.h":
     char *PyBytes_AS_STRING(PyObject *o)
     Py_ssize_t PyBytes_GET_SIZE(PyObject *o)
     int _PyBytes_Resize(PyObject **o, Py_ssize_t n) except -1
+    void Py_SET_SIZE(PyObject *o, Py_ssize_t n)
     bint PyByteArray_CheckExact(object o)
     object PyByteArray_FromStringAndSize(const char *s, Py_ssize_t n)
     int PyByteArray_Resize(PyObject *o, Py_ssize_t n) except -1

@@ -292,3 +292,53 @@ def test_aligned_write_many_reframes_a_block_when_a_write_lands_first(impl):
         assert (at + 16 + pad + 16 + 8 + 4 + i % 5 + 64) % 64 == 0
         at += 16 + pad + n + 4
         k += 1
+
+
+def test_encode_record_without_its_crc(impl):
+    """``crc=False`` (kiln.save keeps only the value): the same record with
+    its 4 CRC bytes 0, padded or not, for a program of either kernel."""
+    import kiln._kernels_py as py
+    p = enc_program(impl)
+    for v in values(4):
+        want = U.record(framed(v))
+        assert impl.kernels.encode_record(p, v, crc=False) == want[:-4] + bytes(4)
+    pd = kiln.Encoder(TD, True, kernels=impl.kernels)._prog
+    for i, base in ((0, 0), (1, 17), (4, 1000)):
+        v = dir_value(i, {})
+        pad = -(base + 16 + 16 + 8 + 4 + i % 5 + 64) % 64
+        want = U.record(framed(v, TD), pad=pad)
+        assert impl.kernels.encode_record(pd, v, base, False) == want[:-4] + bytes(4)
+    other = kiln.Encoder(T, True, kernels=py)._prog   # the other kernel's program, unpadded
+    v = values(3)[2]
+    assert impl.kernels.encode_record(other, v, -1, False) == U.record(framed(v))[:-4] + bytes(4)
+
+
+def test_records_of_plain_arrays_are_valid_directories(impl):
+    """The compiled encoder writes a dict of plain arrays without checking
+    the block again (src/kernels/dirwrite.pxi, plain_dtype): each such record
+    is read back by the pure kernels, which check every directory rule; a
+    bool array with a byte that is not 0 or 1 is still refused."""
+    import numpy as np
+    import kiln._kernels_py as py
+    t = "struct{id:i64,x:tensors,}"
+    p = kiln.Encoder(t, True, kernels=impl.kernels)._prog
+    dec = kiln.Decoder(t, True, kernels=py)
+    rng = np.random.default_rng(7)
+    shapes = [(), (0,), (3,), (2, 3), (1,) * 8, (4, 0, 2)]
+    dtypes = ["u1", "i2", "<u4", "<f4", "<f8", "<i8", "<f2", "i1"]
+    for i in range(40):
+        keys = rng.permutation(["b", "a", "\u00e9t\u00e9", "z" * 300, "m1", "\U0001f600"])
+        x = {str(k): np.asarray(rng.integers(0, 100, shapes[(i + j) % len(shapes)]),
+                                dtype=dtypes[(i * 3 + j) % len(dtypes)])
+             for j, k in enumerate(keys[:1 + i % 6])}
+        rec = impl.kernels.encode_record(p, {"id": i, "x": x}, 5 * i)
+        got = dec.decode(rec[16 + rec[9]:-4])["x"]
+        assert sorted(got) == sorted(x)
+        for k, a in x.items():
+            b = got[k].numpy()
+            assert b.dtype == a.dtype.newbyteorder("<") and b.shape == a.shape
+            assert b.tobytes() == a.tobytes()
+    bad = np.frombuffer(b"\x00\x02", np.bool_)
+    with pytest.raises(kiln.EncodeError) as e:
+        impl.kernels.encode_record(p, {"id": 1, "x": {"a": np.ones(3, "<f4"), "b": bad}})
+    assert e.value.code == "TYPE"

@@ -37,7 +37,7 @@ def encode(value: Any, type: Any, round_floats: bool, at: int) -> Tuple[bytes, A
         return b"", enc.encode(value)
     # a record whose head lands at (at - 16) holds the value at byte ``at``:
     # its pad is what the value needs with no head before it
-    rec = _compat.kernels.encode_record(enc._prog, value, (at - _REC_HEAD) % W.DIR_ALIGN)
+    rec = _compat.kernels.encode_record(enc._prog, value, (at - _REC_HEAD) % W.DIR_ALIGN, False)
     need = rec[_REC_PAD]
     body = memoryview(rec)[_REC_HEAD + need:len(rec) - _REC_CRC]
     if need == 0:

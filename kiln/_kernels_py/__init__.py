@@ -78,7 +78,7 @@ directory).
 ``decode_records(program, buf, origin, offsets, first, last, verify, out, budget=None)``
 ``decode_stream(program, buf, at, origin, number, verify, cap, ocrc, out, budget=None)``
 ``crc32(data, value=0)``
-``encode_record(program, value, base=-1)``
+``encode_record(program, value, base=-1, crc=True)``
 ``encode_records(program, values, room, limit, offsets, base=-1)``
     The record container's loop (``kiln.records``): check and decode the
     records of a range of a file's index, or the complete records at the

@@ -30,7 +30,7 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     records taken, ``ocrc`` being the CRC-32 continued over each record's
     offset as 8 little-endian bytes.  ``budget`` as for ``decode_records``.
 
-``encode_record(program, value, base=-1)``
+``encode_record(program, value, base=-1, crc=True)``
     One whole record of kind 0 (head, pad, framed value, record CRC) as
     bytes; ``program`` is an encode program that frames its values.  An
     ``EncodeError`` is that of ``program.encode`` (its offset counts from
@@ -39,7 +39,9 @@ program, with the codes, offsets and messages of ``kiln/records/_format.py``
     that the first tensor directory of the value whose payload bytes are
     not 0 starts on a 64-byte boundary of the container (every payload of
     that directory is then 64-aligned); no such directory: no pad.  Padded
-    records need a program of this kernel (else ``ValueError``).
+    records need a program of this kernel (else ``ValueError``).  ``crc``
+    False: the 4 bytes of the record CRC are 0 (for a caller that keeps only
+    the value, as ``kiln.save`` does; the head's CRC is still computed).
 
 ``encode_records(program, values, room, limit, offsets, base=-1)``
     The records of values taken from the iterator ``values``, at most
@@ -77,41 +79,44 @@ def crc32(data, value=0):
 
 
 _FIRST = struct.Struct("<QI")          # length, kind (0), pad, reserved
+_NO_CRC = bytes(4)
 _ALIGN_OTHER = "encode_records: padded records need an encode program of this kernel"
 
 
-def _framed(value_bytes, pad=0):
+def _framed(value_bytes, pad=0, crc=True):
     n = len(value_bytes)
     if n < 16:
         raise ValueError("encode_records: the program must frame its values (frame=True)")
     first = _FIRST.pack(n, pad << 8)
     hc = _CRC.pack(zlib.crc32(first))
+    if not crc:
+        return first, hc, _NO_CRC
     at = zlib.crc32(hc, zlib.crc32(first))
     if pad:
         at = zlib.crc32(_ZEROS[:pad], at)
     return first, hc, _CRC.pack(zlib.crc32(value_bytes, at))
 
 
-def _record(program, value, base, at):
+def _record(program, value, base, at, crc=True):
     """The parts of the record of ``value`` whose head lands at container
     offset ``base + at`` (``base`` -1: no pad)."""
     if base < 0:
         b = program.encode(value)
-        first, hc, tail = _framed(b)
+        first, hc, tail = _framed(b, 0, crc)
         return (first, hc, b, tail)
     marked = getattr(program, "encode_marked", None)
     if marked is None:
         raise ValueError(_ALIGN_OTHER)
     b, d = marked(value)
     pad = -(base + at + 16 + d) % DIR_ALIGN if d > 0 else 0
-    first, hc, tail = _framed(b, pad)
+    first, hc, tail = _framed(b, pad, crc)
     return (first, hc, _ZEROS[:pad], b, tail)
 
 
-def encode_record(program, value, base=-1):
+def encode_record(program, value, base=-1, crc=True):
     if getattr(program, "frame_hash", 0) is None:
         raise ValueError("encode_records: the program must frame its values (frame=True)")
-    return b"".join(_record(program, value, base, 0))
+    return b"".join(_record(program, value, base, 0, crc))
 
 
 def encode_records(program, values, room, limit, offsets, base=-1):

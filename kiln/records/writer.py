@@ -226,21 +226,20 @@ class RecordWriter(Generic[T]):
 
     def write(self, value: T) -> int:
         """Append one record; returns its index (0, 1, ...)."""
-        if self._align:
-            # the pad depends on where the record lands: framed for the
-            # position now, again in the rare case another thread wrote first
-            at = self._pos
-            rec = self._record(self._prog, value, self._base + at)
-        else:
-            rec = self._record(self._prog, value)    # head, framed value and CRC: one kernel call
+        # head, framed value and CRC: one kernel call.  Aligned, the pad
+        # depends on where the record lands: framed for the position now,
+        # again in the rare case another thread wrote first
+        at = self._pos
+        rec = self._record(self._prog, value, self._base + at if self._align else -1)
         with self._lock:
             if self._closed or self._broken:
                 self._usable()
             offsets = self._offsets
-            if len(offsets) >= U32_MAX:
+            k = len(offsets)
+            if k >= U32_MAX:
                 self._limit()
             start = self._pos
-            if self._align and start != at:
+            if start != at and self._align:
                 rec = self._record(self._prog, value, self._base + start)
             try:
                 n = self._f.write(rec)
@@ -251,7 +250,7 @@ class RecordWriter(Generic[T]):
                 raise
             self._pos = start + len(rec)
             offsets.append(start)
-            return len(offsets) - 1
+            return k
 
     def write_many(self, values: Iterable[T]) -> int:
         """Append a record for each value of ``values`` (any iterable, consumed

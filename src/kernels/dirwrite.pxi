@@ -323,8 +323,27 @@ cdef int array_trec(object x, TRec *t) noexcept:
     return 1
 
 
+cdef bint plain_dtype(int slot) noexcept:
+    """A cached dtype whose payload has no rule but its length: a defined
+    code, not bool (bytes 0 or 1), not 4-bit (the odd tail's nibble), its
+    item size the code's width."""
+    cdef uint64_t code = _dc_code[slot]
+    return 1 <= code <= DTYPE_MAX and code != DTYPE_BOOL and not PACKED[code] and \
+        <Py_ssize_t>DW[code] == _dc_size[slot]
+
+
 cdef int fast_tensors(Node nd, Writer *w, object v) except -1:
-    """Write an exact dict of plain arrays; 1 when written, 0 for the Python path.
+    """Write an exact dict of plain arrays; 1 when written, 0 for the Python path,
+    2 when written and every dtype is plain_dtype.
+
+    A block of 2 is valid by construction, and the caller need not check it
+    (check_written): write_block writes the header's sizes from the
+    descriptors and the heap, zeroes every gap and reserved byte, and places
+    the payloads canonically; names are distinct str keys as UTF-8 (strict),
+    sorted, their heap sized by plan_heap (which raises the reference
+    writer's LIMIT errors); there is no quantization and no layout; each
+    byte length is the element count (no overflow: array_trec) times the
+    code's width; and a plain dtype has no rule on its payload bytes.
 
     With the GIL nothing else runs between reading the arrays' heads and
     copying their data (no Python code is called after the dtypes are known:
@@ -334,7 +353,7 @@ cdef int fast_tensors(Node nd, Writer *w, object v) except -1:
     cdef PyObject *kp
     cdef PyObject *xp
     cdef int r, tries = 0
-    cdef bint named = True, ascending = True
+    cdef bint named = True, ascending = True, plain = True
     cdef uint64_t heap_n = 0
     cdef const char *p
     if KILN_FREE_THREADED or not _np_fast or not PyDict_CheckExact(v):
@@ -356,6 +375,8 @@ cdef int fast_tensors(Node nd, Writer *w, object v) except -1:
                 r = array_trec(<object>xp, &recs[i])
                 if r != 1:
                     break
+                if plain and not plain_dtype(dtype_slot((<kiln_np_head *>xp).descr)):
+                    plain = False
                 p = PyUnicode_AsUTF8AndSize(<object>kp, &ln)
                 if p == NULL:
                     PyErr_Clear()
@@ -385,7 +406,7 @@ cdef int fast_tensors(Node nd, Writer *w, object v) except -1:
         write_block(w, recs, count, named, heap_n)
     finally:
         PyMem_Free(recs)
-    return 1
+    return 2 if plain else 1
 
 
 def write_directory(records, out):

@@ -26,6 +26,7 @@ cdef enum:
     REC_MIN_VALUE = 16      # a framed value is at least its frame
     REC_MAX_PAD = 63
     REC_KIND_INDEX = 1
+    REC_SLACK = 256         # rec_take: unused bytes a record's object may keep
 
 
 # From this many bytes on, crc32 lets other threads run while it computes (a
@@ -265,19 +266,21 @@ def decode_stream(program, buf, Py_ssize_t at, origin, Py_ssize_t number, verify
 
 # --- the writer's record loop: head, framed value and record CRC in one buffer ----
 
-cdef int rec_seal(char *q, Py_ssize_t n, Py_ssize_t pad) noexcept:
+cdef int rec_seal(char *q, Py_ssize_t n, Py_ssize_t pad, bint crc=True) noexcept:
     """Fill the head before the ``pad`` zero bytes and the ``n``-byte framed
     value at ``q + 16 + pad`` (kind 0) and put the record CRC after it (the 4
-    bytes are reserved)."""
+    bytes are reserved; 0 when not ``crc``)."""
     cdef uint8_t *b = <uint8_t *>q
     kiln_st_u64(b, <uint64_t>n)
     kiln_st_u32(b + 8, <uint32_t>pad << 8)
     kiln_st_u32(b + REC_HEAD_CHECKED, kiln_crc32(0, b, REC_HEAD_CHECKED))
-    kiln_st_u32(b + REC_HEAD + pad + n, kiln_crc32(0, b, REC_HEAD + <size_t>(pad + n)))
+    kiln_st_u32(b + REC_HEAD + pad + n,
+                kiln_crc32(0, b, REC_HEAD + <size_t>(pad + n)) if crc else 0)
     return 0
 
 
-cdef int rec_put(EncodeProgram p, Writer *w, object value, Py_ssize_t base) except -1:
+cdef int rec_put(EncodeProgram p, Writer *w, object value, Py_ssize_t base,
+                 bint crc=True) except -1:
     """Append one whole record of ``value`` at ``w.pos``; on an error ``w.pos``
     is back where it was and the EncodeError's offset counts from the value's
     frame (as kiln.encode(value, frame=True) reports it).
@@ -309,7 +312,7 @@ cdef int rec_put(EncodeProgram p, Writer *w, object value, Py_ssize_t base) exce
         v = w.data + start + REC_HEAD
         memmove(v + pad, v, <size_t>n)
         memset(v, 0, <size_t>pad)
-    rec_seal(w.data + start, n, pad)
+    rec_seal(w.data + start, n, pad, crc)
     w.pos += pad + 4
     return 0
 
@@ -330,15 +333,22 @@ cdef int rec_writer(EncodeProgram p, Writer *w, Py_ssize_t cap0) except -1:
 
 
 cdef object rec_take(Writer *w):
-    _PyBytes_Resize(&w.obj, w.pos)  # on failure w.obj is NULL (released)
+    if w.cap - w.pos <= REC_SLACK:
+        # a few bytes too many: the object keeps them (no realloc, which cost
+        # about 330 instructions a record of 2 KB); its size is what was written
+        Py_SET_SIZE(w.obj, w.pos)
+        w.data[w.pos] = 0
+    else:
+        _PyBytes_Resize(&w.obj, w.pos)  # on failure w.obj is NULL (released)
     return _take(w.obj)
 
 
 _ALIGN_OTHER = "encode_records: padded records need an encode program of this kernel"
 
 
-def encode_record(program, value, Py_ssize_t base=-1):
-    """One whole record of kind 0, padded for ``base`` >= 0 (see kiln/_kernels_py/records.py)."""
+def encode_record(program, value, Py_ssize_t base=-1, bint crc=True):
+    """One whole record of kind 0, padded for ``base`` >= 0, its record CRC 0
+    when not ``crc`` (see kiln/_kernels_py/records.py)."""
     cdef EncodeProgram p = program if isinstance(program, EncodeProgram) else None
     cdef Writer w
     if p is None:
@@ -347,10 +357,10 @@ def encode_record(program, value, Py_ssize_t base=-1):
         if base >= 0:
             raise ValueError(_ALIGN_OTHER)
         raw = program.encode(value)
-        return rec_frame_bytes(raw)
+        return rec_frame_bytes(raw, crc)
     rec_writer(p, &w, p.hint + REC_OVERHEAD + REC_MAX_PAD + 1)
     try:
-        rec_put(p, &w, value, base)
+        rec_put(p, &w, value, base, crc)
     except BaseException:
         Py_XDECREF(w.obj)
         w.obj = NULL
@@ -361,7 +371,7 @@ def encode_record(program, value, Py_ssize_t base=-1):
     return rec_take(&w)
 
 
-cdef object rec_frame_bytes(object raw):
+cdef object rec_frame_bytes(object raw, bint crc=True):
     """A record around the framed value ``raw`` (a bytes object), for a program
     of another kernel."""
     cdef Py_ssize_t n = len(raw)
@@ -369,7 +379,7 @@ cdef object rec_frame_bytes(object raw):
         raise ValueError("encode_records: the program must frame its values (frame=True)")
     out = PyBytes_FromStringAndSize(NULL, n + REC_OVERHEAD)
     memcpy(PyBytes_AS_STRING(<PyObject *>out) + REC_HEAD, PyBytes_AS_STRING(<PyObject *>raw), n)
-    rec_seal(PyBytes_AS_STRING(<PyObject *>out), n, 0)
+    rec_seal(PyBytes_AS_STRING(<PyObject *>out), n, 0, crc)
     return out
 
 
