@@ -182,7 +182,9 @@ class RecordWriter(Generic[T]):
             from .._files.atomic import create_beside
             self.path = os.fspath(target)
             fd, self._tmp, self._target = create_beside(self.path, WRITING)
-            self._f = os.fdopen(fd, "wb")
+            # its own file: a 64 KiB buffer, so a write loop makes a system
+            # call per 64 KiB, as write_many does (flush() and close() empty it)
+            self._f = os.fdopen(fd, "wb", buffering=_ONE_WRITE)
             self._own = True
             if replace == "open":
                 self._put_in_place()
