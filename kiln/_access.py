@@ -98,7 +98,10 @@ def metadata_blob(meta: Any) -> bytes:
 def metadata_of_blob(blob: Any) -> Any:
     """The metadata :func:`metadata_blob` made, checked as a file's metadata is
     (``KilnError`` with offsets in ``blob``)."""
-    from . import _compat, _meta, _wire
+    from . import _compat, _meta
+    from ._errors import KilnError
     with memoryview(blob) as mv:
-        return _meta.read(lambda a, n: mv[a:a + n], len(mv), 0, _compat.kernels,
-                          _wire.DEFAULT_MAX_COUNT, _wire.DEFAULT_MAX_BYTES)
+        try:
+            return _meta.read(lambda a, n: mv[a:a + n], len(mv), 0, _compat.kernels)
+        except _meta.WireError as e:   # a KilnError as any other
+            raise KilnError(e.code, e.offset, e.reason) from None

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._errors import EncodeError, KilnError
 from ._types import parse_type, struct
-from ._wire import FRAME_SIZE, MAX_DEPTH, U32_MAX
+from ._wire import DEFAULT_MAX_BYTES, FRAME_SIZE, MAX_DEPTH, U32_MAX
 
 META_NAME = "__metadata__"
 META_TYPE = parse_type("list<struct{parent:u32,key:opt<str>,kind:u8,int:i64,float:f64,"
@@ -281,7 +281,7 @@ def from_nodes(nodes, at):
     return tree.result()
 
 
-def read(source, size, at, kernels, max_count, max_bytes):
+def read(source, size, at, kernels):
     """The metadata dict of the framed node list of ``size`` bytes that
     ``source(start, n)`` gives (bytes ``start .. start + n`` of it; the
     list at file offset ``at``), decoded by ``kernels`` a run of :data:`RUN`
@@ -290,8 +290,16 @@ def read(source, size, at, kernels, max_count, max_bytes):
     is the dict plus one window (1 MiB, or twice the bytes of the largest
     run).  Wire faults (``EOF``, ``LIMIT``, ``UTF8``, ``FRAME``, ``SCHEMA``,
     ``TRAILING``) come as :class:`WireError`, their offsets in the list's
-    bytes; a broken tree as ``from_nodes`` says it, at file offsets."""
-    head, item = _programs(kernels, max_count, max_bytes)
+    bytes; a broken tree as ``from_nodes`` says it, at file offsets.  The
+    fault is the one the one-shot decode gives (the whole list decoded, then
+    the tree built): the first tree fault is kept while the later runs are
+    still decoded for their wire faults and the trailing bytes.
+
+    The caps follow ``size``: a string or a count the bytes hold is never
+    refused (what is claimed is still checked against the bytes present
+    before anything is built for it)."""
+    cap = max(DEFAULT_MAX_BYTES, 1 << max(0, size - 1).bit_length())
+    head, item = _programs(kernels, cap, cap)
     want = WINDOW
     w0, win = 0, source(0, min(want, size))
     try:
@@ -299,6 +307,7 @@ def read(source, size, at, kernels, max_count, max_bytes):
     except KilnError as e:
         raise WireError(e.code, e.offset, e.reason) from None
     tree = _Tree(at, count)   # count: checked against the bytes its nodes need
+    fault = None              # the first tree fault, raised once the wire is checked
     done = 0
     while done < count:
         k = min(RUN, count - done)
@@ -315,11 +324,17 @@ def read(source, size, at, kernels, max_count, max_bytes):
                 win = source(p, min(want, size - p))
                 continue
             raise WireError(e.code, w0 + e.offset, e.reason) from None
-        tree.add(nodes, at + p)
+        if fault is None:
+            try:
+                tree.add(nodes, at + p)
+            except KilnError as e:
+                fault, tree = e, None   # no more building: the runs are only decoded
         p = w0 + end
         done += k
     if p != size:
         raise WireError("TRAILING", p, "%d bytes follow the value" % (size - p))
+    if fault is not None:
+        raise fault
     return tree.result()
 
 

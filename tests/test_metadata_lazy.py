@@ -101,6 +101,21 @@ def _mutations():
     long_len = bytearray(good)   # the long string claims more bytes than the payload holds
     long_len[i - 4:i] = (len(good)).to_bytes(4, "little")
     out.append(("string-past-the-end", bytes(long_len)))
+    # two faults: a tree fault early, a wire fault or trailing bytes later (the one-shot
+    # decode finds the wire's first)
+    nodes = _nodes()
+    nodes[0]["kind"] = _meta.LIST
+    out.append(("root-not-dict-and-trailing",
+                kiln.encode(nodes, _meta.META_TYPE, frame=True) + b"\x00"))
+    nodes = _nodes()
+    nodes[2]["key"] = nodes[1]["key"]
+    two = bytearray(kiln.encode(nodes, _meta.META_TYPE, frame=True))
+    two[two.index(b"y" * 5000) + 100] = 0xFF
+    out.append(("repeated-key-then-utf8", bytes(two)))
+    nodes = _nodes()
+    nodes[5]["parent"] = 50
+    out.append(("parent-after-then-truncated",
+                kiln.encode(nodes, _meta.META_TYPE, frame=True)[:-40]))
     return out
 
 
@@ -173,3 +188,31 @@ def test_the_kernels_list_head_and_items_against_decode(impl):
     with pytest.raises(kiln.KilnError) as e:   # faults at their offsets in buf
         prog.decode_items(buf[:100], W.FRAME_SIZE + 4, 40, [])
     assert e.value.code == "EOF" and e.value.offset < 100
+
+
+def test_verify_false_reads_no_metadata(api, tmp_path):
+    nodes = _nodes()
+    nodes[-1]["kind"] = 99   # broken: any read of the metadata raises
+    p, _ = _file(tmp_path, kiln.encode(nodes, _meta.META_TYPE, frame=True))
+    with kiln.open(p, verify=False) as f:
+        assert f["w"].numpy().tolist() == [0.0, 1.0, 2.0]
+        assert f.rows("w", 0, 2).tolist() == [0.0, 1.0]
+        with pytest.raises(kiln.KilnError):
+            f.metadata
+    with kiln.open(p) as f:   # verify on: the read needs the checksums the metadata may hold
+        with pytest.raises(kiln.KilnError):
+            f["w"]
+
+
+def test_metadata_as_one_blob_reads_what_a_file_reads(api):
+    # kiln._access.metadata_of_blob (kiln.torch.load of bytes, the safetensors converter):
+    # the caps follow the blob, and a fault is a plain KilnError at its offset in the blob
+    from kiln import _access
+    meta = {"config": "z" * (W.DEFAULT_MAX_BYTES + 10)}
+    assert _access.metadata_of_blob(_access.metadata_blob(meta)) == meta
+    blob = kiln.encode(_nodes(), _meta.META_TYPE, frame=True)[:-3]
+    with pytest.raises(kiln.KilnError) as e:
+        _access.metadata_of_blob(blob)
+    assert type(e.value) is kiln.KilnError
+    assert ("fault", e.value.code, e.value.offset) == _one_shot(blob, 0)
+

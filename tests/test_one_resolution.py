@@ -90,3 +90,14 @@ def test_a_file_object_and_a_set_resolve_once(saved, tmp_path):
     assert seen["enter"] == 1 and seen["is_sharded"] == 1
     with pytest.raises(ValueError, match="sharded set"):
         kiln.load_tensors(tmp_path / "set")
+
+
+def test_a_file_url_in_capitals_is_a_local_file(saved, tmp_path):
+    # a URL's scheme is case-insensitive: FILE:// names a local file, as file:// does
+    url = "FILE://" + Path(saved).as_uri()[len("file://"):]
+    with kiln.open(url) as f:
+        assert f.path == str(saved) and f.keys() == ["w"]
+    v = tmp_path / "v.kiln"
+    kiln.save(v, [1, 2], "list<i64>")
+    assert kiln.load("FILE://" + Path(v).as_uri()[7:], "list<i64>").tolist() == [1, 2]
+

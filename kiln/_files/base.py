@@ -214,11 +214,8 @@ def decode_metadata(source: Any, size: int, at: int, count: int, path: str) -> A
     payload of ``size`` bytes at file offset ``at`` of a file of ``count``
     tensors, its bytes from ``source(start, n)`` (a window at a time: see
     kiln._meta.read); faults at their file offsets."""
-    # the caps grow with the payload: a string or a node count it holds is never refused
-    # (what is claimed is still checked against the bytes present before it is built)
-    cap = max(W.DEFAULT_MAX_BYTES, 1 << max(0, size - 1).bit_length())
     try:
-        meta = _meta.read(source, size, at, _compat.kernels, cap, cap)
+        meta = _meta.read(source, size, at, _compat.kernels)
     except _meta.WireError as e:   # reported at its offset in the file
         raise KilnError(e.code, at + e.offset, "%s: metadata: %s" % (path, e.reason)) from None
     return checksum.split(meta, count, at, path)

@@ -157,8 +157,11 @@ class KilnFile(TensorFile):
         if place is None:
             return None, None
         at, n = place
+        mm = self._mm
+        if mm is None:
+            raise ValueError("%s is closed" % self.path)
         if self._fd is None:   # the bytes of a file object without a descriptor
-            with memoryview(self._mm)[at:at + n] as blob:
+            with memoryview(mm)[at:at + n] as blob:
                 return decode_metadata(lambda a, k: blob[a:a + k], n, at, self._count - 1,
                                        self.path)
         self._intact()
@@ -180,8 +183,8 @@ class KilnFile(TensorFile):
         if isinstance(t, list):   # a slice
             return [self._checked(i) for i in range(*name.indices(len(d)))]  # type: ignore
         self._checks.tensor(t)   # its payload's contents, the first time it is read
-        sums = self.checksums
-        if self._verify and sums is not None:
+        sums = self.checksums if self._verify else None   # verify=False reads no metadata
+        if sums is not None:
             i = self._index(name)
             if i not in self._verified:
                 self._crc_check(sums, i, t)
@@ -260,8 +263,8 @@ class KilnFile(TensorFile):
         ``start`` and ``stop`` are read once, as integers, before any check."""
         start, stop = row_bound(start), row_bound(stop)
         self._intact()
-        if self.checksums is not None and (self._verify_rows or (
-                self._verify and _whole(self._d()[name], start, stop))):
+        if (self._verify_rows or (self._verify and _whole(self._d()[name], start, stop))) \
+                and self.checksums is not None:   # (verify=False reads no metadata)
             return self._checked(name).numpy()[start:stop]
         t = self._d()[name]
         code, shape = tensor_row(t)[W.R_CODE], tensor_row(t)[W.R_SHAPE]

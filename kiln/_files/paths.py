@@ -20,7 +20,7 @@ def is_url(path: Any) -> bool:
         return False
     scheme = path.split("://", 1)[0]
     return scheme.replace("+", "").replace("-", "").replace(".", "").isalnum() and \
-        scheme != "file"
+        scheme.lower() != "file"   # (a scheme is case-insensitive: FILE:// is local)
 
 
 def local_path(path: Any) -> Any:

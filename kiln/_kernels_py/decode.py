@@ -4,6 +4,7 @@ The twin of ``src/kernels/decode.pxi``.  Each builder below makes the
 decoder of one op; ``build`` picks the builder.
 """
 
+import operator
 import struct as _struct
 
 import numpy as np
@@ -417,6 +418,7 @@ class DecodeProgram:
         mv = as_bytes_view(buf)
         whole = len(mv)
         if length is not None:
+            length = operator.index(length)   # (a float is a TypeError, as in the C kernel)
             if not len(mv) <= length <= 0x7FFFFFFFFFFFFFFF or (
                     len(mv) < length and
                     len(mv) < (W.FRAME_SIZE if self.frame_hash is not None else 0) + 4):
@@ -440,8 +442,8 @@ class DecodeProgram:
         if self._top_tensors:
             raise ValueError("decode_items does not decode standalone directories")
         mv = as_bytes_view(buf)
-        if not 0 <= at <= len(mv) or count < 0:
-            raise ValueError("at must be within buf and count non-negative")
+        if not 0 <= at <= len(mv) or not 0 <= count <= 0x7FFFFFFFFFFFFFFF:
+            raise ValueError("at must be within buf and count in 0..2**63-1")
         d = buf if type(buf) is bytes else mv
         saved = getattr(budget, "left", None)
         budget.left = self.max_count

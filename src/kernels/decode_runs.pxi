@@ -94,8 +94,8 @@ cdef object program_decode_items(DecodeProgram self, object buf, object at, obje
     c.buf = <PyObject *>buf
     c.shared = not PyBytes_CheckExact(buf)
     try:
-        if not 0 <= at <= c.n or count < 0:
-            raise ValueError("at must be within buf and count non-negative")
+        if not 0 <= at <= c.n or not 0 <= count <= PY_SSIZE_T_MAX:
+            raise ValueError("at must be within buf and count in 0..2**63-1")
         c.pos = at
         k = count
         for i in range(k):
