@@ -160,12 +160,6 @@ def _node_size(n):
             + 1 + 8 + 8 + 4 + len(n[5].encode("utf-8", "surrogatepass")) + 4 + len(n[6]))
 
 
-def node_offset(nodes, i, at):
-    """Where node ``i`` starts, for a node list framed at ``at`` (the frame, the
-    list's count, then each node's fields in order)."""
-    return at + FRAME_SIZE + 4 + sum(_node_size(_as_tuple(n)) for n in nodes[:i])
-
-
 def _as_tuple(n):
     return tuple(n[f] for f in FIELDS) if isinstance(n, dict) else n
 

@@ -2,9 +2,10 @@
 behind every read of an open file that must never touch its mapping (payload
 checks and CRC-32s, ``copy_into``, record files, the torch loaders)."""
 
+import contextlib
 import os
 import threading
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ._errors import KilnError
 
@@ -56,6 +57,17 @@ class SharedFd:
                 self._fd = None
         if fd is not None:
             os.close(fd)
+
+    @contextlib.contextmanager
+    def held(self, path: str) -> Iterator[int]:
+        """The descriptor for one read (``ValueError`` once the file is closed)."""
+        fd = self.hold()
+        if fd is None:
+            raise ValueError("%s is closed" % path)
+        try:
+            yield fd
+        finally:
+            self.drop()
 
     def close(self) -> None:
         """Close now, or when the last read that holds it is done (once)."""

@@ -6,17 +6,15 @@ offset the reader would report in that file."""
 
 import operator
 import os
-import struct
 from typing import Any
 
 from .. import _compat, _meta
 from .. import _wire as W
 from .._errors import EncodeError, KilnError
 from .atomic import AtomicFile
-from .checksum import pread_exact
+from .base import read_table_head
+from .local import check_span, rules_from
 from .tables import code_of, element_count
-
-_CHUNK = 1 << 20   # payload bytes read and checked at a time
 
 
 def _desc_at(i: int, field: int) -> int:
@@ -115,11 +113,7 @@ def _check_file(out: AtomicFile) -> None:
     fd, path = out.fd, str(out.tmp)
     size = os.fstat(fd).st_size
     try:
-        head = pread_exact(fd, min(size, W.HEADER_SIZE), 0, path)
-        if len(head) == W.HEADER_SIZE:
-            count, name_bytes = struct.unpack_from("<II", head, W.H_COUNT)
-            base = W.dir_align(W.HEADER_SIZE + W.DESC_SIZE * count + name_bytes)
-            head = pread_exact(fd, min(size, base), 0, path)
+        head = read_table_head(fd, size, W.U32_MAX, W.U32_MAX, path)   # as kiln.open reads it
         _, base, count, _, blob, _ = _compat.kernels.validate_directory_copy(
             head, 0, True, False, W.U32_MAX, W.U32_MAX, size)
         _check_payloads(fd, path, base, size, blob, count)
@@ -131,15 +125,10 @@ def _check_file(out: AtomicFile) -> None:
 def _check_payloads(fd: int, path: str, base: int, size: int, blob: bytes, count: int) -> None:
     """Each payload with rules for its bytes, and each gap after a payload,
     read with pread a chunk at a time (``check_payload``'s words and offsets)."""
-    check = _compat.kernels.check_payload
     for i in range(count):
         d = W.DESC.unpack_from(blob, W.DESC_SIZE * i)
         code, nbytes = d[W.I_DTYPE], d[W.I_BYTE_LENGTH]
         at = base + d[W.I_BYTE_OFFSET]
         end = min(W.dir_align(at + nbytes), size)   # the gap's end (the offsets are absolute)
-        n = element_count(d[W.I_SHAPE:W.I_SHAPE + d[W.I_RANK]])
-        lo = 0 if code == W.DTYPE_BOOL or code in W.PACKED else nbytes
-        while at + lo < end:
-            k = min(_CHUNK, end - at - lo)
-            check(pread_exact(fd, k, at + lo, path), lo, code, n, nbytes, at)
-            lo += k
+        check_span(fd, path, at, rules_from(code, nbytes), end, code,
+                   element_count(d[W.I_SHAPE:W.I_SHAPE + d[W.I_RANK]]), nbytes)

@@ -5,10 +5,9 @@ file, or leaving its ``with`` block, while views live never raises and never
 unmaps under them; the mapping goes when the last view goes.
 """
 
-import contextlib
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -165,7 +164,7 @@ class KilnFile(TensorFile):
                 return decode_metadata(lambda a, k: blob[a:a + k], n, at, self._count - 1,
                                        self.path)
         self._intact()
-        with _held(self._fd, self.path) as fd:
+        with self._fd.held(self.path) as fd:
             return decode_metadata(lambda a, k: _pread_bytes(fd, k, at + a, self.path), n, at,
                                    self._count - 1, self.path)
 
@@ -196,7 +195,7 @@ class KilnFile(TensorFile):
         if self._fd is None:   # bytes of a file object without a descriptor
             _checksum.check(sums, i, t.data, t.name, at, self.path)
             return
-        with _held(self._fd, self.path) as fd:
+        with self._fd.held(self.path) as fd:
             got = _checksum.crc_of_range(fd, at, t.nbytes, self.path)
         _checksum.compare(sums, i, got, t.name, at, self.path)
 
@@ -294,19 +293,6 @@ class KilnFile(TensorFile):
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
-
-
-@contextlib.contextmanager
-def _held(shared: SharedFd, path: str) -> Iterator[int]:
-    """The shared descriptor, held for a read (``ValueError`` once the file is
-    closed): a close meanwhile waits for the read to end before closing it."""
-    fd = shared.hold()
-    if fd is None:
-        raise ValueError("%s is closed" % path)
-    try:
-        yield fd
-    finally:
-        shared.drop()
 
 
 def _pread_bytes(fd: int, n: int, at: int, path: str) -> bytes:

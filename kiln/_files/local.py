@@ -156,22 +156,37 @@ class PayloadChecks:
             end = at + hi
         code = row[W.R_CODE]
         if self.fd is not None:   # kiln's own read: pread, never the mapping (no SIGBUS)
-            if hi is None and code != W.DTYPE_BOOL and code not in W.PACKED:
-                lo = max(lo, nbytes)   # only the gap after such a payload has rules
-            from .checksum import pread_exact
-            fd = self.fd.hold()   # a close meanwhile waits for this read
-            if fd is None:
-                raise ValueError("%s is closed" % self.path)
-            try:
-                piece = pread_exact(fd, max(0, end - at - lo), at + lo, self.path)
-            finally:
-                self.fd.drop()
-            _compat.kernels.check_payload(piece, lo, code, element_count(row[W.R_SHAPE]),
-                                          nbytes, at)
+            if hi is None:
+                lo = max(lo, rules_from(code, nbytes))
+            with self.fd.held(self.path) as fd:   # a close meanwhile waits for this read
+                check_span(fd, self.path, at, lo, end, code, element_count(row[W.R_SHAPE]),
+                           nbytes)
             return
         with memoryview(tensor_buffer(t))[at + lo:end] as piece:
             _compat.kernels.check_payload(piece, lo, code, element_count(row[W.R_SHAPE]),
                                           nbytes, at)
+
+
+_SPAN_CHUNK = 1 << 20   # payload bytes read and checked at a time
+
+
+def rules_from(code: int, nbytes: int) -> int:
+    """Where a payload's bytes with rules start: 0 for bool and 4-bit
+    payloads, else ``nbytes`` (only the alignment gap after it has rules)."""
+    return 0 if code == W.DTYPE_BOOL or code in W.PACKED else nbytes
+
+
+def check_span(fd: int, path: str, at: int, lo: int, end: int, code: int, count: int,
+               nbytes: int) -> None:
+    """Check bytes ``at + lo .. end`` of the payload at file offset ``at`` (and
+    its gap), read with ``pread`` 1 MiB at a time, as ``check_payload`` does
+    (``TYPE`` at the first bad byte's file offset; ``EOF`` if the file ends)."""
+    from .checksum import pread_exact
+    check = _compat.kernels.check_payload
+    while at + lo < end:
+        k = min(_SPAN_CHUNK, end - at - lo)
+        check(pread_exact(fd, k, at + lo, path), lo, code, count, nbytes, at)
+        lo += k
 
 
 # --- mapping a file ------------------------------------------------------------
