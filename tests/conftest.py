@@ -35,18 +35,15 @@ from kiln import _compat, _kernels_py, _tensors
 
 # --- temporary files: every test writes under pytest's base temporary folder ----
 
-_SYSTEM_TMP = tempfile.gettempdir()   # before the fixture below points tempfile elsewhere
 _KILN_PREFIX = "kiln"                 # kiln-demo-*, kiln-cluster-*, kiln-fuzz-*, ...
+_OWN_TMP = []                         # the run's own temporary folder (the fixture below)
 
 
-def _kiln_entries():
+def _kiln_entries(folder):
     try:
-        return {n for n in os.listdir(_SYSTEM_TMP) if n.startswith(_KILN_PREFIX)}
+        return {n for n in os.listdir(folder) if n.startswith(_KILN_PREFIX)}
     except OSError:
         return set()
-
-
-_BEFORE = _kiln_entries()
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +61,7 @@ def _tempfile_under_basetemp(tmp_path_factory):
     test starts: the CLI, Dask's processes, stress children) writes under
     pytest's base temporary folder, which pytest prunes, never in /tmp."""
     folder = str(tmp_path_factory.mktemp("tempfile"))
+    _OWN_TMP.append(folder)
     saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"] = folder
     tempfile.tempdir = folder
@@ -78,12 +76,14 @@ def _tempfile_under_basetemp(tmp_path_factory):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """A kiln-named entry the run left in the system's temporary folder fails
-    the run (test_demo once left /tmp/kiln-demo-* behind)."""
-    left = sorted(_kiln_entries() - _BEFORE)
-    if left and not hasattr(session.config, "workerinput"):
+    """A kiln-named entry the run left in its own temporary folder (where
+    ``tempfile`` wrote for it and its children) fails the run (test_demo once
+    left kiln-demo-* behind).  The system's temporary folder is not looked at:
+    what other processes write there (a ``kiln demo`` run meanwhile) is theirs."""
+    left = sorted(n for folder in _OWN_TMP for n in _kiln_entries(folder))
+    if left:
         session.config.get_terminal_writer().line(
-            "the suite left %d entries in %s: %s" % (len(left), _SYSTEM_TMP, ", ".join(left[:10])),
+            "the suite left %d entries in %s: %s" % (len(left), _OWN_TMP[0], ", ".join(left[:10])),
             red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -139,8 +139,8 @@ def test_a_writable_tensor_exports_an_unversioned_capsule():
 
 @pytest.mark.parametrize("name", ["f32", "f16", "bf16", "i8"])
 def test_torch_from_dlpack(directory, name):
-    torch = pytest.importorskip("torch", reason="torch is not a CI dependency (gigabytes); "
-                                "install a CPU build, e.g. torch==2.13.0, to run this test")
+    torch = pytest.importorskip("torch", reason="torch is not installed: this test runs "
+                                "under --require-torch (README, The two commands)")
     if name not in ARRAYS:
         pytest.skip("a bf16 array needs the optional ml_dtypes package")
     buf, d = directory
