@@ -1,6 +1,7 @@
 """Reading a file's bytes with ``pread`` into memory kiln owns: the one loop
-behind every read of an open file that must never touch its mapping (payload
-checks and CRC-32s, ``copy_into``, record files, the torch loaders)."""
+behind every read of an open file that must never touch its mapping (the
+table and metadata, payload checks and CRC-32s, ``copy_into``, record files,
+the torch loaders' buffered and ``O_DIRECT`` reads)."""
 
 import contextlib
 import os
@@ -9,22 +10,43 @@ from typing import Any, Iterator, Optional
 
 from ._errors import KilnError
 
-__all__ = ["read_exactly", "SharedFd"]
+__all__ = ["read_exactly", "read_bytes", "SharedFd"]
 
 
-def read_exactly(fd: int, view: Any, at: int, path: str, what: str) -> None:
-    """Fill ``view`` (a writable byte memoryview) from ``fd`` at ``at``;
-    ``KilnError`` ``EOF`` at the byte where the file now ends when it ends
-    first: it changed under the reader (``what`` names what was being read)."""
+def read_exactly(fd: int, view: Any, at: int, path: str, what: Optional[str] = None,
+                 need: Optional[int] = None) -> int:
+    """Fill ``view`` (a writable byte memoryview) from ``fd`` at ``at``, or its
+    first ``need`` bytes at least (an ``O_DIRECT`` read asks for whole blocks,
+    past the bytes it needs); returns the bytes read.  ``KilnError`` ``EOF``
+    at the byte where the file now ends when it ends first: it changed under
+    the reader (``what`` names what was being read; by default the bytes).
+    An ``OSError`` of ``preadv`` (``EINVAL`` of a direct read) is raised as it
+    is."""
+    n = len(view) if need is None else need
     done = 0
-    n = len(view)
     while done < n:
-        got = os.preadv(fd, [view[done:]], at + done)
+        got = os.preadv(fd, [view[done:] if done else view], at + done)
         if got <= 0:
             end = min(at + done, os.fstat(fd).st_size)
             raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
-                            "byte %d, before the end of %s" % (path, end, what))
+                            "byte %d, before the end of %s" % (
+                                path, end, what or "bytes %d..%d" % (at, at + n)))
         done += got
+    return done
+
+
+def read_bytes(fd: int, n: int, at: int, path: str, what: Optional[str] = None) -> bytes:
+    """``n`` bytes of ``fd`` at ``at`` as ``bytes`` (immutable: the kernels
+    decode strings from it without a defensive copy); ``EOF`` as
+    :func:`read_exactly` when the file now ends first."""
+    got = os.pread(fd, n, at)
+    if len(got) == n:
+        return got
+    buf = bytearray(n)
+    buf[:len(got)] = got
+    read_exactly(fd, memoryview(buf)[len(got):], at + len(got), path,
+                 what or "bytes %d..%d" % (at, at + n))
+    return bytes(buf)
 
 
 class SharedFd:

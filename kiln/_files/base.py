@@ -136,10 +136,10 @@ def open_table(buf: Any, trusted: bool, max_count: int,
     try:
         if head is None:
             end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
-                buf, 0, True, trusted, max_count, max_bytes)
+                buf, 0, True, trusted, max_count, max_bytes, None, True)
         else:
             end, base, count, named, blob, names = _compat.kernels.validate_directory_copy(
-                head, 0, True, trusted, max_count, max_bytes, len(buf))
+                head, 0, True, trusted, max_count, max_bytes, len(buf), True)
     except KilnError as e:
         first = buf if head is None else head
         magic = bytes(memoryview(first)[:len(W.FRAME_MAGIC)])
@@ -152,7 +152,8 @@ def open_table(buf: Any, trusted: bool, max_count: int,
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.format != "B":
         mv = mv.cast("B")
-    table = LazyRows(blob, count, named, names)
+    first = buf if head is None else head   # (the flags byte the check passed)
+    table = LazyRows(blob, count, named, names, wide=bool(memoryview(first)[W.H_FLAGS] & W.FLAG_WIDE))
     return directory(table, mv.toreadonly(), base,
                      "surrogateescape" if trusted else "strict"), end
 
@@ -174,10 +175,26 @@ def has_metadata(table: Sequence[tuple], path: str) -> bool:
     names = raw_names(table)
     for i, raw in enumerate(names[:-1]):
         if raw == reserved:
-            raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_NAME_OFF,
+            raise KilnError("TYPE", W.HEADER_SIZE + W.DESC_SIZE * i + name_field(table),
                             "%s: the name %r is reserved for the metadata, the last tensor"
                             % (path, _meta.META_NAME))
     return names[-1] == reserved
+
+
+def name_field(table: Sequence[tuple]) -> int:
+    """Where a descriptor's name offset is in the file of ``table``: d+4, or
+    d+112 when its names need the wide fields (spec/kiln-v2.md 12.3)."""
+    if isinstance(table, LazyRows):
+        return W.D_WNAME_OFF if table.wide else W.D_NAME_OFF
+    at = 0
+    for field in (W.R_NAME, W.R_LAYOUT):   # names first, then layouts: the heap's order
+        for row in table:
+            b = row[field]
+            if b:
+                if at > W.U16_MAX or len(b) > W.U16_MAX:
+                    return W.D_WNAME_OFF
+                at += len(b)
+    return W.D_NAME_OFF
 
 
 def read_table_head(fd: int, size: int, max_count: int, max_bytes: int, path: str) -> bytes:
@@ -185,15 +202,15 @@ def read_table_head(fd: int, size: int, max_count: int, max_bytes: int, path: st
     base, or its whole length if shorter), read with ``pread``: the header's
     caps and arithmetic checked first (``check_header`` against the file's
     length), so a claimed table costs no more than the file can hold."""
-    from .checksum import pread_exact
-    head = pread_exact(fd, min(size, W.HEADER_SIZE), 0, path)
+    from .._pread import read_bytes
+    head = read_bytes(fd, min(size, W.HEADER_SIZE), 0, path)
     if len(head) < W.HEADER_SIZE:
         return head   # the table check says EOF (or names the foreign format)
     try:
-        base = _compat.kernels.check_header(head, 0, max_count, max_bytes, size)
+        base = _compat.kernels.check_header(head, 0, max_count, max_bytes, size, True)
     except KilnError:
         return head   # open_table's check reports it, with its hints
-    return head + pread_exact(fd, base - W.HEADER_SIZE, W.HEADER_SIZE, path)
+    return head + read_bytes(fd, base - W.HEADER_SIZE, W.HEADER_SIZE, path)
 
 
 def metadata_place(d: TensorDirectory, path: str) -> Optional[Tuple[int, int]]:

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from .. import _compat
 from .. import _wire as W
 from .._errors import EncodeError, KilnError
+from .._pread import read_bytes
 from .tables import payload, payload_base, rows
 
 KEY = "__kiln_checksum__"
@@ -39,15 +40,6 @@ def crc32(data: Any) -> int:
     return _compat.kernels.crc32(data) & 0xFFFFFFFF
 
 
-def pread_exact(fd: int, n: int, at: int, path: str) -> Any:
-    """``n`` bytes of ``fd`` at ``at`` (a bytearray), or ``EOF`` when the file
-    ends first: it changed under the reader."""
-    from .._pread import read_exactly
-    buf = bytearray(n)
-    read_exactly(fd, memoryview(buf), at, path, "bytes %d..%d" % (at, at + n))
-    return buf
-
-
 def crc_of_range(fd: int, at: int, n: int, path: str) -> int:
     """The CRC-32 of ``n`` bytes of ``fd`` at ``at``, read with ``pread`` in
     chunks (never through a mapping: a file truncated meanwhile is ``EOF``)."""
@@ -55,7 +47,7 @@ def crc_of_range(fd: int, at: int, n: int, path: str) -> int:
     end = at + n
     while at < end:
         k = min(_CHUNK * 2, end - at)
-        c = _compat.kernels.crc32(pread_exact(fd, k, at, path), c) & 0xFFFFFFFF
+        c = _compat.kernels.crc32(read_bytes(fd, k, at, path), c) & 0xFFFFFFFF
         at += k
     return c
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _wire as W
 from .._errors import KilnError
-from .._pread import SharedFd
+from .._pread import SharedFd, read_bytes
 from . import checksum as _checksum
 from .base import (TensorFile, decode_metadata, metadata_place, open_table, read_table_head,
                    row_bound)
@@ -165,7 +165,7 @@ class KilnFile(TensorFile):
                                        self.path)
         self._intact()
         with self._fd.held(self.path) as fd:
-            return decode_metadata(lambda a, k: _pread_bytes(fd, k, at + a, self.path), n, at,
+            return decode_metadata(lambda a, k: read_bytes(fd, k, at + a, self.path), n, at,
                                    self._count - 1, self.path)
 
     def _intact(self) -> None:
@@ -293,17 +293,6 @@ class KilnFile(TensorFile):
         return "<kiln.KilnFile %r, %s>" % (self.path, state)
 
 
-
-
-def _pread_bytes(fd: int, n: int, at: int, path: str) -> bytes:
-    """``n`` bytes of ``fd`` at ``at`` as ``bytes`` (immutable: the kernels
-    decode strings from it without a defensive copy); ``EOF`` when the file
-    now ends first."""
-    got = os.pread(fd, n, at)
-    if len(got) == n:
-        return got
-    from .checksum import pread_exact
-    return bytes(pread_exact(fd, n, at, path))   # a short read: the loop, and its EOF
 
 
 def _whole(t: Tensor, start: Optional[int], stop: Optional[int]) -> bool:

@@ -181,11 +181,11 @@ def check_span(fd: int, path: str, at: int, lo: int, end: int, code: int, count:
     """Check bytes ``at + lo .. end`` of the payload at file offset ``at`` (and
     its gap), read with ``pread`` 1 MiB at a time, as ``check_payload`` does
     (``TYPE`` at the first bad byte's file offset; ``EOF`` if the file ends)."""
-    from .checksum import pread_exact
+    from .._pread import read_bytes
     check = _compat.kernels.check_payload
     while at + lo < end:
         k = min(_SPAN_CHUNK, end - at - lo)
-        check(pread_exact(fd, k, at + lo, path), lo, code, count, nbytes, at)
+        check(read_bytes(fd, k, at + lo, path), lo, code, count, nbytes, at)
         lo += k
 
 

@@ -1,7 +1,6 @@
-"""Where a record file's bytes come from: a local mapping or ranged remote reads.
-
-Both give ``size`` and ``read(lo, hi)``; a local source also gives ``view``,
-a memoryview of the whole mapping, for the zero-copy fast path.
+"""Where a record file's bytes come from: a local file read with ``pread``, or
+ranged remote reads.  Both give ``size``, ``read(lo, hi)`` (the bytes, in
+memory this process owns) and ``close()``.
 """
 
 import os
@@ -10,7 +9,7 @@ from array import array
 from typing import Any, Dict, Optional, Tuple
 
 from .. import _wire as W
-from .._pread import read_exactly
+from .._pread import SharedFd, read_exactly
 from .._files.local import check_regular, open_regular_file
 
 
@@ -20,13 +19,18 @@ _SMALL_READ = 64 << 10     # LocalSource.read: below this, an array.array (see t
 
 class LocalSource:
     """A local file read with ``pread`` (or the bytes of a file object that has
-    no descriptor, viewed in memory).
+    no descriptor, held in memory).
 
     Nothing is read through a mapping: every read copies its bytes into memory
     this process owns, so a file that another program truncates under the
     reader is ``EOF`` ("the file changed under the reader"), never SIGBUS, and
     the records' arrays view those private copies (a consumer that writes
     into one changes that copy only).
+
+    The descriptor is a :class:`kiln._pread.SharedFd`: ``close()`` in one
+    thread while another reads closes it once that read is done, and a read
+    that starts after ``close()`` is ``ValueError``, never ``EBADF`` nor a
+    read of a descriptor the system has since given to another file.
 
     A file object's container starts at its current position, whatever the
     object: an open file is read from ``tell()`` on, as the bytes
@@ -36,7 +40,8 @@ class LocalSource:
     read_size = 4 << 20   # a read of consecutive records: up to this many bytes at once
 
     def __init__(self, source: Any) -> None:
-        self.fd: Optional[int] = None
+        self._fd: Optional[SharedFd] = None
+        self._data: Any = None    # a file object's bytes, without a descriptor
         self._at = 0   # the container's first byte in the file
         start = 0
         if hasattr(source, "read"):
@@ -46,16 +51,14 @@ class LocalSource:
                 start = int(source.tell())
             except (AttributeError, OSError, ValueError):
                 data = source.read()
-                self.data = memoryview(data).cast("B").toreadonly()
-                self.view = None
-                self.size = len(self.data)
+                self._data = memoryview(data).cast("B").toreadonly()
+                self.size = len(self._data)
                 return
             self._open(fd)
         else:
             self.name = os.fspath(source)
             with open_regular_file(self.name) as f:
                 self._open(f.fileno())
-        self.view = None   # read with pread: no view of the file
         if start:
             start = min(start, self.size)
             self._at = start
@@ -64,14 +67,22 @@ class LocalSource:
     def _open(self, fd: int) -> None:
         st = check_regular(fd, self.name)
         self.size = st.st_size
-        self.fd = os.dup(fd)
+        self._fd = SharedFd(os.dup(fd))
 
     bytes_fetched = 0
 
+    def _closed(self) -> ValueError:
+        return ValueError("I/O on a closed RecordFile (%s)" % self.name)
+
     def read(self, lo: int, hi: int, ahead: int = 0) -> Any:
-        """Bytes ``lo..hi`` of the container, read now into a bytearray."""
-        if self.fd is None:
-            return self.data[lo:hi]
+        """Bytes ``lo..hi`` of the container, read now into memory of its own
+        (``ValueError`` once closed)."""
+        shared = self._fd
+        if shared is None:
+            data = self._data
+            if data is None:
+                raise self._closed()
+            return data[lo:hi]
         # placed so that the file's 64-byte boundaries fall on 64-byte
         # addresses: a record's tensors stay aligned arrays
         n = hi - lo
@@ -85,17 +96,21 @@ class LocalSource:
             at = buf.__array_interface__["data"][0]
         shift = (self._at + lo - at) % W.DIR_ALIGN
         view = memoryview(buf)[shift:shift + n]
-        got = os.preadv(self.fd, [view], self._at + lo)    # the whole span, most often
-        if got < n:
-            read_exactly(self.fd, view[max(got, 0):], self._at + lo + max(got, 0), self.name,
-                         "bytes %d..%d" % (self._at + lo, self._at + hi))
+        fd = shared.hold()   # held for this read: a close() meanwhile waits for it
+        if fd is None:
+            raise self._closed()
+        try:
+            read_exactly(fd, view, self._at + lo, self.name)
+        finally:
+            shared.drop()
         return view
 
     def close(self) -> None:
-        """Close the descriptor; records already read keep their bytes."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
+        """Close the descriptor once no read holds it; records already read
+        keep their bytes, and later reads are ``ValueError``."""
+        self._data = None
+        if self._fd is not None:
+            self._fd.close()
 
 
 class RemoteSource:
@@ -144,10 +159,6 @@ class RemoteSource:
         if ahead:
             self._block = (lo, data)
         return data[:hi - lo]
-
-    @property
-    def view(self) -> None:
-        return None
 
     def close(self) -> None:
         self._block = (0, b"")

@@ -6,8 +6,9 @@ entry, the same checks on the same bytes for a local file and a remote one
 record).  ``rf[i]`` reads the bytes between entries ``i`` and ``i + 1``,
 which must be exactly one record: its head, padding, value and checksum.
 Values are decoded by the same :class:`kiln.Decoder` as :func:`kiln.decode`
-with ``frame=True``; for a local file they view the mapping (tensors keep it
-alive after ``close``).
+with ``frame=True`` from bytes read into memory this process owns (``pread``
+for a local file, range requests for a URL): arrays and tensors in them view
+that copy, never the file, and stay valid after ``close``.
 """
 
 import importlib
@@ -207,8 +208,8 @@ class RecordFile(Sequence[R]):
 
     def _index(self, ip: int, n: int, trailer_at: int) -> None:
         """Check the index record at ``ip`` and every entry: the same checks on
-        the same bytes for a local file (a view of the mapping) and a remote
-        one (one range request for the index record, 8 bytes an entry)."""
+        the same bytes for a local file (one ``pread``) and a remote one (one
+        range request for the index record, 8 bytes an entry)."""
         rec = self._src.read(ip, trailer_at)
         head = rec[:F.HEAD_SIZE]
         length, kind, pad = F.parse_head(head, 0, ip, n)
@@ -308,10 +309,10 @@ class RecordFile(Sequence[R]):
 
     def __getitem__(self, i: Union[int, slice]) -> Union[R, List[R]]:
         out: List[R] = []
-        if type(i) is int and self._local is not None:     # the common case: one kernel call
+        offs = self._local   # read once: close() in another thread clears it
+        if type(i) is int and offs is not None:     # the common case: one kernel call
             n = self._count
             if -n <= i < n:
-                offs = self._local
                 i %= n
                 lo = offs[i]
                 self._k.decode_records(self._prog, self._src.read(lo, offs[i + 1]), lo, offs,
@@ -371,8 +372,9 @@ class RecordFile(Sequence[R]):
         return self._src.bytes_fetched
 
     def close(self) -> None:
-        """Release the file; values already read stay valid (their views keep
-        the mapping alive)."""
+        """Release the file: its descriptor is closed once no read in another
+        thread holds it, and every later read is ``ValueError``; values
+        already read stay valid (they hold copies of their bytes)."""
         if not self._closed:
             self._closed = True
             self._local = None
