@@ -51,7 +51,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["AtomicFile", "read_exactly", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",
-           "version", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
+           "version", "held_descriptor", "remote_range", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "metadata_blob",
            "metadata_of_blob", "strict_json", "value_start"]
@@ -76,6 +76,36 @@ def file_offset(t: Any) -> int:
     """Where tensor ``t``'s payload starts: for a tensor of an open local file
     or of a decoded file's directory, its byte offset in the file."""
     return tensor_offset(t)
+
+
+def held_descriptor(f: Any) -> Any:
+    """How the torch loader reads the payloads of an open :class:`kiln.KilnFile`
+    ``f`` from the file whose table it read: ``("fd", a duplicate of its
+    descriptor)`` (the caller closes it), ``("bytes", the data)`` for a file
+    object without a descriptor, or None for another kind of file (remote).
+    ``ValueError`` once ``f`` is closed."""
+    from ._files.kilnfile import KilnFile
+    if not isinstance(f, KilnFile):
+        return None
+    shared = f._fd
+    if shared is None:
+        data = f._mm
+        if data is None:
+            raise ValueError("%s is closed" % f.path)
+        return "bytes", data
+    import os
+    with shared.held(f.path) as fd:
+        return "fd", os.dup(fd)
+
+
+def remote_range(f: Any, start: int, end: int, what: str) -> bytes:
+    """Bytes [start, end) of an open :class:`kiln.remote.RemoteFile`, of the
+    version seen when it was opened (from the answer that came with the table
+    when the server sent the whole object)."""
+    have = f._base + len(f._head)   # bytes [base, have) came with the table
+    if f._head and f._base <= start and end <= have:
+        return bytes(f._head[start - f._base:end - f._base])
+    return f._src.read(start, end, what)
 
 
 def version(f: Any) -> Any:

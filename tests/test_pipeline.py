@@ -24,16 +24,28 @@ from kiln.torch import _pipeline as P  # noqa: E402
 from kiln._access import file_offset, table  # noqa: E402
 
 
+_OPEN = []   # the files the tests' items read, closed after each test
+
+
+@pytest.fixture(autouse=True)
+def _close_files():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def _items(path, targets=None):
     """The pipeline's items for every tensor of the file at ``path``."""
     out = []
     with kiln.open(path) as f:
+        src = P.file_bytes(f)
+        _OPEN.append(src)
         sums = f.checksums
         for i, (name, t) in enumerate(table(f).items()):
             crc = None if sums is None else int.from_bytes(sums[4 * i:4 * i + 4], "little")
             dt = getattr(torch, {"f32": "float32", "u8": "uint8", "i64": "int64",
                                  "bf16": "bfloat16", "bool": "bool", "i8": "int8"}[t.dtype])
-            out.append(P.Item(name, str(path), file_offset(t), t.nbytes, crc, dt,
+            out.append(P.Item(name, src, file_offset(t), t.nbytes, crc, dt,
                               tuple(t.shape), None if targets is None else targets[name]))
     return out
 
@@ -197,9 +209,10 @@ def test_a_bool_byte_other_than_0_or_1_is_refused(api, mixed):
 def test_a_failing_reader_stops_the_load_and_its_threads(api, mixed, tmp_path):
     items = _items(mixed)
     k = [it.key for it in items].index("mid")
-    gone = items[k]._replace(path=str(tmp_path / "missing.kiln"))
-    with pytest.raises(FileNotFoundError):
+    gone = items[k]._replace(offset=1 << 30)   # past the file's end
+    with pytest.raises(kiln.KilnError) as e:
         P.load(items[:k] + [gone] + items[k + 1:], "cpu", stage=True, chunk_bytes=128)
+    assert e.value.code == "EOF"
     assert _readers() == []
 
 

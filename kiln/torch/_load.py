@@ -9,7 +9,7 @@ from kiln._access import dtype_label, file_offset, table
 
 from . import _pipeline
 from ._common import (ALIASES_KEY, IncompatibleKeys, LoadError, PathLike, check_path,
-                      dtype_of as _dtype_of, torch_module as _torch)
+                      dtype_of as _dtype_of, torch_module as _torch, torch_view)
 
 if TYPE_CHECKING:
     import torch
@@ -30,8 +30,7 @@ def _view(torch: Any, t: kiln.Tensor, path: str, dt: Any = None) -> Any:
     dtype, ``dt`` when the caller already looked it up)."""
     if dt is None:
         dt = _torch_dtype(torch, t, path)
-    x = torch.from_dlpack(t.bits())   # numpy's capsule; the view keeps the mapping alive
-    return x if x.dtype == dt else x.view(dt)
+    return torch_view(torch, t, dt, path)   # numpy's capsule; the view keeps the mapping alive
 
 
 def _aliases(f: Any) -> Dict[str, str]:
@@ -52,30 +51,47 @@ def _aliases(f: Any) -> Dict[str, str]:
 
 
 class _Entry:
-    """A stored tensor as the loader reads it: its table row, file and CRC."""
+    """A stored tensor as the loader reads it: its table row, open file and CRC."""
 
-    __slots__ = ("t", "path", "crc")
+    __slots__ = ("t", "src", "crc")
 
-    def __init__(self, t: Any, path: str, crc: Optional[int]) -> None:
-        self.t, self.path, self.crc = t, path, crc
+    def __init__(self, t: Any, src: _pipeline.FileBytes, crc: Optional[int]) -> None:
+        self.t, self.src, self.crc = t, src, crc
 
 
-def _entries(f: Any) -> Dict[str, _Entry]:
-    """Every stored tensor of a file or a set, no payload read."""
-    files = [(f.shard(s), f.shard_path(s)) for s in f.shards] \
-        if isinstance(f, kiln.ShardedFile) else [(f, f.path)]
-    out: Dict[str, _Entry] = {}
-    for one, path in files:
-        sums = one.checksums
-        for i, (name, t) in enumerate(table(one).items()):
-            crc = None if sums is None else int.from_bytes(sums[4 * i:4 * i + 4], "little")
-            out[name] = _Entry(t, path, crc)
-    return out
+class _Files:
+    """The open files of one load (each a duplicate of ``kiln.open``'s
+    descriptor, see :func:`_pipeline.file_bytes`), closed together."""
+
+    def __init__(self) -> None:
+        self.opened: List[_pipeline.FileBytes] = []
+
+    def __enter__(self) -> "_Files":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for src in self.opened:
+            src.close()
+        self.opened = []
+
+    def entries(self, f: Any) -> Dict[str, _Entry]:
+        """Every stored tensor of a file or a set, no payload read: the bytes
+        of each come from the file whose table named it."""
+        files = [f.shard(s) for s in f.shards] if isinstance(f, kiln.ShardedFile) else [f]
+        out: Dict[str, _Entry] = {}
+        for one in files:
+            sums = one.checksums
+            src = _pipeline.file_bytes(one)
+            self.opened.append(src)
+            for i, (name, t) in enumerate(table(one).items()):
+                crc = None if sums is None else int.from_bytes(sums[4 * i:4 * i + 4], "little")
+                out[name] = _Entry(t, src, crc)
+        return out
 
 
 def _item(torch: Any, name: str, e: _Entry, dt: Any, target: Any) -> Any:
     t = e.t
-    return _pipeline.Item(name, e.path, file_offset(t), t.nbytes, e.crc, dt,
+    return _pipeline.Item(name, e.src, file_offset(t), t.nbytes, e.crc, dt,
                           tuple(t.shape), target)
 
 
@@ -125,10 +141,11 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu", *,
         if dev.type == "cpu":
             out = {name: _view(torch, f[name], f.path) for name in f.keys()}
         else:
-            entries = _entries(f)
-            items = [_item(torch, n, e, _torch_dtype(torch, e.t, e.path), None)
-                     for n, e in entries.items()]
-            out = dict(zip(entries, _pipeline.load(items, dev, direct_io=direct_io)))
+            with _Files() as files:
+                entries = files.entries(f)
+                items = [_item(torch, n, e, _torch_dtype(torch, e.t, e.src.name), None)
+                         for n, e in entries.items()]
+                out = dict(zip(entries, _pipeline.load(items, dev, direct_io=direct_io)))
     for alias, name in aliases.items():
         out[alias] = out[name]
     return dict(sorted(out.items()))
@@ -183,27 +200,71 @@ class _Plan:
         self.unexpected: List[str] = []
         self.mismatched: List[Tuple[str, str]] = []
         self.loads: List[Tuple[List[str], str, Any, Any]] = []   # (names, stored, dtype, target)
+        self.extra: List[str] = []   # extra-state names the file holds (set_extra_state)
 
 
-def _differ(f: Any, a: str, b: str) -> bool:
-    x, y = f[a], f[b]
-    return x.dtype != y.dtype or x.shape != y.shape or bytes(x.bits()) != bytes(y.bits())
+def _extra_states(torch: Any, model: Any, sd: Dict[str, Any]) -> Dict[str, Any]:
+    """name -> module of each extra-state entry of the state dict (a module
+    that overrides ``set_extra_state``: its ``_extra_state``, whatever it is),
+    as ``load_state_dict`` finds them."""
+    out: Dict[str, Any] = {}
+    base = torch.nn.Module.set_extra_state
+    for k in sd:
+        owner, _, attr = k.rpartition(".")
+        if attr != "_extra_state":
+            continue
+        module = model.get_submodule(owner) if owner else model
+        if getattr(type(module), "set_extra_state", base) is not base:
+            out[k] = module
+    return out
 
 
-def _check_model(torch: Any, f: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
-                 aliases: Dict[str, str], assign: bool) -> _Plan:
+_PIECE = 1 << 20   # tied copies are compared this many bytes at a time
+
+
+def _differ(a: str, x: _Entry, b: str, y: _Entry) -> bool:
+    """Do stored tensors ``a`` and ``b`` (two names of one tied tensor) differ?
+    By their recorded CRC-32s where both have one, else read with ``pread``
+    a piece at a time from their files (never through a mapping: a file
+    truncated meanwhile is ``EOF``, never SIGBUS; never two whole copies)."""
+    s, t = x.t, y.t
+    if s.dtype != t.dtype or tuple(s.shape) != tuple(t.shape) or s.nbytes != t.nbytes:
+        return True
+    if x.crc is not None and y.crc is not None:
+        return x.crc != y.crc
+    n = s.nbytes
+    one, two = bytearray(min(n, _PIECE)), bytearray(min(n, _PIECE))
+    at, bt = file_offset(s), file_offset(t)
+    for k in range(0, n, _PIECE):
+        m = min(_PIECE, n - k)
+        u, v = memoryview(one)[:m], memoryview(two)[:m]
+        x.src.read(u, at + k, "the payload of tensor %r" % a)
+        y.src.read(v, bt + k, "the payload of tensor %r" % b)
+        if u != v:
+            return True
+    return False
+
+
+def _check_model(torch: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
+                 extra: Dict[str, Any], aliases: Dict[str, str], assign: bool,
+                 strict: bool) -> _Plan:
     plan = _Plan()
     have = set(entries) | set(aliases)
     plan.unexpected = sorted(k for k in have if k not in sd)
+    for k in extra:   # as load_state_dict: missing only under strict
+        if k in have:
+            plan.extra.append(k)
+        elif strict:
+            plan.missing.append(k)
     dtypes: Dict[str, Any] = {}
-    for names in _groups(torch, sd):
+    for names in _groups(torch, {k: v for k, v in sd.items() if k not in extra}):
         present = [k for k in names if k in have]
         if not present:
             plan.missing.extend(names)
             continue
         stored = [aliases.get(k, k) for k in present]
         for a, b in zip(stored, stored[1:]):
-            if a != b and _differ(f, a, b):
+            if a != b and _differ(a, entries[a], b, entries[b]):
                 plan.mismatched.append((names[0], "tied tensors %s and %s hold different "
                                         "values in the checkpoint: they are one tensor in "
                                         "the model" % (present[stored.index(a)],
@@ -234,10 +295,11 @@ def _check_model(torch: Any, f: Any, entries: Dict[str, _Entry], sd: Dict[str, A
 
 
 def _put(model: Any, name: str, value: Any) -> None:
-    """Set parameter or buffer ``name`` of ``model`` to ``value``."""
+    """Set parameter or buffer ``name`` of ``model`` to ``value`` (one lookup
+    of the module's own parameters by name: linear in the names loaded)."""
     owner, _, attr = name.rpartition(".")
     module = model.get_submodule(owner) if owner else model
-    if attr in dict(module.named_parameters(recurse=False)):
+    if attr in module._parameters:
         module.register_parameter(attr, value)
     else:
         module.register_buffer(attr, value)
@@ -298,10 +360,11 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
     """
     torch = _torch()
     sd = model.state_dict(keep_vars=True)
-    with _open(path, "load_model") as f:
+    extra = _extra_states(torch, model, sd)
+    with _open(path, "load_model") as f, _Files() as files:
         aliases = _aliases(f)
-        entries = _entries(f)
-        plan = _check_model(torch, f, entries, sd, aliases, assign)
+        entries = files.entries(f)
+        plan = _check_model(torch, entries, sd, extra, aliases, assign, strict)
         if plan.mismatched or (strict and (plan.missing or plan.unexpected)):
             raise LoadError(type(model).__name__, plan.missing if strict else [],
                             plan.unexpected if strict else [], plan.mismatched)
@@ -309,11 +372,18 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
         for names, stored, dt, target in plan.loads:
             e = entries[stored]
             items.append(_item(torch, stored, e, dt, None if assign else target.detach()))
+        states = []   # the extra states, read before anything is written
+        for k in plan.extra:
+            e = entries[aliases.get(k, k)]
+            states.append(_item(torch, k, e, _torch_dtype(torch, e.t, e.src.name), None))
+        states = _pipeline.load(states, "cpu") if states else []
         with torch.no_grad():
             made = _by_device(torch, plan, items, device if assign else None, progress,
                               direct_io)
         if assign:
             _assign(torch, model, plan, made)
+        for k, value in zip(plan.extra, states):
+            extra[k].set_extra_state(value)
     return IncompatibleKeys(plan.missing, plan.unexpected)
 
 

@@ -1,6 +1,15 @@
 """The loader behind ``kiln.torch``'s copies: payload ranges of one or more
-files read with ``pread`` (never through a mapping) and put into torch
+open files read with ``pread`` (never through a mapping) and put into torch
 tensors on any device.
+
+Where the bytes come from: every payload is read from the very file whose
+table was read, the descriptor :func:`kiln.open` opened (duplicated: the
+load owns its copy), never the file's name again, so a checkpoint replaced
+under the load (written to a temporary file and renamed over, as every
+atomic writer does) is read whole from the generation that was opened.  A
+file object without a descriptor is read from the bytes ``kiln.open`` took
+from it; a remote file (``s3://``, ``https://``, ``memory://``) in ranges of
+at most one chunk, through its reader (:class:`FileBytes`).
 
 The plan: every payload range is known before the first read (:class:`Item`:
 file, offset, size, recorded CRC-32, dtype, shape, and the tensor to fill or
@@ -9,24 +18,30 @@ None to make one).  The ranges are cut into chunks of at most ``chunk_bytes``
 spans several), and a pool of reader threads reads them:
 
 - into the destination itself, when it is contiguous host memory (a CPU
-  tensor): no staging buffer, no second copy;
-- otherwise into a ring of ``slots`` staging buffers allocated once per load
-  (pinned when CUDA is there), each chunk copied to its tensors with
-  non-blocking copies on a stream of its own; a buffer is read into again only
-  after the event recorded behind its copies has completed, and the load
-  synchronizes once, at the end.  A chunk of many small tensors is copied to
-  the device whole, into a device buffer of the ring, and split there by one
-  batched device-to-device copy (``torch._foreach_copy_``): each returned
-  tensor owns its memory, and no buffer is kept behind it.
+  tensor): an *in-place* chunk, no staging buffer, no second copy;
+- otherwise into a ring of ``slots`` staging buffers (pinned when CUDA is
+  there), each chunk copied to its tensors with non-blocking copies on a
+  stream of its own; a buffer is read into again only after the event
+  recorded behind its copies has completed, and the load synchronizes once,
+  at the end.  A chunk of many small tensors is copied to the device whole,
+  into a device buffer of the ring, and split there by one batched
+  device-to-device copy (``torch._foreach_copy_``): each returned tensor owns
+  its memory, and no buffer is kept behind it.
+
+O_DIRECT (``direct_io=True``) is another matter than in-place reads: staged
+chunks read with O_DIRECT through a second descriptor of the same open file
+(``/proc/self/fd``), buffered where the file system refuses it; that
+descriptor is closed with the load, never while a reader may hold it.
 
 The bytes of each payload are summed (CRC-32) on the host buffer they were
 read into, in file order, as its copies are issued (no second read); a
 mismatch is ``CHECKSUM`` naming the tensor.  A file that ends before a payload
 does (truncated under the load) is ``EOF`` naming the file and the offset.
-Whatever fails (a read, a check, a KeyboardInterrupt from a progress
-callback), the reader threads are stopped and joined and the buffers dropped
-before the error propagates; new tensors are not handed out, and an error
-after a target was filled says which targets were written.
+Bool payloads are read into tensors of their own and checked before any
+target is written.  Whatever fails (a read, a check, a KeyboardInterrupt from
+a progress callback), the reader threads are stopped and joined and the
+buffers dropped before the error propagates; new tensors are not handed out,
+and an error after a target was written names the targets written.
 """
 
 import errno
@@ -40,7 +55,8 @@ from kiln._access import read_exactly as _read_exact
 
 from ._common import torch_module
 
-__all__ = ["Item", "load", "release", "CHUNK_BYTES", "SLOTS", "THREADS", "SMALL"]
+__all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "CHUNK_BYTES", "SLOTS",
+           "THREADS", "SMALL"]
 
 CHUNK_BYTES = 64 << 20   # a chunk: one read, one staging buffer
 SLOTS = 4                # staging buffers in the ring (host memory: SLOTS x CHUNK_BYTES at most)
@@ -50,11 +66,136 @@ _GAP = 64 << 10          # payloads this close share a chunk (the gap is read an
 _ALIGN = 4096            # O_DIRECT: offsets, lengths and addresses on this boundary
 
 
+# --- where the bytes come from ---------------------------------------------------
+
+class FileBytes:
+    """The bytes of one open file, as the loader reads them: ``read(view, at,
+    what)`` fills ``view`` from byte ``at`` or raises ``KilnError`` ``EOF``
+    (the file ends first: it changed under the reader).  ``name`` is what
+    messages call the file.  Made by :func:`file_bytes`; closed by whoever
+    made it, after the load."""
+
+    name = ""
+
+    def read(self, view: memoryview, at: int, what: str) -> None:
+        raise NotImplementedError
+
+    def odirect_fd(self) -> int:
+        """A descriptor of the same file opened with O_DIRECT, or -1."""
+        return -1
+
+    def refuse_odirect(self) -> None:
+        """The file system refused an O_DIRECT read after all: buffered from now on."""
+
+    def close(self) -> None:
+        pass
+
+
+class _Descriptor(FileBytes):
+    """A local file: a descriptor the load owns (a duplicate of the open
+    file's), read with ``pread``; its O_DIRECT twin opened on first use."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self.fd, self.name = fd, name
+        self._odirect: Optional[int] = None   # -1: refused
+        self._lock = threading.Lock()
+
+    def read(self, view: memoryview, at: int, what: str) -> None:
+        _read_exact(self.fd, view, at, self.name, what)
+
+    def odirect_fd(self) -> int:
+        with self._lock:
+            if self._odirect is None:
+                self._odirect = _reopen_odirect(self.fd)
+            return self._odirect
+
+    def refuse_odirect(self) -> None:
+        # the O_DIRECT descriptor stays open (another reader may be in a read
+        # on it) and is closed with the file, after every reader was joined
+        with self._lock:
+            if self._odirect is not None and self._odirect >= 0:
+                self._refused = self._odirect
+            self._odirect = -1
+
+    def close(self) -> None:
+        fds = [self.fd, getattr(self, "_refused", -1), self._odirect]
+        self.fd, self._odirect = -1, -1
+        for fd in dict.fromkeys(fds):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+
+
+def _reopen_odirect(fd: int) -> int:
+    """The file of ``fd`` opened again with O_DIRECT through ``/proc/self/fd``
+    (the same open file, never its name: a file renamed over it meanwhile is
+    not read), checked to be the same file; -1 where that cannot be done."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return -1
+    try:
+        d = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return -1
+    a, b = os.fstat(d), os.fstat(fd)
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):   # pragma: no cover (not Linux's procfs)
+        os.close(d)
+        return -1
+    return d
+
+
+class _Memory(FileBytes):
+    """A file object without a descriptor: the bytes ``kiln.open`` read from it."""
+
+    def __init__(self, data: Any, name: str) -> None:
+        self.data, self.name = memoryview(data).cast("B"), name
+
+    def read(self, view: memoryview, at: int, what: str) -> None:
+        n = len(view)
+        if at + n > len(self.data):
+            end = max(min(at, len(self.data)), 0)
+            raise KilnError("EOF", end, "%s: the file ends at byte %d, before the end of %s"
+                            % (self.name, len(self.data), what))
+        view[:] = self.data[at:at + n]
+
+    def close(self) -> None:
+        self.data = memoryview(b"")
+
+
+class _Remote(FileBytes):
+    """A remote file: ranges fetched through its reader, of the version seen
+    when it was opened (``RemoteFileChanged`` otherwise)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.name = f, f.path
+
+    def read(self, view: memoryview, at: int, what: str) -> None:
+        from kiln._access import remote_range
+        view[:] = remote_range(self.f, at, at + len(view), what)
+
+
+def file_bytes(f: Any) -> FileBytes:
+    """The bytes of ``f``, a :class:`kiln.KilnFile` or :class:`kiln.remote.RemoteFile`
+    open now, for the loader: its descriptor duplicated (the load's own,
+    closed by :meth:`FileBytes.close`), the bytes of a file object without
+    one, or its remote reader."""
+    from kiln._access import held_descriptor
+    got = held_descriptor(f)
+    if got is not None:
+        kind, value = got
+        if kind == "fd":
+            return _Descriptor(value, f.path)
+        if kind == "bytes":
+            return _Memory(value, f.path)
+    return _Remote(f)
+
+
+# --- the plan ----------------------------------------------------------------------
+
 class Item(NamedTuple):
     """One payload to load (see the module doc)."""
 
     key: str            # the name errors report (the file's tensor name)
-    path: str           # the local file the payload lies in
+    src: FileBytes      # the open file the payload lies in
     offset: int         # the payload's first byte in that file
     nbytes: int         # its size in bytes
     crc: Optional[int]  # the CRC-32 recorded for it, None when none is
@@ -63,104 +204,124 @@ class Item(NamedTuple):
     target: Any         # a tensor to fill in place, or None: a new one on the device
 
 
-class _Piece(NamedTuple):
+class Piece(NamedTuple):
+    """Bytes ``at:at+n`` of item ``item``'s payload, at ``where`` in its chunk."""
+
     item: int      # index into the items
     at: int        # offset in the item's payload
     where: int     # offset in the chunk
     n: int
 
 
-class _Chunk(NamedTuple):
-    path: str
-    start: int     # file offset of the chunk's first byte
+class Chunk(NamedTuple):
+    """One read: ``size`` bytes of ``src`` from ``start``."""
+
+    src: FileBytes
+    start: int      # file offset of the chunk's first byte
     size: int
-    pieces: List[_Piece]
-    direct: bool   # read into the destination itself (no staging)
+    pieces: List[Piece]
+    in_place: bool  # read into the destination itself (no staging buffer)
 
 
-def plan(items: Sequence[Item], direct: Sequence[bool], chunk_bytes: int) -> List[_Chunk]:
+class _Building:
+    """The staged chunk under construction in :func:`plan`."""
+
+    __slots__ = ("src", "start", "end", "pieces")
+
+    def __init__(self, src: FileBytes, start: int) -> None:
+        self.src, self.start, self.end = src, start, start
+        self.pieces: List[Piece] = []
+
+    def takes(self, src: FileBytes, at: int, chunk_bytes: int) -> bool:
+        """Can the byte at ``at`` of ``src`` go on in this chunk?"""
+        return src is self.src and 0 <= at - self.end <= _GAP and \
+            at - self.start < chunk_bytes
+
+    def chunk(self) -> Chunk:
+        return Chunk(self.src, self.start, self.end - self.start, self.pieces, False)
+
+
+def plan(items: Sequence[Item], in_place: Sequence[bool], chunk_bytes: int) -> List[Chunk]:
     """The chunks of a load, in file order: staged payloads coalesced (gaps up
-    to 64 KiB read and skipped), each payload cut at chunk boundaries; a
-    direct payload in chunks of its own."""
+    to 64 KiB read and skipped), each payload cut at chunk boundaries; an
+    in-place payload in chunks of its own.  Every byte of every item lies in
+    exactly one piece, each piece non-empty and inside its chunk."""
     order = sorted((i for i, it in enumerate(items) if it.nbytes),
-                   key=lambda i: (items[i].path, items[i].offset))
-    out: List[_Chunk] = []
-    cur: Optional[List[Any]] = None   # [path, start, end, pieces]
+                   key=lambda i: (id(items[i].src), items[i].offset))
+    out: List[Chunk] = []
+    cur: Optional[_Building] = None
     for i in order:
         it = items[i]
-        if direct[i]:
+        if in_place[i]:
             for a in range(0, it.nbytes, chunk_bytes):
                 n = min(chunk_bytes, it.nbytes - a)
-                out.append(_Chunk(it.path, it.offset + a, n, [_Piece(i, a, 0, n)], True))
+                out.append(Chunk(it.src, it.offset + a, n, [Piece(i, a, 0, n)], True))
             continue
         done = 0
         while done < it.nbytes:
             at = it.offset + done
-            if cur is None or cur[0] != it.path or not 0 <= at - cur[2] <= _GAP or \
-                    cur[2] - cur[1] >= chunk_bytes:
+            if cur is None or not cur.takes(it.src, at, chunk_bytes):
                 if cur is not None:
-                    out.append(_Chunk(cur[0], cur[1], cur[2] - cur[1], cur[3], False))
-                cur = [it.path, at, at, []]
-            n = min(it.nbytes - done, chunk_bytes - (at - cur[1]))
-            cur[3].append(_Piece(i, done, at - cur[1], n))
-            cur[2] = at + n
+                    out.append(cur.chunk())
+                cur = _Building(it.src, at)
+            n = min(it.nbytes - done, chunk_bytes - (at - cur.start))
+            cur.pieces.append(Piece(i, done, at - cur.start, n))
+            cur.end = at + n
             done += n
     if cur is not None:
-        out.append(_Chunk(cur[0], cur[1], cur[2] - cur[1], cur[3], False))
+        out.append(cur.chunk())
     return out
 
+
+# --- the run -----------------------------------------------------------------------
+
+class _Slot:
+    """One staging buffer of the ring and what it holds."""
+
+    __slots__ = ("host", "shift", "dev", "event")
+
+    def __init__(self, host: Any) -> None:
+        self.host = host      # the host buffer chunks are read into
+        self.shift = 0        # where the chunk read last starts in it (O_DIRECT aligns)
+        self.dev: Any = None  # a device buffer for the chunk's small payloads
+        self.event: Any = None   # recorded behind the copies out of it
 
 
 class _Run:
     """One load's state: the readers, the ring, the copies (see :func:`load`)."""
 
-    def __init__(self, torch: Any, items: Sequence[Item], outs: List[Any], chunks: List[_Chunk],
+    def __init__(self, torch: Any, items: Sequence[Item], outs: List[Any], chunks: List[Chunk],
                  slots: int, threads: int, chunk_bytes: int, device: Any,
                  progress: Optional[Callable[[int], None]], direct_io: bool = False) -> None:
         self.torch, self.items, self.outs, self.chunks = torch, items, outs, chunks
-        self.direct_io = direct_io and hasattr(os, "O_DIRECT")
-        self.dfds: Dict[str, int] = {}   # path -> its O_DIRECT descriptor, -1: refused
+        self.odirect = direct_io and hasattr(os, "O_DIRECT")
         self.device, self.progress = device, progress
         self.stop = threading.Event()
-        self.fds: Dict[str, int] = {}
-        self.fd_lock = threading.Lock()
-        staged = any(not c.direct for c in chunks)
+        staged = [c for c in chunks if not c.in_place]
         self.cuda = device.type == "cuda"
-        ring = min(slots, sum(1 for c in chunks if not c.direct)) if staged else 0
-        size = min(chunk_bytes, max([c.size for c in chunks if not c.direct] or [0]))
-        if self.direct_io:   # room to widen a chunk to whole aligned blocks at both ends
+        ring = min(slots, len(staged))
+        size = min(chunk_bytes, max([c.size for c in staged] or [0]))
+        if self.odirect:   # room to widen a chunk to whole aligned blocks at both ends
             size += 3 * _ALIGN
         self.pin = self.cuda and torch.cuda.is_available()
-        self.free: List[int] = []   # staging buffers no chunk holds (under self.cv)
-        self.host = _pinned_ring(ring, size) if self.pin else []
-        if not self.host:
-            self.host = [torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
-                         for _ in range(ring)]
-        self.shift = [0] * ring                     # where a slot's chunk starts in it
-        self.dev_ring: List[Any] = [None] * ring    # device buffers for chunks of small tensors
-        self.events: List[Any] = [None] * ring
-        self.free.extend(range(ring))
+        hosts = _pinned_ring(ring, size) if self.pin and ring else []
+        if not hosts:
+            hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
+                     for _ in range(ring)]
+        self.slots = [_Slot(h) for h in hosts]
+        self.free: List[int] = list(range(ring))    # slots no chunk holds (under self.cv)
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         if self.stream is not None:   # targets the model's own work may still be writing
             self.stream.wait_stream(torch.cuda.current_stream(device))
-        self.ready: Dict[int, Any] = {}             # chunk index -> slot (or None: direct)
+        self.ready: Dict[int, Optional[int]] = {}   # chunk index -> slot (None: in place)
         self.cv = threading.Condition()
         self.error: Optional[BaseException] = None
         self.next = 0
         self.n_threads = max(1, min(threads, len(chunks)))
         self.workers: List[threading.Thread] = []
+        self.written: set = set()   # items whose destination took bytes (for the error note)
 
     # --- the readers -------------------------------------------------------------
-
-    def fd(self, path: str) -> int:
-        with self.fd_lock:
-            fd = self.fds.get(path)
-            if fd is None:
-                from kiln._access import open_regular_file
-                f = open_regular_file(path)
-                fd = self.fds[path] = os.dup(f.fileno())
-                f.close()
-            return fd
 
     def reader(self) -> None:
         try:
@@ -172,15 +333,15 @@ class _Run:
                 c = self.chunks[j]
                 what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
                 if slot is not None:
-                    self.wait_slot(slot)
-                    if not (self.direct_io and self.read_direct(slot, c, what)):
-                        self.shift[slot] = 0
-                        buf = memoryview(self.host[slot].numpy())[:c.size]
-                        _read_exact(self.fd(c.path), buf, c.start, c.path, what)
+                    s = self.slots[slot]
+                    self.wait_slot(s)
+                    if not (self.odirect and self.read_odirect(s, c, what)):
+                        s.shift = 0
+                        c.src.read(memoryview(s.host.numpy())[:c.size], c.start, what)
                 else:
                     p = c.pieces[0]
-                    buf = self.dest(p.item)[p.at:p.at + p.n]
-                    _read_exact(self.fd(c.path), buf, c.start, c.path, what)
+                    self.written.add(p.item)
+                    c.src.read(self.dest(p.item)[p.at:p.at + p.n], c.start, what)
                 with self.cv:
                     self.ready[j] = slot
                     self.cv.notify_all()
@@ -190,38 +351,18 @@ class _Run:
                     self.error = e
                 self.cv.notify_all()
 
-    def direct_fd(self, path: str) -> int:
-        """``path`` opened with O_DIRECT (after the regular-file check of its
-        buffered open, and only if it is the same file), or -1 where the
-        file system refuses direct I/O."""
-        buffered = self.fd(path)
-        with self.fd_lock:
-            fd = self.dfds.get(path)
-            if fd is None:
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0))
-                    a, b = os.fstat(fd), os.fstat(buffered)
-                    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
-                        os.close(fd)
-                        fd = -1
-                except OSError:
-                    fd = -1
-                self.dfds[path] = fd
-            return fd
-
-    def read_direct(self, slot: int, c: _Chunk, what: str) -> bool:
-        """Chunk ``c`` into ``slot`` with O_DIRECT: whole aligned blocks read
+    def read_odirect(self, s: _Slot, c: Chunk, what: str) -> bool:
+        """Chunk ``c`` into slot ``s`` with O_DIRECT: whole aligned blocks read
         into an aligned place of the slot, the chunk's bytes found at
-        ``shift[slot]``; False where direct I/O is refused (read buffered)."""
-        fd = self.direct_fd(c.path)
+        ``s.shift``; False where direct I/O is refused (read buffered)."""
+        fd = c.src.odirect_fd()
         if fd < 0:
             return False
         a0 = c.start - c.start % _ALIGN
         need = c.start + c.size - a0
         span = -(-need // _ALIGN) * _ALIGN
-        raw = self.host[slot]
-        base = -raw.data_ptr() % _ALIGN
-        buf = memoryview(raw.numpy())[base:base + span]
+        base = -s.host.data_ptr() % _ALIGN
+        buf = memoryview(s.host.numpy())[base:base + span]
         done = 0
         while done < need:
             try:
@@ -229,30 +370,28 @@ class _Run:
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
-                with self.fd_lock:   # refused after all: buffered reads for this file
-                    self.dfds[c.path] = -1
-                os.close(fd)
+                c.src.refuse_odirect()   # refused after all: buffered reads for this file
                 return False
             if n <= 0:
                 end = min(a0 + done, os.fstat(fd).st_size)
                 raise KilnError("EOF", end, "%s: the file changed under the reader: it ends "
-                                "at byte %d, before the end of %s" % (c.path, end, what))
+                                "at byte %d, before the end of %s" % (c.src.name, end, what))
             done += n
-        self.shift[slot] = base + c.start - a0
+        s.shift = base + c.start - a0
         return True
 
     def claim(self) -> Optional[Tuple[int, Optional[int]]]:
-        """The next chunk and, for a staged one, the buffer it is read into:
+        """The next chunk and, for a staged one, the slot it is read into:
         taken together, in chunk order, so the consumer (which takes chunks in
-        order) never waits on a chunk whose reader waits on a buffer."""
+        order) never waits on a chunk whose reader waits on a slot."""
         with self.cv:
             while not self.stop.is_set() and self.error is None:
                 j = self.next
                 if j >= len(self.chunks):
                     return None
-                if self.chunks[j].direct or self.free:
+                if self.chunks[j].in_place or self.free:
                     self.next += 1
-                    return j, (None if self.chunks[j].direct else self.free.pop())
+                    return j, (None if self.chunks[j].in_place else self.free.pop())
                 self.cv.wait(0.05)
             return None
 
@@ -261,11 +400,11 @@ class _Run:
             self.free.append(slot)
             self.cv.notify_all()
 
-    def wait_slot(self, slot: int) -> None:
-        ev = self.events[slot]
+    def wait_slot(self, s: _Slot) -> None:
+        ev = s.event
         if ev is not None:
             ev.synchronize()   # the copies out of this buffer are done
-            self.events[slot] = None
+            s.event = None
 
     def dest(self, i: int) -> memoryview:
         """The host destination of item ``i`` as writable bytes."""
@@ -299,13 +438,15 @@ class _Run:
         if self.stream is not None:
             self.stream.synchronize()
 
-    def copy_out(self, c: _Chunk, slot: int, crcs: List[int]) -> None:
+    def copy_out(self, c: Chunk, slot: int, crcs: List[int]) -> None:
         torch = self.torch
-        host = self.host[slot][self.shift[slot]:]
+        s = self.slots[slot]
+        host = s.host[s.shift:]
         raw = memoryview(host.numpy())
         for p in c.pieces:
             if self.items[p.item].crc is not None:
                 crcs[p.item] = zlib.crc32(raw[p.where:p.where + p.n], crcs[p.item])
+        self.written.update(p.item for p in c.pieces)
         if not self.cuda:   # a host destination standing in for the device
             for p in c.pieces:
                 flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
@@ -319,10 +460,10 @@ class _Run:
                     flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
                     flat[p.at:p.at + p.n].copy_(host[p.where:p.where + p.n], non_blocking=True)
             if small:
-                dev = self.dev_ring[slot]
+                dev = s.dev
                 if dev is None or dev.numel() < c.size:
-                    dev = self.dev_ring[slot] = torch.empty(host.numel(), dtype=torch.uint8,
-                                                            device=self.device)
+                    dev = s.dev = torch.empty(host.numel(), dtype=torch.uint8,
+                                              device=self.device)
                 dev[:c.size].copy_(host[:c.size], non_blocking=True)
                 dsts = [self.outs[p.item].detach().reshape(-1).view(torch.uint8)[p.at:p.at + p.n]
                         for p in small]
@@ -332,21 +473,22 @@ class _Run:
                 foreach_copy(dsts, [dev[p.where:p.where + p.n] for p in small])
             ev = torch.cuda.Event()
             ev.record(self.stream)
-        self.events[slot] = ev
+        s.event = ev
         self.release(slot)
 
-    def checks(self, c: _Chunk, crcs: List[int]) -> None:
+    def checks(self, c: Chunk, crcs: List[int]) -> None:
         """The CRC-32 of each payload that ends in this chunk."""
         for p in c.pieces:
             it = self.items[p.item]
             if it.crc is not None and p.at + p.n == it.nbytes and crcs[p.item] != it.crc:
                 raise KilnError("CHECKSUM", it.offset, "%s: tensor %r: payload crc32 is %08x, "
                                 "the file records %08x (the payload bytes changed after they "
-                                "were written)" % (it.path, it.key, crcs[p.item], it.crc))
+                                "were written)" % (it.src.name, it.key, crcs[p.item], it.crc))
 
     def close(self, keep: bool = True) -> None:
-        """Stop and join the readers, wait for the copies, close the files; the
-        pinned ring is kept for the next load only after a load that succeeded."""
+        """Stop and join the readers, wait for the copies; the pinned ring is
+        kept for the next load only after a load that succeeded (the files
+        are their owner's to close)."""
         self.stop.set()
         with self.cv:
             self.cv.notify_all()
@@ -357,16 +499,9 @@ class _Run:
                 self.stream.synchronize()   # no copy may still read a buffer dropped here
             except Exception:   # pragma: no cover (a device fault: the error already raised)
                 pass
-        for fd in list(self.fds.values()) + [d for d in self.dfds.values() if d >= 0]:
-            try:
-                os.close(fd)
-            except OSError:   # a direct descriptor a reader closed when refused
-                pass
-        self.fds.clear()
-        self.dfds.clear()
-        if keep and self.pin and self.host:
-            _keep_pinned(self.host)
-        self.host, self.dev_ring, self.events = [], [], []
+        if keep and self.pin and self.slots:
+            _keep_pinned([s.host for s in self.slots])
+        self.slots = []
 
 
 # The pinned ring of the last device load, kept for the next one: pinning
@@ -427,8 +562,9 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
     Raises:
         KilnError: ``EOF`` (a file shorter than its table says: changed under
             the load), ``CHECKSUM`` (a payload that differs from its recorded
-            CRC-32), ``TYPE`` (a bool byte other than 0 or 1); when targets
-            had been filled, the message names them.
+            CRC-32), ``TYPE`` (a bool byte other than 0 or 1, found before
+            any target is written); when targets had been written, the
+            message names them.
     """
     from kiln._access import progress_session
     torch = torch_module()
@@ -439,48 +575,69 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
             for it in items]
     if all(t.is_meta for t in outs):
         return outs   # shapes and dtypes only: nothing to read
-    late = {}   # a strided target is read into a contiguous tensor, then copied into
+    late = {}   # read into a tensor of its own, then copied into the target
     for i, (it, t) in enumerate(zip(items, outs)):
         if t.numel() * t.element_size() != it.nbytes:
             raise ValueError("tensor %r: its destination holds %d bytes, the file %d"
                              % (it.key, t.numel() * t.element_size(), it.nbytes))
-        if not t.is_contiguous() or t.is_neg() or t.is_conj():
-            late[i] = t
+        if not t.is_contiguous() or t.is_neg() or t.is_conj() or \
+                (it.target is not None and it.dtype == torch.bool and it.nbytes):
+            late[i] = t   # strided, or a bool payload: checked before it becomes visible
             outs[i] = torch.empty(it.shape, dtype=it.dtype, device=t.device)
-    direct = [not stage and _writable_host(torch, t) for t in outs]
-    chunks = plan(items, direct, chunk_bytes)
-    total = sum(c.size for c in chunks)
+    bools = [i for i, it in enumerate(items) if it.dtype == torch.bool and it.nbytes]
+    others = [i for i, it in enumerate(items) if not (it.dtype == torch.bool and it.nbytes)]
+    parts = [bools, others] if bools and others else [list(range(len(items)))]
     with progress_session(progress, "kiln.torch load") as prog:
+        plans = []
+        for part in parts:   # the bool payloads first: checked before any other is read
+            sub = [outs[i] for i in part]
+            plans.append((part, plan([items[i] for i in part],
+                                     [not stage and _writable_host(torch, t) for t in sub],
+                                     chunk_bytes)))
         if prog is not None:
-            prog.start(total)
-        run = _Run(torch, items, outs, chunks, slots, threads, chunk_bytes, device,
-                   None if prog is None else prog.add, direct_io)
-        try:
-            run.run()
-        except BaseException as e:
-            run.close(keep=False)
-            filled = [it.key for it in items if it.target is not None]
-            if filled and isinstance(e, KilnError):
-                raise KilnError(e.code, e.offset, "%s (the model's tensors may be partly "
-                                "written: %s)" % (e.reason, ", ".join(filled[:20]) +
-                                                  (", ..." if len(filled) > 20 else ""))) \
-                    from None
-            raise
-        run.close()
-    _check_bools(torch, items, outs)
+            prog.start(sum(c.size for _, chunks in plans for c in chunks))
+        shown = [it._replace(target=None) if i in late else it   # (late: not yet visible)
+                 for i, it in enumerate(items)]
+        for part, chunks in plans:
+            sub_items = [shown[i] for i in part]
+            sub = _run(torch, sub_items, [outs[i] for i in part], chunks, device,
+                       None if prog is None else prog.add, chunk_bytes, slots, threads,
+                       direct_io)
+            _check_bools(torch, sub_items, sub)
     for i, t in late.items():
         t.copy_(outs[i])
         outs[i] = t
     return outs
 
 
+def _run(torch: Any, items: List[Item], outs: List[Any], chunks: List[Chunk], device: Any,
+         progress: Optional[Callable[[int], None]], chunk_bytes: int, slots: int, threads: int,
+         direct_io: bool) -> List[Any]:
+    """One pipelined run over ``items`` into ``outs`` (filled in place)."""
+    run = _Run(torch, items, outs, chunks, slots, threads, chunk_bytes, device, progress,
+               direct_io)
+    try:
+        run.run()
+    except BaseException as e:
+        run.close(keep=False)
+        filled = [items[i].key for i in sorted(run.written) if items[i].target is not None]
+        if filled and isinstance(e, KilnError):
+            raise KilnError(e.code, e.offset, "%s (the model's tensors may be partly "
+                            "written: %s)" % (e.reason, ", ".join(filled[:20]) +
+                                              (", ..." if len(filled) > 20 else ""))) \
+                from None
+        raise
+    run.close()
+    return outs
+
+
 def _check_bools(torch: Any, items: Sequence[Item], outs: List[Any]) -> None:
     """A Kiln bool is one byte, 0 or 1: ``TYPE`` at the first other byte."""
     for it, t in zip(items, outs):
-        if it.dtype == torch.bool and it.nbytes:
+        if it.dtype == torch.bool and it.nbytes and not t.is_meta:
             raw = t.detach().reshape(-1).view(torch.uint8)
             bad = raw > 1
             if bool(bad.any()):
                 k = int(bad.nonzero()[0][0])
                 raise KilnError("TYPE", it.offset + k, "%s: tensor %r: bool byte is %d, not "
-                                "0 or 1" % (it.path, it.key, int(raw[k])))
+                                "0 or 1" % (it.src.name, it.key, int(raw[k])))
