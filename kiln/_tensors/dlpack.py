@@ -37,18 +37,29 @@ KDL_CPU = 1
 _READ_ONLY = 1 << 0
 _IS_COPIED = 1 << 1
 
-# DLDataTypeCode of the DLPack 1.0 header
+# DLDataTypeCode: the DLPack 1.0 codes, and the DLPack 1.1 float8 and float4
+# codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLFloat8_e8m0fnu, kDLFloat4_e2m1fn),
+# which torch exports and reads for its float8 dtypes and float4_e2m1fn_x2
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
-# Kiln dtype code -> (type code, bits)
+_V11 = {"f8e4m3": (10, 8, 1), "f8e5m2": (12, 8, 1), "e8m0": (14, 8, 1),
+        "e2m1": (17, 4, 2)}   # e2m1: two 4-bit lanes a byte, as torch's float4_e2m1fn_x2
+# Kiln dtype code -> (type code, bits, lanes)
 _DL_TYPES = {}
 for _code, (_name, _width, _np_name, _ml) in W.DTYPES.items():
     if _name == "bool":
-        _DL_TYPES[_code] = (_BOOL, 8)
+        _DL_TYPES[_code] = (_BOOL, 8, 1)
     elif _name == "bf16":
-        _DL_TYPES[_code] = (_BFLOAT, 16)
+        _DL_TYPES[_code] = (_BFLOAT, 16, 1)
+    elif _name in _V11:
+        _DL_TYPES[_code] = _V11[_name]
     elif _ml is None and _width:
         _DL_TYPES[_code] = ({"f": _FLOAT, "i": _INT, "u": _UINT}[np.dtype(_np_name).kind],
-                            8 * _width)
+                            8 * _width, 1)
+
+
+def _minor(dl):
+    """The DLPack minor version a type code needs: 1 for the 1.1 codes."""
+    return 1 if dl[0] > _BOOL else 0
 
 
 class _Device(ctypes.Structure):
@@ -153,8 +164,11 @@ def _numpy_export(arr, code, copied, versioned):
     name = _NAME_VERSIONED if versioned else _NAME_LEGACY
     addr = _PyCapsule_GetPointer(cap, name)
     m = (_ManagedVersioned if versioned else _Managed).from_address(addr)
-    if (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits) != dl:
-        m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits = dl
+    t = m.dl_tensor
+    if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != dl:
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = dl
+    if versioned and _minor(dl) > m.version.minor:
+        m.version.minor = _minor(dl)   # a 1.1 type code: the capsule says 1.1
     if versioned and copied:
         m.flags |= _IS_COPIED
     key = id(view)
@@ -163,7 +177,8 @@ def _numpy_export(arr, code, copied, versioned):
 
 
 def dlpack_code(code):
-    """(type code, bits) of a Kiln dtype code, or None when DLPack 1.0 has no type for it."""
+    """(type code, bits, lanes) of a Kiln dtype code, or None when DLPack has no type
+    for it (i4, u4, opaque)."""
     return _DL_TYPES.get(code)
 
 
@@ -177,7 +192,7 @@ def export(arr, code, read_only, copied, versioned):
     shape = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
     if versioned:
         m = _ManagedVersioned()
-        m.version = _Version(1, 0)
+        m.version = _Version(1, _minor(dl))
         m.flags = (_READ_ONLY if read_only else 0) | (_IS_COPIED if copied else 0)
         name = _NAME_VERSIONED
     else:
@@ -187,7 +202,7 @@ def export(arr, code, read_only, copied, versioned):
     t.data = arr.ctypes.data if arr.size else None
     t.device = _Device(KDL_CPU, 0)
     t.ndim = arr.ndim
-    t.dtype = _DataType(dl[0], dl[1], 1)
+    t.dtype = _DataType(*dl)
     t.shape = shape
     t.strides = None   # C-contiguous
     t.byte_offset = 0

@@ -9,8 +9,10 @@ imported torch (``sys.modules``).  What ``Tensor.from_numpy`` does with one:
   ``uint8`` (no copy for a contiguous CPU tensor; a non-contiguous one is
   copied once into C order, as a non-contiguous numpy array is);
 - ``requires_grad``: its data (``detach()``; the gradient is not data);
-- any other dtype (complex, the ``fnuz`` float8 kinds, the bit-packed and
-  4-bit kinds), a quantized, sparse or nested tensor, or one on another
+- ``float4_e2m1fn_x2``: Kiln's ``e2m1`` (the same bytes; the last axis
+  counts elements, twice torch's);
+- any other dtype (complex, the ``fnuz`` float8 kinds, torch's bit-width
+  shells ``int1``..``uint7``), a quantized, sparse or nested tensor, or one on another
   device than the CPU: ``TypeError`` saying why, which the encoders report
   as ``EncodeError`` naming the tensor.
 """
@@ -28,7 +30,12 @@ TORCH_NAMES = {
     "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "float8_e8m0fnu": "e8m0",
     "bool": "bool", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16",
     "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+    # two OCP MX FP4 values a byte, the first in the low nibble (torch's
+    # c10/util/Float4_e2m1fn_x2.h), as Kiln packs e2m1: the same bytes, and a
+    # Kiln shape whose last axis counts elements (twice torch's, which counts bytes)
+    "float4_e2m1fn_x2": "e2m1",
 }
+_E2M1 = DTYPE_CODES["e2m1"]
 
 _CODES: Dict[Any, int] = {}   # torch dtype -> Kiln code, filled on first use
 
@@ -67,6 +74,9 @@ def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
     if x.device.type != "cpu":
         raise TypeError("a torch tensor on device %s: kiln reads CPU memory (call .cpu() "
                         "first; kiln.torch.save_file does)" % x.device)
+    if code == _E2M1 and x.dim() == 0:
+        raise TypeError("a 0-d float4_e2m1fn_x2 torch tensor: its byte holds two elements "
+                        "and no axis to count them along (store it with shape (1,))")
     x = x.detach()
     if x.is_neg() or x.is_conj():   # torch's lazy negation: store the values, not the bit
         x = x.resolve_conj().resolve_neg()
@@ -76,4 +86,7 @@ def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
     if flat.numel() and flat.stride(0) != 1:   # one element, any stride (x.imag of one)
         flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     raw = flat.view(torch.uint8).numpy()
-    return code, tuple(int(d) for d in x.shape), raw
+    shape = tuple(int(d) for d in x.shape)
+    if code == _E2M1:
+        shape = shape[:-1] + (2 * shape[-1],)   # elements, not bytes
+    return code, shape, raw

@@ -292,9 +292,18 @@ class Tensor:
             raise BufferError("kiln.Tensor lives in CPU memory, not on device %r" % (dl_device,))
         code = self._row[R_CODE]
         if _dlpack.dlpack_code(code) is None:
-            raise BufferError("DLPack 1.0 has no type for kiln dtype %s: use .numpy() or .data"
+            raise BufferError("DLPack has no type for kiln dtype %s: use .numpy() or .data"
                               % self.dtype)
-        arr = self.numpy()   # C-contiguous (a 0-d view stays 0-d)
+        # the bits, C-contiguous (a 0-d view stays 0-d): bf16 and the float8 kinds
+        # need no ml_dtypes (DLPack carries the type code, not numpy's dtype)
+        arr = self.bits()
+        if code in PACKED:   # e2m1: pairs along the last axis, as torch's float4_e2m1fn_x2
+            shape = self._row[R_SHAPE]
+            if not shape or shape[-1] % 2:
+                raise BufferError("an e2m1 tensor of shape %s has no DLPack form: DLPack's "
+                                  "float4 packs two elements a byte along the last axis, "
+                                  "which needs an even length there" % list(shape))
+            arr = arr.reshape(shape[:-1] + (shape[-1] // 2,))
         read_only = not arr.flags.writeable
         if copy:
             arr = arr.copy()

@@ -5,7 +5,7 @@ from typing import Any, List, NamedTuple, Tuple, Union
 import os
 
 __all__ = ["ALIASES_KEY", "PathLike", "IncompatibleKeys", "LoadError", "torch_module",
-           "TORCH_DTYPES", "dtype_of", "check_path"]
+           "TORCH_DTYPES", "dtype_of", "check_path", "torch_shape", "torch_view"]
 
 ALIASES_KEY = "__kiln_torch_aliases__"
 PathLike = Union[str, "os.PathLike[str]"]
@@ -16,6 +16,9 @@ TORCH_DTYPES = {
     "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "e8m0": "float8_e8m0fnu",
     "bool": "bool", "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16",
     "i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64",
+    # two elements a byte, the first in the low nibble, on both sides; torch's
+    # shape counts bytes along the last axis, Kiln's elements (see torch_shape)
+    "e2m1": "float4_e2m1fn_x2",
 }
 
 
@@ -77,3 +80,27 @@ def dtype_of(torch: Any, label: str) -> Any:
     """torch's dtype for the Kiln dtype ``label`` (``"bf16"``), None if it has none."""
     name = TORCH_DTYPES.get(label)
     return getattr(torch, name, None) if name is not None else None
+
+
+def torch_shape(t: Any, path: str = "") -> Tuple[int, ...]:
+    """The shape torch gives Kiln tensor ``t``: its own, but for ``e2m1``,
+    whose last axis torch's ``float4_e2m1fn_x2`` counts in bytes (pairs)."""
+    shape = tuple(t.shape)
+    if str(t.dtype) == "e2m1":
+        if not shape or shape[-1] % 2:
+            from kiln import KilnError
+            raise KilnError("TYPE", 0, "%s%stensor %r is e2m1 of shape %s: torch's "
+                            "float4_e2m1fn_x2 packs two elements a byte along the last axis, "
+                            "which needs an even length there (read it with kiln.open)"
+                            % (path, ": " if path else "", t.name, list(shape)))
+        shape = shape[:-1] + (shape[-1] // 2,)
+    return shape
+
+
+def torch_view(torch: Any, t: Any, dt: Any, path: str = "") -> Any:
+    """A CPU torch tensor of dtype ``dt`` over Kiln tensor ``t``'s payload,
+    no copy (numpy's capsule of its bits: the view keeps the buffer alive)."""
+    x = torch.from_dlpack(t.bits())
+    if str(t.dtype) == "e2m1":   # the packed bytes, 1-D: shaped as torch counts them
+        return x.view(dt).reshape(torch_shape(t, path))
+    return x if x.dtype == dt else x.view(dt)

@@ -9,7 +9,8 @@ from kiln._access import dtype_label, file_offset, table
 
 from . import _pipeline
 from ._common import (ALIASES_KEY, IncompatibleKeys, LoadError, PathLike, check_path,
-                      dtype_of as _dtype_of, torch_module as _torch, torch_view)
+                      dtype_of as _dtype_of, torch_module as _torch, torch_shape,
+                      torch_view)
 
 if TYPE_CHECKING:
     import torch
@@ -92,7 +93,7 @@ class _Files:
 def _item(torch: Any, name: str, e: _Entry, dt: Any, target: Any) -> Any:
     t = e.t
     return _pipeline.Item(name, e.src, file_offset(t), t.nbytes, e.crc, dt,
-                          tuple(t.shape), target)
+                          torch_shape(t, e.src.name), target)
 
 
 def _open(path: Any, what: str) -> Any:
@@ -280,10 +281,11 @@ def _check_model(torch: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
         if kd not in dtypes:
             dtypes[kd] = _dtype_of(torch, kd)
         dt = dtypes[kd]
-        if t.shape != tuple(target.shape):
+        shape = torch_shape(t) if dt is not None else t.shape   # e2m1: torch counts pairs
+        if shape != tuple(target.shape):
             plan.mismatched.append((k, "size mismatch for %s: copying a param with shape %s "
                                        "from checkpoint, the shape in current model is %s"
-                                    % (k, list(t.shape), list(target.shape))))
+                                    % (k, list(shape), list(target.shape))))
         elif dt is None or dt != target.dtype:
             plan.mismatched.append((k, "dtype mismatch for %s: the checkpoint's tensor is %s, "
                                        "the model's is %s (no conversion is made)"
@@ -358,10 +360,18 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
         >>> kiln.torch.load_model(torch.nn.Linear(2, 2), "linear.kiln")
         IncompatibleKeys(missing_keys=[], unexpected_keys=[])
     """
+    with _open(path, "load_model") as f:
+        return _load_model(model, f, strict, device, assign, progress, direct_io)
+
+
+def _load_model(model: Any, f: Any, strict: bool, device: Any, assign: bool, progress: Any,
+                direct_io: bool) -> IncompatibleKeys:
+    """:func:`load_model` of ``f``, a file or set ``kiln.open`` opened: every
+    byte read from the files whose tables it read."""
     torch = _torch()
     sd = model.state_dict(keep_vars=True)
     extra = _extra_states(torch, model, sd)
-    with _open(path, "load_model") as f, _Files() as files:
+    with _Files() as files:
         aliases = _aliases(f)
         entries = files.entries(f)
         plan = _check_model(torch, entries, sd, extra, aliases, assign, strict)
@@ -372,7 +382,7 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
         for names, stored, dt, target in plan.loads:
             e = entries[stored]
             items.append(_item(torch, stored, e, dt, None if assign else target.detach()))
-        states = []   # the extra states, read before anything is written
+        states = []   # the extra states, read (and checked) before anything is written
         for k in plan.extra:
             e = entries[aliases.get(k, k)]
             states.append(_item(torch, k, e, _torch_dtype(torch, e.t, e.src.name), None))
@@ -389,14 +399,30 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
 
 def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress: Any,
                direct_io: bool = False) -> List[Any]:
-    """The loaded tensors, one pipelined load per destination device."""
+    """The loaded tensors, one pipelined load per destination device.  The
+    bool payloads of every device are read into tensors of their own and
+    checked first (a byte other than 0 or 1 is ``TYPE`` before any target of
+    any device is written), then copied into their targets."""
     groups: Dict[Any, List[int]] = {}
     for k, (_, _, _, target) in enumerate(plan.loads):
         dev = torch.device(device) if device is not None else (
             torch.device("cpu") if target.is_meta else target.device)
         groups.setdefault(dev, []).append(k)
     made: List[Any] = [None] * len(items)
+    flags = {k for k, it in enumerate(items) if it.dtype == torch.bool and it.nbytes}
+    if len(groups) > 1 and flags:
+        for dev, ks in groups.items():   # checked, none visible yet
+            ks = [k for k in ks if k in flags]
+            if ks:
+                loaded = _pipeline.load([items[k]._replace(target=None) for k in ks], dev,
+                                        direct_io=direct_io)
+                for k, t in zip(ks, loaded):
+                    made[k] = t
+        for k in flags:
+            if items[k].target is not None:
+                made[k] = items[k].target.copy_(made[k])
     for dev, ks in groups.items():
+        ks = [k for k in ks if made[k] is None]
         for k, t in zip(ks, _pipeline.load([items[k] for k in ks], dev, progress=progress,
                                            direct_io=direct_io)):
             made[k] = t
