@@ -4,7 +4,7 @@
 imported only when a URL is given."""
 
 import os
-from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Optional, TypeVar, Union,
+from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, List, Optional, TypeVar, Union,
                     overload)
 from typing import Type as _ClassOf
 
@@ -182,6 +182,19 @@ def _load_tensors(src: Source, copy: bool, verify: bool, prog: Optional[Progress
         owned = read_owned(src.local, prog, early)
         return _tensors_of(_api.decode_tensors(owned, **options), src.name, verify,
                            None if early is None else early.known)
+    if copy and (cap is not None or src.kind == "object"):
+        # the cap checked on the table (read with pread), then the file read
+        # whole with pread through the descriptor kiln.open opened (never its
+        # mapping, never its name again): a file truncated meanwhile is EOF,
+        # never SIGBUS, and every byte is from the generation whose table
+        # was checked
+        with KilnFile(src, verify=False, **{k: v for k, v in options.items()
+                                            if k in ("trusted", "max_count", "max_bytes")}) as f:
+            if cap is not None:
+                _api._check_caps(0, cap)
+                _check_copy_cap(f.path, _row_lengths(f), cap)
+            owned = _read_whole(f, prog)
+        return _tensors_of(_api.decode_tensors(owned, **options), src.name, verify)
     if not copy and src.kind == "file":
         # views: opened as kiln.open opens (the table and metadata read with pread,
         # every payload's checks and CRC-32 read with pread), never read through
@@ -239,11 +252,59 @@ def _copy_cap(f: Any, cap: Any) -> None:
     ``LIMIT`` at the first longer payload's byte_length field, as for a local
     copy, before anything past the table is fetched."""
     _api._check_caps(0, cap)
-    for i, n in enumerate(f._payload_lengths()):
+    _check_copy_cap(f.path, f._payload_lengths(), cap)
+
+
+def _check_copy_cap(path: str, lengths: Any, cap: int) -> None:
+    """``LIMIT`` at the byte_length field of the first payload above ``cap``
+    (``lengths``: every payload's, the metadata's included, in table order)."""
+    for i, n in enumerate(lengths):
         if n > cap:
             raise KilnError("LIMIT", W.HEADER_SIZE + W.DESC_SIZE * i + W.D_BYTE_LENGTH,
                             "%s: payload of %d bytes is above the copy cap max_copy_bytes=%d"
-                            % (f.path, n, cap))
+                            % (path, n, cap))
+
+
+def _row_lengths(f: Any) -> List[int]:
+    """Every payload's length of an open local file, the metadata's (its last
+    row) included, from its checked table (nothing read)."""
+    out = [row[W.R_BYTE_LENGTH] for row in rows(f._dir)]
+    if f._meta_place is not None:
+        out.append(f._meta_place[1])
+    return out
+
+
+def _read_whole(f: Any, prog: Optional[Progress]) -> Any:
+    """The whole of open file ``f`` in an array this process owns, read with
+    pread through a duplicate of its descriptor (from the bytes of a file
+    object without one), a step at a time; ``EOF`` where it now ends first."""
+    import numpy as np
+    from .._access import held_descriptor
+    from .._pread import read_exactly
+    from .progress import STEP
+    kind, got = held_descriptor(f)
+    size = len(f._mm) if kind == "fd" else len(got)
+    out = np.empty(size, np.uint8)
+    view = memoryview(out)
+    if prog is not None:
+        prog.start(size)
+    try:
+        if kind == "bytes":
+            view[:] = memoryview(got).cast("B")
+            if prog is not None:
+                prog.add(size)
+        else:
+            for at in range(0, size, STEP):
+                n = min(STEP, size - at)
+                read_exactly(got, view[at:at + n], at, f.path, "the file")
+                if prog is not None:
+                    prog.add(n)
+    finally:
+        if kind == "fd":
+            os.close(got)
+        view.release()
+    out.flags.writeable = False
+    return out
 
 
 def _remote_file(src: Source, options: Dict[str, Any]) -> Any:

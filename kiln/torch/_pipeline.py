@@ -97,7 +97,8 @@ class _Descriptor(FileBytes):
 
     def __init__(self, fd: int, name: str) -> None:
         self.fd, self.name = fd, name
-        self._odirect: Optional[int] = None   # -1: refused
+        self._odirect: Optional[int] = None   # None: not tried yet; -1: none, or refused
+        self._refused: List[int] = []         # O_DIRECT descriptors closed with the file
         self._lock = threading.Lock()
 
     def read(self, view: memoryview, at: int, what: str) -> None:
@@ -110,17 +111,18 @@ class _Descriptor(FileBytes):
             return self._odirect
 
     def refuse_odirect(self) -> None:
-        # the O_DIRECT descriptor stays open (another reader may be in a read
-        # on it) and is closed with the file, after every reader was joined
+        # the O_DIRECT descriptor stays open: another reader thread may be in a
+        # read on it now; it is closed with the file, after the readers joined
         with self._lock:
             if self._odirect is not None and self._odirect >= 0:
-                self._refused = self._odirect
+                self._refused.append(self._odirect)
             self._odirect = -1
 
     def close(self) -> None:
-        fds = [self.fd, getattr(self, "_refused", -1), self._odirect]
-        self.fd, self._odirect = -1, -1
-        for fd in dict.fromkeys(fds):
+        with self._lock:
+            fds = [self.fd, self._odirect] + self._refused
+            self.fd, self._odirect, self._refused = -1, -1, []
+        for fd in fds:
             if fd is not None and fd >= 0:
                 os.close(fd)
 
@@ -363,20 +365,13 @@ class _Run:
         span = -(-need // _ALIGN) * _ALIGN
         base = -s.host.data_ptr() % _ALIGN
         buf = memoryview(s.host.numpy())[base:base + span]
-        done = 0
-        while done < need:
-            try:
-                n = os.preadv(fd, [buf[done:]], a0 + done)
-            except OSError as e:
-                if e.errno != errno.EINVAL:
-                    raise
-                c.src.refuse_odirect()   # refused after all: buffered reads for this file
-                return False
-            if n <= 0:
-                end = min(a0 + done, os.fstat(fd).st_size)
-                raise KilnError("EOF", end, "%s: the file changed under the reader: it ends "
-                                "at byte %d, before the end of %s" % (c.src.name, end, what))
-            done += n
+        try:
+            _read_exact(fd, buf, a0, c.src.name, what, need=need)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            c.src.refuse_odirect()   # refused after all: buffered reads for this file
+            return False
         s.shift = base + c.start - a0
         return True
 

@@ -25,14 +25,19 @@ def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[st
     """(the tensors to store, {alias: stored name}): the names of one tensor
     (same memory, shape, strides, dtype and negation and conjugation bits)
     become aliases of the first in ``order`` (sorted order by default);
-    ``EncodeError`` naming both for any other overlap."""
+    ``EncodeError`` naming both for any other overlap.
+
+    Linear in the tensors but for one sort of the distinct tensors of each
+    storage: one dict lookup finds a tensor's earlier name, and the overlaps
+    are found by one sweep over the spans in address order."""
     store: Dict[str, Any] = {}
     aliases: Dict[str, str] = {}
-    by_storage: Dict[int, List[str]] = {}
+    first: Dict[Tuple[Any, ...], str] = {}   # identity -> the first name with it
+    by_storage: Dict[int, List[Tuple[int, int, int, str]]] = {}   # (lo, hi, rank, name)
     for name in tensors:
         if not isinstance(name, str):
             raise EncodeError("TYPE", 0, "state_dict key %r is not a str" % (name,))
-    for name in (sorted(tensors) if order is None else order):
+    for rank, name in enumerate(sorted(tensors) if order is None else order):
         t = tensors[name]
         if not isinstance(t, torch.Tensor):
             raise EncodeError("TYPE", 0, "state_dict[%r] is %s, not a torch.Tensor"
@@ -41,24 +46,35 @@ def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[st
                 t.is_neg() or t.is_conj():
             store[name] = t   # no memory to share (or refused when stored), or values
             continue          # stored apart: a negation bit resolves into a copy
-        key = t.untyped_storage().data_ptr()
-        same = None
-        for other in by_storage.get(key, ()):
-            u = tensors[other]
-            if _identity(u) == _identity(t):
-                same = other
-                break
-            (a, b), (c, d) = _span(t), _span(u)
-            if a < d and c < b:
-                raise EncodeError("TYPE", 0, "tensors %r and %r share memory but are not the "
-                                  "same tensor (one is a view of the other, or its negation "
-                                  "or conjugate): store a .clone() of one" % (other, name))
+        ident = _identity(t)
+        same = first.get(ident)
         if same is not None:
             aliases[name] = same
             continue
-        by_storage.setdefault(key, []).append(name)
+        first[ident] = name
+        lo, hi = _span(t)
+        by_storage.setdefault(t.untyped_storage().data_ptr(), []).append((lo, hi, rank, name))
         store[name] = t
+    for spans in by_storage.values():
+        if len(spans) > 1:
+            _no_overlap(spans)
     return store, aliases
+
+
+def _no_overlap(spans: List[Tuple[int, int, int, str]]) -> None:
+    """``EncodeError`` for two distinct tensors of one storage whose bytes
+    overlap (one sweep in address order: each span against the farthest
+    reaching span before it)."""
+    spans.sort()
+    reach = spans[0]
+    for cur in spans[1:]:
+        if cur[0] < reach[1]:
+            a, b = sorted((reach, cur), key=lambda x: x[2])
+            raise EncodeError("TYPE", 0, "tensors %r and %r share memory but are not the "
+                              "same tensor (one is a view of the other, or its negation "
+                              "or conjugate): store a .clone() of one" % (a[3], b[3]))
+        if cur[1] > reach[1]:
+            reach = cur
 
 
 def _identity(t: Any) -> Tuple[Any, ...]:
