@@ -52,15 +52,16 @@ class Kernels(Protocol):
 
     def validate_directory(self, buf: Any, start: int, standalone: bool, trusted: bool,
                            max_count: int, max_bytes: int,
-                           max_copy: Optional[int] = None) -> Tuple[int, int, List[Row]]: ...
+                           max_copy: Optional[int] = None, wide: bool = False
+                           ) -> Tuple[int, int, List[Row]]: ...
 
     def validate_directory_copy(self, buf: Any, start: int, standalone: bool, trusted: bool,
-                                max_count: int, max_bytes: int, length: Optional[int] = None
-                                ) -> Tuple[int, int, int, bool, bytes,
+                                max_count: int, max_bytes: int, length: Optional[int] = None,
+                                wide: bool = False) -> Tuple[int, int, int, bool, bytes,
                                            List[Optional[bytes]]]: ...
 
     def check_header(self, buf: Any, start: int, max_count: int, max_bytes: int,
-                     length: Optional[int] = None) -> int: ...
+                     length: Optional[int] = None, wide: bool = False) -> int: ...
 
     def check_payload(self, buf: Any, at: int, code: int, count: int, nbytes: int,
                       origin: int) -> None: ...

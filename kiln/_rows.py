@@ -19,15 +19,18 @@ from . import _wire as W
 
 _D = W.DESC_SIZE
 _unpack = W.DESC.unpack_from
+_WIDE = W.WIDE_FIELDS.unpack
 
 
 class LazyRows:
     """Rows ``start .. stop`` of a checked table (a read-only sequence)."""
 
-    __slots__ = ("_blob", "_count", "_named", "_names", "_start", "_stop")
+    __slots__ = ("_blob", "_count", "_named", "_names", "_start", "_stop", "wide")
 
     def __init__(self, blob: bytes, count: int, named: bool, names: List[Optional[bytes]],
-                 start: int = 0, stop: Optional[int] = None) -> None:
+                 start: int = 0, stop: Optional[int] = None, wide: bool = False) -> None:
+        #: the table's name fields are the wide ones (u32 at d+112, spec 12.3)
+        self.wide = wide
         self._blob = blob
         self._count = count
         self._named = named
@@ -44,7 +47,7 @@ class LazyRows:
             if step != 1:
                 return [self[k] for k in range(a, b, step)]
             return LazyRows(self._blob, self._count, self._named, self._names,
-                            self._start + a, self._start + max(a, b))
+                            self._start + a, self._start + max(a, b), self.wide)
         n = len(self)
         if i < 0:
             i += n
@@ -59,14 +62,12 @@ class LazyRows:
     def _row(self, j: int) -> Tuple[Any, ...]:
         dsc = _unpack(self._blob, _D * j)
         heap = _D * self._count
-        name = None
-        if self._named:
-            a = heap + dsc[W.I_NAME_OFF]
-            name = self._blob[a:a + dsc[W.I_NAME_LEN]]
+        name = self._names[j]   # (the kernel's bytes of the same heap slice)
         layout = None
-        if dsc[W.I_LAYOUT_LEN]:
-            a = heap + dsc[W.I_LAYOUT_OFF]
-            layout = self._blob[a:a + dsc[W.I_LAYOUT_LEN]]
+        _, _, loff, llen = _WIDE(dsc[W.I_RESERVED16]) if self.wide else dsc[W.I_NAME_OFF:W.I_BLOCK_SIZE]
+        if llen:
+            a = heap + loff
+            layout = self._blob[a:a + llen]
         return (dsc[W.I_DTYPE], dsc[W.I_SHAPE:W.I_SHAPE + dsc[W.I_RANK]], name, layout,
                 dsc[W.I_BLOCK_SIZE], dsc[W.I_QUANT_SCHEME], dsc[W.I_QUANT_AXIS],
                 dsc[W.I_GROUP_SIZE], dsc[W.I_SCALE_INDEX], dsc[W.I_OUTER_INDEX],

@@ -152,12 +152,19 @@ def dir_align(n):
 
 FLAG_NAMED = 1
 FLAG_LITTLE = 2
+# bit 2: wide name fields (spec/kiln-v2.md 12.3): only this library's tensor
+# files may set it, and only when a name or layout offset or length passes u16;
+# every other directory (a Frozen ``tensors`` value) refuses it as FRAME
+FLAG_WIDE = 4
+WIDE_HINT = (" (bit 2, wide name fields, is only for a kiln tensor file whose names pass "
+             "16-bit offsets: a newer kiln wrote it)")
 HEADER_SIZE = 64
 DESC_SIZE = 128
 MAX_RANK = 8
 NO_INDEX = U32_MAX              # scale_index / outer_index: none
 NO_AXIS = U16_MAX               # quant_axis: none
 NO_NAME = U16_MAX               # name_offset / layout_offset: none
+NO_NAME_WIDE = U32_MAX          # the same in a wide directory's u32 fields
 QUANT_SCHEMES = 2               # 1: one scale tensor, 2: plus an outer f32
 
 # header field offsets
@@ -190,6 +197,14 @@ D_BYTE_OFFSET = 32              # u64
 D_BYTE_LENGTH = 40              # u64
 D_SHAPE = 48                    # 8 x u64
 D_RESERVED16 = 112              # bytes 112..127
+# a wide directory (FLAG_WIDE) keeps its name fields as u32 in bytes 112..127,
+# and bytes 4..11 (the u16 name fields) are reserved, 0
+D_WNAME_OFF = 112               # u32
+D_WNAME_LEN = 116               # u32
+D_WLAYOUT_OFF = 120             # u32
+D_WLAYOUT_LEN = 124             # u32
+D_NARROW = 4                    # bytes 4..11 in a wide directory: reserved
+WIDE_FIELDS = _struct.Struct("<IIII")
 DESC = _struct.Struct("<HBBHHHHIHHIIIQQ8Q16s")
 
 # index of each field in a DESC.unpack tuple (shape is 8 items from I_SHAPE)

@@ -115,7 +115,7 @@ def _check_file(out: AtomicFile) -> None:
     try:
         head = read_table_head(fd, size, W.U32_MAX, W.U32_MAX, path)   # as kiln.open reads it
         _, base, count, _, blob, _ = _compat.kernels.validate_directory_copy(
-            head, 0, True, False, W.U32_MAX, W.U32_MAX, size)
+            head, 0, True, False, W.U32_MAX, W.U32_MAX, size, True)
         _check_payloads(fd, path, base, size, blob, count)
     except KilnError as e:
         raise EncodeError(e.code, e.offset, "the file would be refused: %s" % e.reason) \

@@ -142,7 +142,7 @@ class RemoteFile(TensorFile):
         for, then the table: ``(directory, payload base)``."""
         mm[:min(len(first), W.HEADER_SIZE)] = first[:W.HEADER_SIZE]
         try:
-            base = _compat.kernels.check_header(mm, 0, max_count, max_bytes)
+            base = _compat.kernels.check_header(mm, 0, max_count, max_bytes, None, True)
         except KilnError as e:
             if first[:len(W.FRAME_MAGIC)] == W.FRAME_MAGIC:
                 raise frame_hint(e) from None

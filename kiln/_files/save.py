@@ -50,7 +50,7 @@ def write_block(out: AtomicFile, metas: Sequence[tuple], payloads: Sequence[Any]
                 prog: Optional[Progress] = None) -> None:
     """Head, then each payload straight from its buffer (None: left as zeros), in
     writes that end on 2 MiB boundaries (:class:`AlignedWriter`)."""
-    head, places, total = block_head(metas, 0)
+    head, places, total = block_head(metas, 0, True)
     w = AlignedWriter(out, prog)
     w.write(head)
     base = len(head)
@@ -70,7 +70,7 @@ def write_block(out: AtomicFile, metas: Sequence[tuple], payloads: Sequence[Any]
 def write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any],
                   prog: Optional[Progress] = None) -> None:
     """The block to a file object that may not seek: gaps written as zeros."""
-    head, places, total = block_head(metas, 0)
+    head, places, total = block_head(metas, 0, True)
     f.write(head)
     pos = 0
     for place, payload, meta in zip(places, payloads, metas):

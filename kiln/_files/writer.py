@@ -132,7 +132,7 @@ class TensorWriter:
         metas = self._decl + ([self._meta[:_P] + (len(self._meta[_P]),)] if self._meta else [])
         for i, m in enumerate(metas):
             _check_meta(m, i)
-        head, places, total = block_head(metas, 0)
+        head, places, total = block_head(metas, 0, True)
         out = self._live()
         out.pwrite(head, 0)
         os.ftruncate(out.fd, len(head) + total)

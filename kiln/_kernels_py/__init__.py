@@ -29,8 +29,8 @@ the tests) is what the layers above call:
     of a wider dtype may round to a narrower list element; without it a value
     that would change is an EncodeError.
 
-``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None)``
-``validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes)``
+``validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None, wide=False)``
+``validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes, length=None, wide=False)``
     Check one tensor directory block starting at ``start`` of the byte
     buffer ``buf`` in the spec's check order.  Returns ``(end, payload_base,
     table)`` where ``table`` is a list of descriptor tuples ``(code, shape,
@@ -45,8 +45,11 @@ the tests) is what the layers above call:
     It leaves out the payload contents (each bool byte 0 or 1, an odd 4-bit
     tail's high nibble 0, the alignment gaps all 0): a lazy open checks a
     tensor's with ``check_payload`` when that tensor is read.
+    ``wide``: the caller reads a tensor file, whose directory may set flag
+    bit 2 (u32 name fields, spec section 12.3); without it that bit is
+    ``FRAME`` as every other unknown flag.
 
-``check_header(buf, start, max_count, max_bytes)``
+``check_header(buf, start, max_count, max_bytes, length=None, wide=False)``
     Steps 1 to 6 from the header at ``start`` and ``len(buf)`` alone; returns
     the payload base (from ``start``): what a remote reader checks before it
     asks for the table.

@@ -12,6 +12,8 @@ that tensor is read, so an open costs the table, whatever the payloads
 claim.
 """
 
+import struct
+
 import numpy as np
 
 from .. import _wire as W
@@ -27,9 +29,11 @@ class Dir:
     __slots__ = ("buf", "n", "have", "s", "standalone", "trusted", "max_count", "max_bytes", "max_copy",
                  "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
                  "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
-                 "counts", "names", "layouts", "heap", "contents")
+                 "counts", "names", "layouts", "heap", "contents", "wide_ok", "wide", "at_name",
+                 "at_layout", "no_name")
 
-    def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy):
+    def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy,
+                 wide_ok=False):
         self.buf = buf
         self.n = self.have = len(buf)   # n: the bounds; have: the bytes that may be read
         self.s = s
@@ -39,6 +43,9 @@ class Dir:
         self.max_bytes = max_bytes
         self.max_copy = max_copy   # None: copies are not capped
         self.contents = True       # check the payload contents too (steps 10 and 11a)
+        self.wide_ok = wide_ok     # a tensor file: flag bit 2 (wide name fields) allowed
+        self.wide = False
+        self.at_name, self.at_layout, self.no_name = W.D_NAME_OFF, W.D_LAYOUT_OFF, W.NO_NAME
 
     def d(self, i):
         """The absolute offset of descriptor ``i``."""
@@ -63,16 +70,27 @@ def step2_envelope(st, version, reserved):
     s = st.s
     if version != W.DIR_VERSION:
         raise err("FRAME", s + W.H_VERSION, "directory version is %d, not 2" % version)
-    if st.flags & ~(W.FLAG_NAMED | W.FLAG_LITTLE):
-        raise err("FRAME", s + W.H_FLAGS, "unknown directory flag bits %#x" % (st.flags & ~3))
+    known = W.FLAG_NAMED | W.FLAG_LITTLE | (W.FLAG_WIDE if st.wide_ok else 0)
+    if st.flags & ~known:
+        raise err("FRAME", s + W.H_FLAGS, "unknown directory flag bits %#x%s" % (
+            st.flags & ~3, W.WIDE_HINT if (st.flags & ~known) == W.FLAG_WIDE else ""))
     if not st.flags & W.FLAG_LITTLE:
         raise err("FRAME", s + W.H_FLAGS, "the little-endian flag is clear")
+    name_fields(st)
     if reserved:
         k = 0 if reserved & 0xFF else 1   # the u16 is little-endian: byte 6 is its low byte
         raise err("FRAME", s + W.H_RESERVED + k, "reserved header byte is not 0")
     if any(st.reserved32):
         k = next(k for k, b in enumerate(st.reserved32) if b)
         raise err("FRAME", s + W.H_RESERVED32 + k, "reserved header byte is not 0")
+
+
+def name_fields(st):
+    """Where this directory's name fields are: u16 at d+4..d+11, or u32 at
+    d+112..d+127 with the wide flag (spec 12.3)."""
+    st.wide = bool(st.flags & W.FLAG_WIDE)
+    if st.wide:
+        st.at_name, st.at_layout, st.no_name = W.D_WNAME_OFF, W.D_WLAYOUT_OFF, W.NO_NAME_WIDE
 
 
 def step3_caps(st):
@@ -131,17 +149,34 @@ def read_table(st):
     """The descriptors (one tuple each) and the heap, copied once: only after step 7."""
     buf, s0 = st.buf, st.s + W.HEADER_SIZE
     st.descs = [W.DESC.unpack_from(buf, s0 + _D * i) for i in range(st.count)]
+    if st.wide:   # the u32 name fields where the steps read names, bytes 4..11 as "reserved"
+        st.descs = [dsc[:W.I_NAME_OFF] + W.WIDE_FIELDS.unpack(dsc[W.I_RESERVED16])
+                    + dsc[W.I_BLOCK_SIZE:W.I_RESERVED16]
+                    + (_NARROW.pack(*dsc[W.I_NAME_OFF:W.I_BLOCK_SIZE]),) for dsc in st.descs]
     st.heap = st.names = bytes(buf[st.heap0:st.heap0 + st.name_bytes])  # names: for now
 
 
+_NARROW = struct.Struct("<HHHH")   # bytes 4..11 of a wide descriptor
+
+
+def _raw(st, dsc):
+    """A checked descriptor tuple packed as the file holds it."""
+    if st.wide:
+        dsc = (dsc[:W.I_NAME_OFF] + _NARROW.unpack(dsc[W.I_RESERVED16])
+               + dsc[W.I_BLOCK_SIZE:W.I_RESERVED16]
+               + (W.WIDE_FIELDS.pack(*dsc[W.I_NAME_OFF:W.I_BLOCK_SIZE]),))
+    return W.DESC.pack(*dsc)
+
+
 def step8a_reserved(st):
+    resv = W.D_NARROW if st.wide else W.D_RESERVED16
     for i, dsc in enumerate(st.descs):
         d = st.d(i)
         if dsc[W.I_RESERVED]:
             raise err("FRAME", d + W.D_RESERVED, "reserved descriptor byte is not 0")
         if any(dsc[W.I_RESERVED16]):
             k = next(k for k, b in enumerate(dsc[W.I_RESERVED16]) if b)
-            raise err("FRAME", d + W.D_RESERVED16 + k, "reserved descriptor byte is not 0")
+            raise err("FRAME", d + resv + k, "reserved descriptor byte is not 0")
 
 
 def step8b_heap(st):
@@ -152,36 +187,49 @@ def step8b_heap(st):
     for i, dsc in enumerate(st.descs):
         noff, nlen = dsc[W.I_NAME_OFF], dsc[W.I_NAME_LEN]
         if not st.named:
-            if nlen != 0 or noff != W.NO_NAME:
-                raise err("TYPE", st.d(i) + W.D_NAME_OFF, "tensor has a name but the name "
+            if nlen != 0 or noff != st.no_name:
+                raise err("TYPE", st.d(i) + st.at_name, "tensor has a name but the name "
                           "flag is clear")
             continue
         if nlen == 0:
-            raise err("TYPE", st.d(i) + W.D_NAME_OFF, "tensor has no name but the name flag "
+            raise err("TYPE", st.d(i) + st.at_name, "tensor has no name but the name flag "
                       "is set")
         if noff != cursor or cursor + nlen > st.name_bytes:
-            raise err("TYPE", st.d(i) + W.D_NAME_OFF, "name slice (%d, %d) is not the next "
+            raise err("TYPE", st.d(i) + st.at_name, "name slice (%d, %d) is not the next "
                       "%d heap bytes" % (noff, nlen, nlen))
         cursor += nlen
     for i, dsc in enumerate(st.descs):
         loff, llen = dsc[W.I_LAYOUT_OFF], dsc[W.I_LAYOUT_LEN]
         if llen == 0:
-            if loff != W.NO_NAME:
-                raise err("TYPE", st.d(i) + W.D_LAYOUT_OFF, "empty layout name with offset %d"
+            if loff != st.no_name:
+                raise err("TYPE", st.d(i) + st.at_layout, "empty layout name with offset %d"
                           % loff)
             continue
         if loff != cursor or cursor + llen > st.name_bytes:
-            raise err("TYPE", st.d(i) + W.D_LAYOUT_OFF, "layout slice (%d, %d) is not the next "
+            raise err("TYPE", st.d(i) + st.at_layout, "layout slice (%d, %d) is not the next "
                       "heap bytes" % (loff, llen))
         cursor += llen
     if cursor != st.name_bytes:
         raise err("TYPE", st.s + W.H_NAME_BYTES, "name heap has %d bytes, names use %d"
                   % (st.name_bytes, cursor))
+    if st.wide and _narrow_fits(st):
+        raise err("TYPE", st.s + W.H_FLAGS, "wide name fields, but every name offset and "
+                  "length fits the u16 fields")
     heap = st.names
     st.names = [heap[dsc[W.I_NAME_OFF]:dsc[W.I_NAME_OFF] + dsc[W.I_NAME_LEN]]
                 if st.named else None for dsc in st.descs]
     st.layouts = [heap[dsc[W.I_LAYOUT_OFF]:dsc[W.I_LAYOUT_OFF] + dsc[W.I_LAYOUT_LEN]]
                   if dsc[W.I_LAYOUT_LEN] else None for dsc in st.descs]
+
+
+def _narrow_fits(st):
+    """Would u16 name fields hold this heap (then the canonical file is narrow)?"""
+    for dsc in st.descs:
+        for off, ln in ((dsc[W.I_NAME_OFF], dsc[W.I_NAME_LEN]),
+                        (dsc[W.I_LAYOUT_OFF], dsc[W.I_LAYOUT_LEN])):
+            if ln and (off > W.U16_MAX or ln > W.U16_MAX):
+                return False
+    return True
 
 
 def step8c_utf8(st):
@@ -205,7 +253,7 @@ def step8d_duplicates(st):
     seen = set()
     for i, nm in enumerate(st.names):
         if nm in seen:
-            raise err("TYPE", st.d(i) + W.D_NAME_OFF, "tensor name %r repeats" % nm)
+            raise err("TYPE", st.d(i) + st.at_name, "tensor name %r repeats" % nm)
         seen.add(nm)
 
 
@@ -238,7 +286,7 @@ def _descriptor(st, i, dsc):
     block_size, blen = dsc[W.I_BLOCK_SIZE], dsc[W.I_BYTE_LENGTH]
     if opaque:
         if dsc[W.I_LAYOUT_LEN] == 0:
-            raise err("TYPE", d + W.D_LAYOUT_OFF, "opaque dtype %d needs a layout name" % code)
+            raise err("TYPE", d + st.at_layout, "opaque dtype %d needs a layout name" % code)
         if block_size == 0:
             raise err("TYPE", d + W.D_BLOCK_SIZE, "opaque dtype %d needs a block size" % code)
         if blen % block_size:
@@ -249,7 +297,7 @@ def _descriptor(st, i, dsc):
             raise err("TYPE", d + W.D_BLOCK_SIZE, "block size %d on a non-opaque dtype"
                       % block_size)
         if dsc[W.I_LAYOUT_LEN]:
-            raise err("TYPE", d + W.D_LAYOUT_OFF, "layout name on a non-opaque dtype")
+            raise err("TYPE", d + st.at_layout, "layout name on a non-opaque dtype")
         name, w = W.DTYPES[code][0], W.DTYPES[code][1]
         need = (ne + 1) // 2 if code in W.PACKED else ne * w
         if need > W.U64_MAX:
@@ -428,14 +476,14 @@ def make_table(st):
              dsc[W.I_BYTE_OFFSET], dsc[W.I_BYTE_LENGTH]) for i, dsc in enumerate(st.descs)]
 
 
-def check_header(buf, start, max_count, max_bytes, length=None):
+def check_header(buf, start, max_count, max_bytes, length=None, wide=False):
     """Steps 1 to 6 only, from the header at ``start`` and the length of
     ``buf`` (or ``length``, when ``buf`` holds only the header): returns the
     payload base (from ``start``), so a reader that fetches the table knows,
     before it asks, that the table is within the caps and the buffer."""
     if start < 0 or max_count < 0 or max_bytes < 0:
         raise ValueError("start, max_count and max_bytes must be non-negative")
-    st = Dir(buf, start, True, False, max_count, max_bytes, None)
+    st = Dir(buf, start, True, False, max_count, max_bytes, None, bool(wide))
     if length is not None:
         if not len(buf) <= length <= 0x7FFFFFFFFFFFFFFF:
             raise ValueError("length must be at least len(buf) and at most 2**63-1")
@@ -451,7 +499,7 @@ def check_header(buf, start, max_count, max_bytes, length=None):
 
 
 def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes,
-                            length=None):
+                            length=None, wide=False):
     """Check the directory at ``start`` as validate_directory does, except the
     payload contents (left to check_payload); returns (end, payload_base,
     count, named, table_bytes, names): the checked copy of the descriptors and
@@ -466,15 +514,16 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
         raise ValueError("start, max_count and max_bytes must be non-negative")
     if length is not None and not len(buf) <= length <= 0x7FFFFFFFFFFFFFFF:
         raise ValueError("length must be at least len(buf) and at most 2**63-1")
-    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False, length)
+    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False, length,
+                  wide)
     end = step12_trailing(st)
-    blob = b"".join([W.DESC.pack(*dsc) for dsc in st.descs]) + st.heap
+    blob = b"".join([_raw(st, dsc) for dsc in st.descs]) + st.heap
     return end, st.base, st.count, bool(st.named), blob, list(st.names)
 
 
 def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy, contents=True,
-             length=None):
-    st = Dir(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
+             length=None, wide=False):
+    st = Dir(buf, start, standalone, trusted, max_count, max_bytes, max_copy, bool(wide))
     st.contents = contents
     if length is not None:
         st.n = length
@@ -497,13 +546,14 @@ def _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy, co
     return st
 
 
-def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None):
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None,
+                       wide=False):
     """Check the directory at ``start`` step by step; returns (end, payload_base, table).
 
     ``max_copy``: when not None, a payload longer than this is LIMIT (a cap
     for payloads the caller will copy)."""
     if start < 0 or max_count < 0 or max_bytes < 0 or (max_copy is not None and max_copy < 0):
         raise ValueError("start, max_count, max_bytes and max_copy must be non-negative")
-    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy)
+    st = _checked(buf, start, standalone, trusted, max_count, max_bytes, max_copy, wide=wide)
     end = step12_trailing(st)
     return end, st.base, make_table(st)

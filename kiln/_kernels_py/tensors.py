@@ -62,6 +62,7 @@ def check_links(head):
     st = K.Dir(head, 0, False, False, W.U32_MAX, W.U32_MAX, None)
     st.contents = False
     K.step1_magic(st)
+    K.name_fields(st)
     K.step4_arithmetic(st)
     K.step5_fits(st)
     st.heap0 = W.HEADER_SIZE + W.DESC_SIZE * st.count

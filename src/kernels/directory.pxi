@@ -63,6 +63,36 @@ cdef struct Dir:
     Py_ssize_t heap0        # absolute offset of the name heap
     bint named
     bint contents           # check the payload contents too (steps 10 and 11a)
+    bint wide_ok            # a tensor file: flag bit 2 (wide name fields) allowed
+    bint wide               # the name fields are u32 at d+112..d+127 (spec 12.3)
+    Py_ssize_t at_name      # where a descriptor's name offset is (for errors)
+    Py_ssize_t at_layout    # where its layout offset is
+    uint64_t no_name        # the "no name" offset
+
+
+cdef inline uint64_t name_off(Dir *st, const uint8_t *dp) noexcept:
+    return kiln_ld_u32(dp + D_WNAME_OFF) if st.wide else kiln_ld_u16(dp + D_NAME_OFF)
+
+
+cdef inline uint64_t name_len(Dir *st, const uint8_t *dp) noexcept:
+    return kiln_ld_u32(dp + D_WNAME_LEN) if st.wide else kiln_ld_u16(dp + D_NAME_LEN)
+
+
+cdef inline uint64_t layout_off(Dir *st, const uint8_t *dp) noexcept:
+    return kiln_ld_u32(dp + D_WLAYOUT_OFF) if st.wide else kiln_ld_u16(dp + D_LAYOUT_OFF)
+
+
+cdef inline uint64_t layout_len(Dir *st, const uint8_t *dp) noexcept:
+    return kiln_ld_u32(dp + D_WLAYOUT_LEN) if st.wide else kiln_ld_u16(dp + D_LAYOUT_LEN)
+
+
+cdef void name_fields(Dir *st) noexcept:
+    """Where this directory's name fields are: u16 at d+4..d+11, or u32 at
+    d+112..d+127 with the wide flag (spec 12.3)."""
+    st.wide = (st.flags & FLAG_WIDE) != 0
+    st.at_name = D_WNAME_OFF if st.wide else D_NAME_OFF
+    st.at_layout = D_WLAYOUT_OFF if st.wide else D_LAYOUT_OFF
+    st.no_name = NO_NAME_WIDE if st.wide else NO_NAME
 
 
 cdef inline const uint8_t *desc(Dir *st, uint64_t i) noexcept:
@@ -95,12 +125,15 @@ cdef int step1_magic(Dir *st) except -1:
 
 cdef int step2_envelope(Dir *st) except -1:
     cdef Py_ssize_t k, s = st.s
+    cdef uint8_t known = FLAG_NAMED | FLAG_LITTLE | (FLAG_WIDE if st.wide_ok else 0)
     if st.version != DIR_VERSION:
         kfail("FRAME", s + H_VERSION, "directory version is %d, not 2" % st.version)
-    if st.flags & ~(FLAG_NAMED | FLAG_LITTLE):
-        kfail("FRAME", s + H_FLAGS, "unknown directory flag bits %#x" % (st.flags & ~3))
+    if st.flags & ~known:
+        kfail("FRAME", s + H_FLAGS, "unknown directory flag bits %#x%s" % (
+            st.flags & ~3, _W.WIDE_HINT if (st.flags & ~known) == FLAG_WIDE else ""))
     if not st.flags & FLAG_LITTLE:
         kfail("FRAME", s + H_FLAGS, "the little-endian flag is clear")
+    name_fields(st)
     for k in range(H_RESERVED, H_COUNT):
         if st.hdr[k]:
             kfail("FRAME", s + k, "reserved header byte is not 0")
@@ -193,6 +226,12 @@ cdef int step8a_reserved(Dir *st) except -1:
         dp = desc(st, i)
         if dp[D_RESERVED]:
             kfail("FRAME", dpos(st, i) + D_RESERVED, "reserved descriptor byte is not 0")
+        if st.wide:   # bytes 4..11 (the u16 name fields) are reserved
+            if kiln_ld_u64(dp + D_NARROW):
+                for k in range(D_NARROW, D_NARROW + 8):
+                    if dp[k]:
+                        kfail("FRAME", dpos(st, i) + k, "reserved descriptor byte is not 0")
+            continue
         # (the 16 reserved bytes as two words; the first byte set is named)
         if DESC_SIZE - D_RESERVED16 != 16 or \
                 kiln_ld_u64(dp + D_RESERVED16) | kiln_ld_u64(dp + D_RESERVED16 + 8):
@@ -205,40 +244,48 @@ cdef int step8a_reserved(Dir *st) except -1:
 cdef int step8b_heap(Dir *st) except -1:
     cdef uint64_t i, cursor = 0, noff, nlen, loff, llen
     cdef const uint8_t *dp
+    cdef bint fits = True   # every offset and length within u16 (wide: not canonical)
     st.named = (st.flags & FLAG_NAMED) != 0
     if st.named and st.count == 0:
         kfail("TYPE", st.s + H_FLAGS, "name flag set on an empty directory")
     for i in range(st.count):
         dp = desc(st, i)
-        noff = kiln_ld_u16(dp + D_NAME_OFF)
-        nlen = kiln_ld_u16(dp + D_NAME_LEN)
+        noff = name_off(st, dp)
+        nlen = name_len(st, dp)
         if not st.named:
-            if nlen != 0 or noff != NO_NAME:
-                kfail("TYPE", dpos(st, i) + D_NAME_OFF,
+            if nlen != 0 or noff != st.no_name:
+                kfail("TYPE", dpos(st, i) + st.at_name,
                       "tensor has a name but the name flag is clear")
             continue
         if nlen == 0:
-            kfail("TYPE", dpos(st, i) + D_NAME_OFF, "tensor has no name but the name flag is set")
+            kfail("TYPE", dpos(st, i) + st.at_name, "tensor has no name but the name flag is set")
         if noff != cursor or cursor + nlen > st.name_bytes:
-            kfail("TYPE", dpos(st, i) + D_NAME_OFF, "name slice (%d, %d) is not the next %d "
+            kfail("TYPE", dpos(st, i) + st.at_name, "name slice (%d, %d) is not the next %d "
                   "heap bytes" % (noff, nlen, nlen))
+        if noff > U16_MAX or nlen > U16_MAX:
+            fits = False
         cursor += nlen
     for i in range(st.count):
         dp = desc(st, i)
-        loff = kiln_ld_u16(dp + D_LAYOUT_OFF)
-        llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
+        loff = layout_off(st, dp)
+        llen = layout_len(st, dp)
         if llen == 0:
-            if loff != NO_NAME:
-                kfail("TYPE", dpos(st, i) + D_LAYOUT_OFF, "empty layout name with offset %d"
+            if loff != st.no_name:
+                kfail("TYPE", dpos(st, i) + st.at_layout, "empty layout name with offset %d"
                       % loff)
             continue
         if loff != cursor or cursor + llen > st.name_bytes:
-            kfail("TYPE", dpos(st, i) + D_LAYOUT_OFF, "layout slice (%d, %d) is not the next "
+            kfail("TYPE", dpos(st, i) + st.at_layout, "layout slice (%d, %d) is not the next "
                   "heap bytes" % (loff, llen))
+        if loff > U16_MAX or llen > U16_MAX:
+            fits = False
         cursor += llen
     if cursor != st.name_bytes:
         kfail("TYPE", st.s + H_NAME_BYTES, "name heap has %d bytes, names use %d"
               % (st.name_bytes, cursor))
+    if st.wide and fits:
+        kfail("TYPE", st.s + H_FLAGS, "wide name fields, but every name offset and length "
+              "fits the u16 fields")
     return 0
 
 
@@ -251,15 +298,15 @@ cdef int step8c_utf8(Dir *st) except -1:
     if st.named:
         for i in range(st.count):
             dp = desc(st, i)
-            off = kiln_ld_u16(dp + D_NAME_OFF)
-            bad = kiln_utf8_first_error(st.heap + off, kiln_ld_u16(dp + D_NAME_LEN))
+            off = name_off(st, dp)
+            bad = kiln_utf8_first_error(st.heap + off, name_len(st, dp))
             if bad >= 0:
                 kfail("UTF8", st.heap0 + <Py_ssize_t>off + bad, "invalid UTF-8 in a tensor name")
     for i in range(st.count):
         dp = desc(st, i)
-        if kiln_ld_u16(dp + D_LAYOUT_LEN):
-            off = kiln_ld_u16(dp + D_LAYOUT_OFF)
-            bad = kiln_utf8_first_error(st.heap + off, kiln_ld_u16(dp + D_LAYOUT_LEN))
+        if layout_len(st, dp):
+            off = layout_off(st, dp)
+            bad = kiln_utf8_first_error(st.heap + off, layout_len(st, dp))
             if bad >= 0:
                 kfail("UTF8", st.heap0 + <Py_ssize_t>off + bad, "invalid UTF-8 in a layout name")
     return 0
@@ -270,13 +317,13 @@ cdef bint names_ascend(Dir *st) noexcept:
     mapping)?  Then none repeats, and the sort is not needed."""
     cdef uint64_t i
     cdef const uint8_t *dp = desc(st, 0)
-    cdef const uint8_t *p = st.heap + kiln_ld_u16(dp + D_NAME_OFF)
+    cdef const uint8_t *p = st.heap + name_off(st, dp)
     cdef const uint8_t *q
-    cdef Py_ssize_t ln = kiln_ld_u16(dp + D_NAME_LEN), lq
+    cdef Py_ssize_t ln = name_len(st, dp), lq
     for i in range(1, st.count):
         dp = desc(st, i)
-        q = st.heap + kiln_ld_u16(dp + D_NAME_OFF)
-        lq = kiln_ld_u16(dp + D_NAME_LEN)
+        q = st.heap + name_off(st, dp)
+        lq = name_len(st, dp)
         if cmp_bytes_then_index(p, ln, 0, q, lq, 1) >= 0 or (ln == lq and memcmp(p, q, ln) == 0):
             return False
         p = q
@@ -296,8 +343,8 @@ cdef int step8d_duplicates(Dir *st) except -1:
     try:
         for i in range(st.count):
             dp = desc(st, i)
-            refs[i].p = st.heap + kiln_ld_u16(dp + D_NAME_OFF)
-            refs[i].ln = kiln_ld_u16(dp + D_NAME_LEN)
+            refs[i].p = st.heap + name_off(st, dp)
+            refs[i].ln = <uint32_t>name_len(st, dp)
             refs[i].idx = <uint32_t>i
         qsort(refs, st.count, sizeof(NameRef), cmp_nameref)
         j = st.count
@@ -307,8 +354,8 @@ cdef int step8d_duplicates(Dir *st) except -1:
                 j = refs[i].idx
         if j < st.count:
             dp = desc(st, j)
-            nm = (<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF))[:kiln_ld_u16(dp + D_NAME_LEN)]
-            kfail("TYPE", dpos(st, j) + D_NAME_OFF, "tensor name %r repeats" % nm)
+            nm = (<const char *>st.heap + name_off(st, dp))[:name_len(st, dp)]
+            kfail("TYPE", dpos(st, j) + st.at_name, "tensor name %r repeats" % nm)
     finally:
         PyMem_Free(refs)
     return 0
@@ -342,7 +389,7 @@ cdef uint64_t descriptor(Dir *st, uint64_t i) except? 0xFFFFFFFFFFFFFFFF:
     cdef uint64_t code = kiln_ld_u16(dp + D_DTYPE), rank = dp[D_RANK], ne, need, off, e
     cdef uint64_t block_size = kiln_ld_u32(dp + D_BLOCK_SIZE)
     cdef uint64_t blen = kiln_ld_u64(dp + D_BYTE_LENGTH)
-    cdef uint64_t llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
+    cdef uint64_t llen = layout_len(st, dp)
     cdef bint opaque = OPAQUE_MIN <= code <= OPAQUE_MAX
     if not opaque and not (1 <= code <= DTYPE_MAX):
         kfail("TYPE", d + D_DTYPE, "dtype code %d is not defined" % code)
@@ -354,7 +401,7 @@ cdef uint64_t descriptor(Dir *st, uint64_t i) except? 0xFFFFFFFFFFFFFFFF:
     ne = element_count(st, i, rank)
     if opaque:
         if llen == 0:
-            kfail("TYPE", d + D_LAYOUT_OFF, "opaque dtype %d needs a layout name" % code)
+            kfail("TYPE", d + st.at_layout, "opaque dtype %d needs a layout name" % code)
         if block_size == 0:
             kfail("TYPE", d + D_BLOCK_SIZE, "opaque dtype %d needs a block size" % code)
         if blen % block_size:
@@ -364,7 +411,7 @@ cdef uint64_t descriptor(Dir *st, uint64_t i) except? 0xFFFFFFFFFFFFFFFF:
         if block_size:
             kfail("TYPE", d + D_BLOCK_SIZE, "block size %d on a non-opaque dtype" % block_size)
         if llen:
-            kfail("TYPE", d + D_LAYOUT_OFF, "layout name on a non-opaque dtype")
+            kfail("TYPE", d + st.at_layout, "layout name on a non-opaque dtype")
         if PACKED[code]:
             need = ne // 2 + (ne & 1)
         elif kiln_mul_u64(ne, DW[code], &need):
@@ -500,77 +547,6 @@ cdef int step11b_quantization(Dir *st) except -1:
     cdef uint64_t i
     for i in range(st.count):
         quantization(st, i)
-    return 0
-
-
-cdef int scheme0_fields(Dir *st, uint64_t i) except -1:
-    cdef const uint8_t *dp = desc(st, i)
-    cdef Py_ssize_t d = dpos(st, i)
-    if kiln_ld_u16(dp + D_QUANT_AXIS) != NO_AXIS:
-        kfail("TYPE", d + D_QUANT_AXIS, "quant axis set without a scheme")
-    if kiln_ld_u32(dp + D_GROUP_SIZE):
-        kfail("TYPE", d + D_GROUP_SIZE, "group size set without a scheme")
-    if kiln_ld_u32(dp + D_SCALE_INDEX) != NO_INDEX:
-        kfail("TYPE", d + D_SCALE_INDEX, "scale index set without a scheme")
-    if kiln_ld_u32(dp + D_OUTER_INDEX) != NO_INDEX:
-        kfail("TYPE", d + D_OUTER_INDEX, "outer index set without a scheme")
-    return 0
-
-
-cdef int quantization(Dir *st, uint64_t i) except -1:
-    cdef const uint8_t *dp = desc(st, i)
-    cdef Py_ssize_t d = dpos(st, i)
-    cdef uint64_t scheme = kiln_ld_u16(dp + D_QUANT_SCHEME), axis = kiln_ld_u16(dp + D_QUANT_AXIS)
-    cdef uint64_t group = kiln_ld_u32(dp + D_GROUP_SIZE), scale = kiln_ld_u32(dp + D_SCALE_INDEX)
-    cdef uint64_t outer = kiln_ld_u32(dp + D_OUTER_INDEX), rank = dp[D_RANK]
-    if scheme > QUANT_SCHEMES:
-        kfail("TYPE", d + D_QUANT_SCHEME, "quant scheme %d is not 0, 1 or 2" % scheme)
-    if scheme == 0:
-        return scheme0_fields(st, i)
-    if rank == 0 or axis >= rank:
-        kfail("TYPE", d + D_QUANT_AXIS, "quant axis %d is not below rank %d" % (axis, rank))
-    if group == 0:
-        kfail("TYPE", d + D_GROUP_SIZE, "group size is 0")
-    if scale >= st.count or scale == i:
-        kfail("TYPE", d + D_SCALE_INDEX, "scale index %d does not name another tensor" % scale)
-    if kiln_ld_u16(desc(st, scale) + D_QUANT_SCHEME) != 0:
-        kfail("TYPE", d + D_SCALE_INDEX, "scale tensor %d is itself quantized (a chain)" % scale)
-    if scheme == 1:
-        if outer != NO_INDEX:
-            kfail("TYPE", d + D_OUTER_INDEX, "outer index set on scheme 1")
-    else:
-        if outer >= st.count or outer == i or outer == scale:
-            kfail("TYPE", d + D_OUTER_INDEX, "outer index %d does not name a third tensor"
-                  % outer)
-        if kiln_ld_u16(desc(st, outer) + D_DTYPE) != DTYPE_F32 or \
-                kiln_ld_u16(desc(st, outer) + D_QUANT_SCHEME) != 0 or st.counts[outer] != 1:
-            kfail("TYPE", d + D_OUTER_INDEX, "outer tensor %d is not one unquantized f32" % outer)
-    if not st.trusted:
-        scale_groups(st, i, axis, group, rank, scale)
-    return 0
-
-
-cdef int scale_groups(Dir *st, uint64_t i, uint64_t axis, uint64_t group, uint64_t rank,
-                      uint64_t scale) except -1:
-    """The scale tensor has one element per group (the check a trusted reader skips)."""
-    cdef const uint8_t *dp = desc(st, i)
-    cdef uint64_t dim = kiln_ld_u64(dp + D_SHAPE + 8 * axis)
-    cdef uint64_t groups = dim // group + (1 if dim % group else 0)
-    cdef bint zero = groups == 0, big = False
-    cdef Py_ssize_t k
-    for k in range(<Py_ssize_t>rank):
-        if k != <Py_ssize_t>axis:
-            dim = kiln_ld_u64(dp + D_SHAPE + 8 * k)
-            if dim == 0:
-                zero = True
-            elif not big and kiln_mul_u64(groups, dim, &groups):
-                big = True
-    if zero:
-        groups = 0
-        big = False
-    if big or st.counts[scale] != groups:
-        kfail("TYPE", dpos(st, i) + D_SCALE_INDEX, "scale tensor has %d elements, %d groups "
-              "need %d" % (st.counts[scale], groups, groups))
     return 0
 
 

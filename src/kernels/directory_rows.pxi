@@ -119,10 +119,10 @@ cdef object make_table(Dir *st):
                 PyTuple_SET_ITEM(shape, k, <PyObject *>dv)
             PyObject_GC_UnTrack(shape)   # ints only: no cycle can go through it
         prev = dp
-        nm = cached_name(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
-                         kiln_ld_u16(dp + D_NAME_LEN), small) if st.named else None
-        llen = kiln_ld_u16(dp + D_LAYOUT_LEN)
-        lay = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_LAYOUT_OFF),
+        nm = cached_name(<const char *>st.heap + name_off(st, dp),
+                         <Py_ssize_t>name_len(st, dp), small) if st.named else None
+        llen = layout_len(st, dp)
+        lay = PyBytes_FromStringAndSize(<const char *>st.heap + layout_off(st, dp),
                                         <Py_ssize_t>llen) if llen else None
         row = (kiln_ld_u16(dp + D_DTYPE), shape, nm, lay, kiln_ld_u32(dp + D_BLOCK_SIZE),
                kiln_ld_u16(dp + D_QUANT_SCHEME), row_int(kiln_ld_u16(dp + D_QUANT_AXIS)),
@@ -143,8 +143,8 @@ cdef object raw_names(Dir *st):
     names = PyList_New(<Py_ssize_t>st.count)
     for i in range(st.count):
         dp = desc(st, i)
-        nm = PyBytes_FromStringAndSize(<const char *>st.heap + kiln_ld_u16(dp + D_NAME_OFF),
-                                       kiln_ld_u16(dp + D_NAME_LEN)) if st.named else None
+        nm = PyBytes_FromStringAndSize(<const char *>st.heap + name_off(st, dp),
+                                       <Py_ssize_t>name_len(st, dp)) if st.named else None
         Py_INCREF(nm)
         PyList_SET_ITEM(names, i, <PyObject *>nm)
     return names
@@ -152,7 +152,8 @@ cdef object raw_names(Dir *st):
 
 cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, bint trusted,
                  uint64_t max_count, uint64_t max_bytes, uint64_t max_copy, int want_table,
-                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1, bint stable=False):
+                 Py_ssize_t *endp, uint64_t *basep, Py_ssize_t length=-1, bint stable=False,
+                 bint wide_ok=False):
     """Run the steps in order over the directory at ``s``; the table when wanted.
 
     Nothing is allocated before step 5 bounds the descriptor count by the
@@ -172,6 +173,9 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
     st.priv = NULL
     st.counts = NULL
     st.contents = want_table != 2   # the checked copy: a lazy open (check_payload later)
+    st.wide_ok = wide_ok
+    st.flags = 0
+    name_fields(&st)
     try:
         step1_magic(&st)
         step2_envelope(&st)
@@ -202,7 +206,8 @@ cdef object vdir(const uint8_t *b, Py_ssize_t n, Py_ssize_t s, bint standalone, 
         PyMem_Free(st.counts)
 
 
-def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None):
+def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, max_copy=None,
+                       wide=False):
     """Check the tensor directory at ``start`` of ``buf``; returns (end, payload_base, table).
 
     ``max_copy``: when not None, a payload longer than this is LIMIT."""
@@ -216,14 +221,14 @@ def validate_directory(buf, start, standalone, trusted, max_count, max_bytes, ma
         table = vdir(<const uint8_t *>view.buf, view.len, start, bool(standalone),
                      bool(trusted), _cap(max_count), _cap(max_bytes),
                      U64_MAX if max_copy is None else _cap(max_copy), True,
-                     &end, &base)
+                     &end, &base, -1, False, bool(wide))
     finally:
         PyBuffer_Release(&view)
     return end, base, table
 
 
 def validate_directory_copy(buf, start, standalone, trusted, max_count, max_bytes,
-                            length=None):
+                            length=None, wide=False):
     """Check the tensor directory at ``start`` of ``buf`` as validate_directory
     does; returns (end, payload_base, count, named, table_bytes, names): the
     checked private copy of the descriptors and the name heap, from which rows
@@ -248,13 +253,14 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
             whole = length
         count, named, blob, names = vdir(<const uint8_t *>view.buf, view.len, start,
                                          bool(standalone), bool(trusted), _cap(max_count),
-                                         _cap(max_bytes), U64_MAX, 2, &end, &base, whole)
+                                         _cap(max_bytes), U64_MAX, 2, &end, &base, whole,
+                                         False, bool(wide))
     finally:
         PyBuffer_Release(&view)
     return end, base, count, named, blob, names
 
 
-def check_header(buf, start, max_count, max_bytes, length=None):
+def check_header(buf, start, max_count, max_bytes, length=None, wide=False):
     """Steps 1 to 6 only, from the header at ``start`` and the length of
     ``buf`` (or ``length``, when ``buf`` holds only the header): returns the
     payload base (from ``start``), so a reader that fetches the table knows,
@@ -283,6 +289,7 @@ def check_header(buf, start, max_count, max_bytes, length=None):
         st.priv = NULL
         st.counts = NULL
         st.contents = False
+        st.wide_ok = bool(wide)
         step1_magic(&st)
         step2_envelope(&st)
         step3_caps(&st)

@@ -382,7 +382,7 @@ def check_links(head):
     cdef Py_buffer view
     get_view(head, &view)
     st.b = <const uint8_t *>view.buf
-    st.n = view.len
+    st.n = st.have = view.len
     st.s = 0
     st.standalone = False
     st.trusted = False
@@ -392,8 +392,10 @@ def check_links(head):
     st.priv = NULL
     st.counts = NULL
     st.contents = False
+    st.wide_ok = True
     try:
         step1_magic(&st)
+        name_fields(&st)
         step4_arithmetic(&st)
         step5_fits(&st)
         st.heap0 = HEADER_SIZE + DESC_SIZE * <Py_ssize_t>st.count
