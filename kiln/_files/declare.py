@@ -30,9 +30,9 @@ def _utf8_name(text: Any, i: int, field: int, what: str) -> bytes:
     except UnicodeEncodeError:
         raise EncodeError("UTF8", _desc_at(i, field), "%s %r has no UTF-8 form"
                           % (what, text)) from None
-    if not raw or len(raw) > W.U16_MAX:
+    if not raw or len(raw) > W.U32_MAX:   # (past 65535: the wide name fields, spec 12.3)
         raise EncodeError("TYPE", _desc_at(i, field), "%s is empty or longer than %d bytes"
-                          % (what, W.U16_MAX))
+                          % (what, W.U32_MAX))
     return raw
 
 

@@ -128,7 +128,7 @@ def check_directory(tensors):
     if not linked:
         return   # every other table rule is one tensor's, and check_tensor ran it
     try:
-        head, _, _ = block_head(metas, 0)
+        head, _, _ = block_head(metas, 0, True)   # (links only: any name widths)
         _kernels.check_links(head)
     except KilnError as e:
         i = max(e.offset - W.HEADER_SIZE, 0) // W.DESC_SIZE
@@ -150,7 +150,8 @@ def _utf8(text, what, i):
     except UnicodeEncodeError:
         raise _fail("UTF8", 0, "tensor %d: the %s has no UTF-8 form" % (i, what),
                     "[%d]" % i) from None
-    if len(b) > W.U16_MAX:
-        raise _fail("LIMIT", 0, "tensor %d: the %s is longer than 65535 bytes" % (i, what),
+    if len(b) > W.U32_MAX:   # (a tensor file's wide fields hold it; a Frozen value's
+        # directory refuses past 65535 bytes when it is encoded)
+        raise _fail("LIMIT", 0, "tensor %d: the %s is longer than 2**32-1 bytes" % (i, what),
                     "[%d]" % i)
     return b

@@ -17,8 +17,10 @@ itself (its ``tensor.rs``), so kiln converts no file that library refuses:
   end of the file (no gap, no overlap, no byte after the data).
 
 Beyond that, kiln refuses what a Kiln directory cannot hold: an empty name,
-a rank above 8, and a header of more than :data:`MAX_VALUES` JSON values
-(what the parser builds is bounded by this count, not by the header length).
+a rank above 8, and a header of more JSON values than :data:`MAX_VALUES` or
+one per :data:`VALUE_BYTES` of its bytes, whichever is more (what the parser
+builds is bounded by this count).  Names may be as long as a tensor file's
+(up to 2**32-1 bytes: past 65,535 the file takes the wide name fields).
 
 Metadata: safetensors' ``__metadata__`` holds strings only.  Kiln to
 safetensors writes every key as a string (a string as it is, any other value
@@ -54,10 +56,16 @@ ST_TO_KILN = {
 }
 KILN_TO_ST = {v: k for k, v in ST_TO_KILN.items()}
 MAX_HEADER = 100_000_000   # safetensors' own limit on the JSON header (tensor.rs)
-# at most this many JSON values (commas + opening brackets + 1 bound them from
-# above): a tensor takes about 8, so this is some 32,000 tensors; the parse
-# builds at most about 170 bytes a value (see docs/security.md, "Converters")
+# the JSON values a header may hold (commas + opening brackets + 1 bound them
+# from above): MAX_VALUES, or one value per VALUE_BYTES bytes of a longer
+# header, so the cap follows the input's size as kiln's other caps do.  A
+# tensor's entry takes at least 4.4 bytes a value (one-byte names, rank 8), so
+# no header safetensors writes is refused for its count, while a header of
+# denser values (``[{},{},...]``: 1.5 bytes a value) still is; the parse builds
+# at most about 25 bytes per header byte at that density (docs/security.md,
+# "Converters")
 MAX_VALUES = 1 << 18
+VALUE_BYTES = 4
 TYPED_KEY = "kiln.metadata"   # __metadata__'s key for the typed Kiln metadata (module doc)
 
 
@@ -74,9 +82,11 @@ def _parse(path: str, raw: Any) -> Dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConvertError(path, 8 + e.start, "the header is not UTF-8", "UTF8") from None
     values = text.count(",") + text.count("[") + text.count("{") + 1
-    if values > MAX_VALUES:
+    cap = max(MAX_VALUES, len(raw) // VALUE_BYTES)
+    if values > cap:
         raise ConvertError(path, 8, "the header may hold %d JSON values, above kiln's cap of "
-                           "%d" % (values, MAX_VALUES), "LIMIT")
+                           "%d (one per %d header bytes, at least %d)"
+                           % (values, cap, VALUE_BYTES, MAX_VALUES), "LIMIT")
     try:
         header = _access.strict_json(text)
     except json.JSONDecodeError as e:
