@@ -9,8 +9,9 @@ module of kiln (``tests/test_house.py`` checks it).
 
 Importing it loads what reading a local file needs from the files floor
 (``kiln/_files/``); the writers' names (``AtomicFile``, ``write_payload``, a
-set's ``write_index``, ``old_shards``, ``fresh_names``, ``drop_shards``) and a
-set's index helpers load their modules on first use, so ``kiln inspect`` and
+set's ``write_index``, ``old_shards``, ``fresh_names``, ``drop_shards``), a
+set's index helpers and the tied names' keys and check load their modules on
+first use, so ``kiln inspect`` and
 ``kiln check`` of a file never load them.  Never a remote reader or an
 optional package.
 """
@@ -36,13 +37,16 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
     from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
                                  strict_json)
+    from ._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault
 
 # the writers' and the sets' names, {name: module}, imported on first use (PEP 562)
 _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
           "drop_shards": "._files.shardsave", "fresh_names": "._files.shardsave",
           "old_shards": "._files.shardsave", "write_index": "._files.shardsave",
           **{name: "._files.sharded" for name in ("KILN_INDEX", "ST_INDEX", "check_shard",
-                                                 "parse_index", "read_index", "strict_json")}}
+                                                 "parse_index", "read_index", "strict_json")},
+          **{name: "._files.tied" for name in ("SET_ALIASES_KEY", "FILE_ALIASES_KEY",
+                                              "alias_fault")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -54,7 +58,8 @@ __all__ = ["AtomicFile", "read_exactly", "write_payload", "progress_session", "c
            "version", "held_descriptor", "remote_range", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "metadata_blob",
-           "metadata_of_blob", "strict_json", "value_start"]
+           "metadata_of_blob", "strict_json", "value_start",
+           "SET_ALIASES_KEY", "FILE_ALIASES_KEY", "alias_fault"]
 
 
 def compiled_tensor_part_bound() -> bool:

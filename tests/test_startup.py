@@ -211,7 +211,7 @@ report(({"impl": kiln.IMPLEMENTATION, "seen": seen, "mods": mods,
     assert {k: v for k, v in out["seen"].items() if v} == {
         "save_tensors": out["seen"]["save_tensors"], "SchemaError": out["seen"]["SchemaError"],
         "RecordWriter": out["seen"]["RecordWriter"], "TensorWriter": ["kiln._files.writer"],
-        "save_sharded": ["kiln._files.sharded", "kiln._files.shardsave"],
+        "save_sharded": ["kiln._files.sharded", "kiln._files.shardsave", "kiln._files.tied"],
         "I8": ["kiln._aliases"], "Record": ["kiln._record"]}
     no_dask = [p for p in ("dask", "distributed") if importlib.util.find_spec(p) is None]
     if no_dask:
@@ -258,7 +258,8 @@ def test_the_command_line_loads_what_its_command_needs(tmp_path, impl, argv):
                 "kiln._cli.demo", "kiln._cli.cases", "kiln.convert"]
     # nor the writers, the sets, the record commands, or shutil (issue 52)
     watched += ["kiln._files.save", "kiln._files.writer", "kiln._files.atomic",
-                "kiln._files.shardsave", "kiln._files.sharded", "kiln._cli.records", "shutil"]
+                "kiln._files.shardsave", "kiln._files.sharded", "kiln._files.tied",
+                "kiln._cli.records", "shutil"]
     out = _child(impl, r"""
 import runpy, io, contextlib
 sys.argv = ["kiln"] + %r + [%r]

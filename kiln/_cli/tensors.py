@@ -37,6 +37,7 @@ def cmd_inspect(args: Any) -> int:
         elif what == "framed":
             at = _value_at(args.file)   # after kiln.save's pad head, when there is one
             frame = head(args.file, at + W.FRAME_SIZE)[at:]   # (a short file: what it has)
+            _frame_read(frame, at)   # a hash only where the file holds a whole frame head
             report.update(kind="framed record", schema_hash="0x%016x"
                           % int.from_bytes(frame[W.FRAME_HASH:W.FRAME_SIZE], "little"),
                           note="pass --type TEXT to decode it")
@@ -65,6 +66,20 @@ def cmd_inspect(args: Any) -> int:
             print("the framed value starts at byte %d, after a pad head that aligns its "
                   "tensors" % report["value_offset"])
     return 0
+
+
+def _frame_read(frame: bytes, at: int) -> None:
+    """KilnError unless ``frame`` (the file's bytes from ``at``) starts with a
+    whole frame's magic and fields (as ``kiln check --type`` says it: EOF or
+    FRAME at ``at``): inspect prints no field the file does not hold."""
+    if len(frame) >= 4 and frame[:4] != W.FRAME_MAGIC:
+        import kiln
+        raise kiln.KilnError("FRAME", at, "frame magic is %r, not %r"
+                             % (bytes(frame[:4]), W.FRAME_MAGIC))
+    if len(frame) < W.FRAME_SIZE:
+        import kiln
+        raise kiln.KilnError("EOF", at, "a frame needs %d bytes, the file has %d from here"
+                             % (W.FRAME_SIZE, len(frame)))
 
 
 def _value_at(path: str) -> int:

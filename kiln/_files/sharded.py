@@ -21,14 +21,18 @@ only) or a listed tensor the shard lacks is ``KilnError`` ``TYPE``.
 
 A tensor saved under two names (tied weights) is stored once: the
 ``weight_map`` names the stored tensors only, and the index's metadata maps
-each other name to its stored one under :data:`ALIASES_KEY`.  A shard name
-is checked as it is and again after percent-decoding, and is percent-encoded
-when it is joined to an index URL, so a name can never reach another path on
-a server that decodes paths.
+each other name to its stored one under ``"__kiln_aliases__"``
+(``kiln._files.tied.SET_ALIASES_KEY``, checked by ``tied.alias_fault``, the
+rule a file's alias map is checked by too).  A shard name is checked as it is
+and again after percent-decoding, and is percent-encoded when it is joined to
+an index URL, so a name can never reach another path on a server that decodes
+paths.
 
 A set saved into a folder that holds a set is replaced whole: the new shards
-take names the old index does not use, the index is replaced last (one
-atomic rename), and only then are the old index's shards removed; a save that
+take names no earlier set in the folder had (a random tag, so a reader still
+holding an old index, which opens its shards by name on first use, meets
+``FileNotFoundError``, never a later set's bytes), the index is replaced last
+(one atomic rename), and only then are the old index's shards removed; a save that
 fails or is killed at any step leaves the complete old set or the complete
 new one (and at worst unused shard files).
 """
@@ -42,6 +46,7 @@ from .. import _meta
 from .. import _wire as W
 from .._errors import KilnError
 from .tables import Tensor
+from .tied import SET_ALIASES_KEY, alias_fault
 from .paths import is_index_name, is_sharded, url_parts   # (re-exported: the set module's names)
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -50,7 +55,6 @@ MAX_INDEX = 100_000_000      # bytes of an index (safetensors' limit on its own 
 MAX_INDEX_VALUES = 1 << 21   # JSON values in an index (two a tensor: ~1M tensors)
 KILN_INDEX = ".kiln.index.json"
 ST_INDEX = ".safetensors.index.json"
-ALIASES_KEY = "__kiln_aliases__"   # in an index's metadata: alias name -> stored name
 # (compiled by re, and cached there, at the first parse_size: not at import)
 _SIZE = r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$"
 _UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
@@ -202,23 +206,13 @@ def parse_index(raw: bytes, path: str, suffix: str, max_count: int = W.DEFAULT_M
 
 def _aliases(raw: bytes, path: str, meta: Dict[str, Any], wm: Dict[str, str]
              ) -> Dict[str, str]:
-    found = meta.get(ALIASES_KEY)
+    found = meta.get(SET_ALIASES_KEY)
     if found is None:
         return {}
-    bad = None
-    if not isinstance(found, dict):
-        bad = "is not an object"
-    else:
-        for alias, name in found.items():
-            if not isinstance(name, str) or name not in wm:
-                bad = "maps %r to %r, which the weight_map does not list" % (alias, name)
-            elif alias in wm or alias in ("", _meta.META_NAME):
-                bad = "maps %r, a stored (or reserved) name, to %r" % (alias, name)
-            if bad:
-                break
+    bad = alias_fault(found, wm)
     if bad:
-        raise KilnError("TYPE", _at(raw, ALIASES_KEY), "%s: the index's %s %s" % (
-            path, ALIASES_KEY, bad))
+        raise KilnError("TYPE", _at(raw, SET_ALIASES_KEY), "%s: the index's %s %s" % (
+            path, SET_ALIASES_KEY, bad))
     return found
 
 

@@ -4,13 +4,12 @@ replacing a set (see :mod:`kiln._files.sharded` for the layout and the
 reading side)."""
 
 import os
-import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .. import _wire as W
 from .._errors import EncodeError, KilnError
-from .sharded import (ALIASES_KEY, KILN_INDEX, PathLike, parse_index, parse_size,
-                      plain_file_name, read_index)
+from .sharded import KILN_INDEX, PathLike, parse_index, parse_size, plain_file_name, read_index
+from .tied import SET_ALIASES_KEY, alias_fault, same_memory_key
 
 __all__ = ["save_sharded", "write_index", "shard_names", "split", "shared_tensors",
            "old_shards", "fresh_names", "drop_shards"]
@@ -47,30 +46,13 @@ def split(sizes: List[int], cap: int) -> List[List[int]]:
     return groups
 
 
-def _same_memory_key(x: Any) -> Any:
-    """What makes two values one tensor: the same memory, shape, strides and
-    dtype (a numpy array, or a torch tensor found through ``sys.modules``, its
-    negation and conjugation bits included); None for a value with no memory
-    to share."""
-    import numpy as np
-    if type(x) is np.ndarray:
-        if x.size == 0:
-            return None
-        return ("numpy", x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        if x.numel() == 0 or x.device.type == "meta" or x.layout != torch.strided:
-            return None
-        return ("torch", x.data_ptr(), tuple(x.shape), x.stride(), str(x.dtype), str(x.device),
-                x.is_neg(), x.is_conj())
-    return ("object", id(x))
-
-
 def shared_tensors(tensors: Any, aliases: Optional[Mapping[str, str]]
                    ) -> Tuple[Any, Dict[str, str]]:
-    """(the tensors to store, alias -> stored name): ``aliases`` checked, and a
-    value given under several names of a mapping stored once, under the first
-    name in sorted order (as :func:`kiln.save_tensors` orders them)."""
+    """(the tensors to store, alias -> stored name): a value given under several
+    names of a mapping (one tensor by :func:`kiln._files.tied.same_memory_key`)
+    stored once, under the first name in sorted order (as
+    :func:`kiln.save_tensors` orders them), and ``aliases`` added (checked
+    later, against the stored names, by :func:`kiln._files.tied.alias_fault`)."""
     found: Dict[str, str] = {}
     if isinstance(tensors, Mapping) and not hasattr(tensors, "to_dict"):
         items = sorted(((k, v) for k, v in tensors.items() if isinstance(k, str)),
@@ -78,7 +60,7 @@ def shared_tensors(tensors: Any, aliases: Optional[Mapping[str, str]]
         first: Dict[Any, str] = {}
         keep: Dict[str, Any] = {}
         for k, v in items:
-            key = _same_memory_key(v)
+            key = same_memory_key(v)
             if key is not None and key in first:
                 found[k] = first[key]
                 continue
@@ -87,23 +69,9 @@ def shared_tensors(tensors: Any, aliases: Optional[Mapping[str, str]]
             keep[k] = v
         if found:
             tensors = dict(keep, **{k: v for k, v in tensors.items() if not isinstance(k, str)})
-    for alias, name in (aliases or {}).items():
-        if not isinstance(alias, str) or not isinstance(name, str) or alias in ("", name):
-            raise EncodeError("TYPE", 0, "aliases maps %r to %r: both names are non-empty str "
-                              "and differ" % (alias, name))
-        found[alias] = name
+    if aliases:
+        found.update(aliases)
     return tensors, found
-
-
-def _check_aliases(found: Dict[str, str], stored: List[str]) -> None:
-    names = set(stored)
-    for alias, name in found.items():
-        if alias in names:
-            raise EncodeError("TYPE", 0, "alias %r is also a stored tensor's name" % alias)
-        if name not in names:
-            raise EncodeError("TYPE", 0, "alias %r names %r, which is not a stored tensor "
-                              "(an alias names a stored tensor, never another alias)"
-                              % (alias, name))
 
 
 def old_shards(index: str, suffix: str) -> List[str]:
@@ -115,14 +83,29 @@ def old_shards(index: str, suffix: str) -> List[str]:
         return []
 
 
-def fresh_names(names: List[str], taken: List[str], ext: str) -> List[str]:
-    """``names``, or when any of them is ``taken`` (listed by the index being
-    replaced), the same names with one random tag before ``ext``."""
-    if not set(names) & set(taken):
-        return names
+def fresh_names(names: List[str], index: str, ext: str) -> List[str]:
+    """The shard names for a set written beside (or over) the index ``index``:
+    ``names`` as they are for the first set in its folder (no file at
+    ``index``, none of ``names`` there either); else ``names`` with one random
+    tag of 16 hex digits before ``ext``, a tag no file in the folder has.  A
+    reader still holding an earlier index opens its shards by name, on first
+    use: a name once given to a shard of an index that was replaced must
+    never come back (the names the replaced index lists are not enough: the
+    index before it may have used the plain names, and a reader may still
+    hold it)."""
     import secrets
-    tag = secrets.token_hex(4)
-    return [n[:-len(ext)] + "." + tag + ext for n in names]
+    folder = os.path.dirname(index) or "."
+
+    def free(candidates: List[str]) -> bool:
+        return not any(os.path.lexists(os.path.join(folder, n)) for n in candidates)
+
+    if not os.path.lexists(index) and free(names):
+        return names
+    while True:
+        tag = secrets.token_hex(8)
+        tagged = [n[:-len(ext)] + "." + tag + ext for n in names]
+        if free(tagged):
+            return tagged
 
 
 def drop_shards(folder: str, old: List[str], new: List[str]) -> None:
@@ -163,9 +146,11 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
 
     Each shard and the index are written atomically; the index last.  A set
     already in the folder under the same index name is replaced whole: the
-    new shards take names its index does not list (a random tag before the
-    extension when the usual names are taken), the index is replaced in one
-    rename, and the old shards are removed after it.  A save that fails or is
+    new shards take names no earlier set in the folder had (a random tag
+    before the extension, whenever an index is there already), the index is
+    replaced in one rename, and the old shards are removed after it (a
+    reader of an old set meets ``FileNotFoundError`` for a shard it had not
+    opened yet, never another set's bytes).  A save that fails or is
     killed at any step leaves the complete old set or the complete new one.
 
     Raises:
@@ -199,14 +184,16 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
             raise EncodeError("TYPE", 0, "tensor %r links other tensors by position "
                               "(quantized): a sharded set cannot split it" % r[W.R_NAME])
         names.append(r[W.R_NAME].decode("utf-8"))
-    _check_aliases(found, names)
+    bad = alias_fault(found, set(names))
+    if bad:
+        raise EncodeError("TYPE", 0, "the aliases %s" % bad)
     sizes = [len(memoryview(r[W.R_PAYLOAD]).cast("B")) for r in records]
     groups = split(sizes, cap)
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     index = os.path.join(folder, prefix + KILN_INDEX)
     old = old_shards(index, ".kiln")
-    files = fresh_names(shard_names(prefix, len(groups), ".kiln"), old, ".kiln")
+    files = fresh_names(shard_names(prefix, len(groups), ".kiln"), index, ".kiln")
     wm: Dict[str, str] = {}
     written: List[str] = []
     try:
@@ -218,7 +205,7 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
                 wm[names[i]] = fn
         meta: Dict[str, Any] = {"total_size": sum(sizes)}
         if found:
-            meta[ALIASES_KEY] = dict(sorted(found.items()))
+            meta[SET_ALIASES_KEY] = dict(sorted(found.items()))
         write_index(index, wm, meta)
     except BaseException:
         drop_shards(folder, [fn for fn in written if fn not in old], [])

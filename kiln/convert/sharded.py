@@ -19,9 +19,9 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _wire as W
-from .._access import (KILN_INDEX, ST_INDEX, check_shard, drop_shards, fresh_names, old_shards,
-                       open_regular_file, parse_index, read_index, table, tensor_offset,
-                       tensor_row, write_index)
+from .._access import (FILE_ALIASES_KEY, KILN_INDEX, SET_ALIASES_KEY, ST_INDEX, check_shard,
+                       drop_shards, fresh_names, old_shards, open_regular_file, parse_index,
+                       read_index, table, tensor_offset, tensor_row, write_index)
 from .._errors import KilnError
 from ._common import ConvertError, UnsupportedConversion
 
@@ -97,7 +97,7 @@ def convert_set(src: str, dst: str, a: str, b: str, checksum: bool, progress: An
         total += n
     old = old_shards(dst, out_ext)   # a set at dst is replaced whole (kiln._files.sharded)
     plain = [s[:-len(suffix)] + out_ext for s in shards]
-    renamed = dict(zip(shards, fresh_names(plain, old, out_ext)))
+    renamed = dict(zip(shards, fresh_names(plain, dst, out_ext)))
     os.makedirs(out_folder, exist_ok=True)
     count = 0
     written: List[str] = []
@@ -126,7 +126,7 @@ def _to_one_kiln(src: str, a: str, dst: str, checksum: bool, progress: Any) -> i
         return _kiln_copy(src, dst, checksum, progress)
     from ..files import TensorWriter
     suffix = ".safetensors" if a == "safetensors-set" else ".kiln"
-    wm, _, shards = _index(src, suffix)
+    wm, index_meta, shards = _index(src, suffix)
     folder = os.path.dirname(src)
     plan: List[Tuple[str, List[Any]]] = []   # per shard: its path, its entries
     metas: List[Optional[Dict[str, Any]]] = []
@@ -139,7 +139,7 @@ def _to_one_kiln(src: str, a: str, dst: str, checksum: bool, progress: Any) -> i
         plan.append((where, entries))
     order = {n: i for i, n in enumerate(wm)}   # the index's order
     every = sorted((e for _, es in plan for e in es), key=lambda e: order[e.name])
-    with TensorWriter(dst, metadata=_merged(metas, src), checksum=checksum,
+    with TensorWriter(dst, metadata=_one_file_metadata(metas, index_meta, src), checksum=checksum,
                       progress=progress) as w:
         for e in every:
             w.add(e.name, e.dtype, e.shape, **e.options)
@@ -198,6 +198,19 @@ def _merged(metas: List[Optional[Dict[str, Any]]], src: str) -> Optional[Dict[st
                                    "one file holds one value" % (k, out[k], v), "TYPE")
             out[k] = v
     return out or None
+
+
+def _one_file_metadata(metas: List[Optional[Dict[str, Any]]], index_meta: Dict[str, Any],
+                       src: str) -> Optional[Dict[str, Any]]:
+    """The metadata of the one file a set becomes: the shards' (:func:`_merged`)
+    and the set's aliases (tied names), moved from the index to the key one
+    file keeps them under (``__kiln_torch_aliases__``, where
+    ``kiln.torch.load_file`` and ``load_model`` read them), so every name of
+    the set is a name of the file.  The index's counts of the whole set
+    (``total_size``, Hugging Face's ``total_parameters``) are not copied."""
+    aliases = index_meta.get(SET_ALIASES_KEY)
+    extra = [{FILE_ALIASES_KEY: dict(aliases)}] if aliases else []
+    return _merged(metas + extra, src)
 
 
 def _kiln_copy(src: str, dst: str, checksum: bool, progress: Any) -> int:

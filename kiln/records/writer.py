@@ -63,7 +63,8 @@ WRITING = ".kilnr-writing"   # the suffix of a file a RecordWriter is writing
 
 
 def unfinished(path: Any) -> "list[str]":
-    """The files beside ``path`` that a :class:`RecordWriter` of ``path`` was
+    """The files beside ``path`` (beside the file it links to, for a symbolic
+    link, as the writer puts them) that a :class:`RecordWriter` of ``path`` was
     writing when it stopped (killed, or closed after an error) and never put
     in place, newest first: ``kiln.RecordFile(name, type, recover=True)``
     reads their records.
@@ -72,8 +73,11 @@ def unfinished(path: Any) -> "list[str]":
         >>> kiln.records.unfinished("log.kilnr")
         []
     """
-    from .._files.atomic import tmp_base
-    target = os.path.abspath(os.fspath(path))
+    from .._files.atomic import local_path, resolve_target, tmp_base
+    try:   # where the writer writes: beside the file a link names, as create_beside does
+        target = resolve_target(local_path(path))
+    except OSError:   # a loop of links: no writer could write beside it
+        return []
     folder, base = os.path.split(target)
     start = ".%s." % tmp_base(folder, base)
     try:

@@ -1,0 +1,128 @@
+"""Tied names (one stored tensor under several names), issue 56: one check of
+an alias map (kiln._files.tied.alias_fault) for a set's index and a file's
+metadata, one rule for "two values are one tensor" (same_memory_key), the
+two keys named for where each lives, and `kiln convert` of a set into one
+.kiln file keeping the set's aliases (item 11).  Both kernels.
+
+Oracles: hand-written alias maps and expected faults, the reference decoder
+for what the converted file stores, torch's own tensors for load_file."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+from _util import kiln_ref
+from kiln._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault, same_memory_key
+
+
+def test_the_two_keys_are_named_for_where_they_live():
+    assert SET_ALIASES_KEY == "__kiln_aliases__"          # a set's index metadata
+    assert FILE_ALIASES_KEY == "__kiln_torch_aliases__"   # one file's metadata
+    import kiln._files.sharded as sharded
+    assert not hasattr(sharded, "ALIASES_KEY")   # no second constant of that name
+
+
+@pytest.mark.parametrize("found, why", [
+    ({"b": "a"}, None),
+    ({"b": "a", "c": "a"}, None),
+    ({}, None),
+    ([["b", "a"]], "is not an object"),
+    ({"a": "a"}, "a stored tensor's name"),
+    ({"b": "c"}, "'c', which is not a stored tensor"),
+    ({"c": "b", "b": "a"}, "'b', which is not a stored tensor"),   # an alias of an alias
+    ({"": "a"}, "not a non-empty, unreserved name"),
+    ({"__metadata__": "a"}, "not a non-empty, unreserved name"),
+    ({1: "a"}, "not a non-empty, unreserved name"),
+    ({"b": 1}, "1, which is not a stored tensor"),
+])
+def test_one_rule_for_an_alias_map(found, why):
+    got = alias_fault(found, {"a"})
+    assert got is None if why is None else why in got, got
+
+
+def test_same_memory_key_is_one_tensor_rule():
+    base = np.arange(8, dtype=np.float32)
+    assert same_memory_key(base) == same_memory_key(base[:])        # one memory, one shape
+    assert same_memory_key(base[:4]) != same_memory_key(base[4:])   # other memory
+    assert same_memory_key(base) != same_memory_key(base.reshape(2, 4))
+    assert same_memory_key(base) != same_memory_key(base.view(np.int32))
+    assert same_memory_key(np.zeros(0, np.float32)) is None          # nothing to share
+    obj = object()
+    assert same_memory_key(obj) == same_memory_key(obj) != same_memory_key(object())
+
+
+def test_same_memory_key_of_torch_tensors():
+    torch = pytest.importorskip("torch")
+    w = torch.arange(6.0)
+    assert same_memory_key(w) == same_memory_key(w.view(6))
+    assert same_memory_key(w) != same_memory_key(w.view(2, 3))
+    assert same_memory_key(w.neg().neg()) != same_memory_key(w)
+    assert same_memory_key(torch._neg_view(w)) is None   # stored as its values, apart
+    assert same_memory_key(torch.empty(0)) is None
+    assert same_memory_key(torch.empty(3, device="meta")) is None
+
+
+def test_save_sharded_refuses_a_bad_alias_map_by_the_one_rule(api, tmp_path):
+    t = {"a": np.zeros(3, np.float32)}
+    for bad, why in (({"b": "nope"}, "not a stored tensor"), ({"a": "a"}, "stored tensor's"),
+                     ({"__metadata__": "a"}, "unreserved")):
+        with pytest.raises(kiln.EncodeError) as e:
+            kiln.save_sharded(t, tmp_path / "bad", aliases=bad)
+        assert e.value.code == "TYPE" and why in str(e.value)
+
+
+def _ref(path):
+    with open(path, "rb") as f:
+        ts, _ = kiln_ref.read_directory(f.read(), 0)
+    return {t["name"]: bytes(t["payload"]) for t in ts}
+
+
+def _tied_set(folder, metadata=None):
+    emb = np.arange(12, dtype=np.float32)
+    bias = np.full(3, 7.0, np.float32)
+    index = kiln.save_sharded({"bias": bias, "emb.weight": emb, "head.weight": emb}, folder,
+                              max_shard_size=16, metadata=metadata)
+    with open(index) as f:
+        assert json.load(f)["metadata"][SET_ALIASES_KEY] == {"head.weight": "emb.weight"}
+    return index, emb, bias
+
+
+def test_convert_of_a_set_into_one_file_keeps_its_tied_names(api, tmp_path):
+    index, emb, bias = _tied_set(tmp_path / "set", metadata={"step": 4})
+    with kiln.open(index) as f:
+        set_names = sorted(f.tensors())
+    assert set_names == ["bias", "emb.weight", "head.weight"]
+    kiln.convert.convert(index, str(tmp_path / "one.kiln"))
+    stored = _ref(tmp_path / "one.kiln")
+    assert stored.pop("__metadata__")            # the metadata is there
+    assert stored == {"bias": bias.tobytes(), "emb.weight": emb.tobytes()}   # stored once
+    assert kiln.load_metadata(tmp_path / "one.kiln") == {
+        "step": 4, FILE_ALIASES_KEY: {"head.weight": "emb.weight"}}
+    # the command line does the same
+    r = subprocess.run([sys.executable, "-m", "kiln", "convert", index,
+                        str(tmp_path / "cli.kiln")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert kiln.load_metadata(tmp_path / "cli.kiln") == kiln.load_metadata(tmp_path / "one.kiln")
+
+
+def test_convert_of_a_set_without_metadata_gives_the_aliases_only(api, tmp_path):
+    index, _, _ = _tied_set(tmp_path / "set")
+    kiln.convert.convert(index, str(tmp_path / "one.kiln"))
+    assert kiln.load_metadata(tmp_path / "one.kiln") == {
+        FILE_ALIASES_KEY: {"head.weight": "emb.weight"}}   # was None: the tied name lost
+
+
+def test_kiln_torch_reads_every_name_of_the_converted_set(api, tmp_path):
+    torch = pytest.importorskip("torch")
+    import kiln.torch as kt
+    index, emb, bias = _tied_set(tmp_path / "set")
+    kiln.convert.convert(index, str(tmp_path / "one.kiln"))
+    sd = kt.load_file(str(tmp_path / "one.kiln"))
+    assert sorted(sd) == ["bias", "emb.weight", "head.weight"]
+    assert torch.equal(sd["head.weight"], torch.from_numpy(emb))
+    assert sd["head.weight"] is sd["emb.weight"]
+    assert torch.equal(sd["bias"], torch.from_numpy(bias))
