@@ -1,5 +1,6 @@
 """PyTorch state dicts as Kiln tensor files: ``save_file``, ``load_file`` and
-``load_model``, the calls ``safetensors.torch`` users type.
+``load_model``, the calls ``safetensors.torch`` users type, and ``safe_open``
+(``safetensors.safe_open(path, framework="pt")``'s calls).
 
 torch is imported when one of them is first called, never by ``import kiln``
 nor by ``import kiln.torch``; it is not in any of kiln's extras (install it
@@ -25,6 +26,8 @@ as PyTorch says).  The files are plain Kiln tensor files: any Kiln reader
 from ._common import ALIASES_KEY, IncompatibleKeys, LoadError
 from ._save import save, save_file, save_model, save_sharded, shared_names
 from ._load import load, load_file, load_model
+from ._safe_open import SafeSlice, safe_open
 
 __all__ = ["save_file", "save_model", "save_sharded", "save", "load_file", "load_model",
-           "load", "IncompatibleKeys", "LoadError", "ALIASES_KEY", "shared_names"]
+           "load", "IncompatibleKeys", "LoadError", "ALIASES_KEY", "shared_names", "safe_open",
+           "SafeSlice"]
