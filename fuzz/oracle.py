@@ -180,6 +180,9 @@ def check_frozen_input(data):
 
 
 def check_directory_input(data):
+    """Byte 0: bit 0 ``copy``, bit 1 ``trusted``, bit 2 small caps; bit 3 reads
+    the rest as a tensor file (:func:`check_tensor_file`: the wide name fields
+    of spec 12.3 allowed), else as a ``tensors`` value (where they are not)."""
     if not data:
         return
     sel = data[0]
@@ -190,7 +193,94 @@ def check_directory_input(data):
         kw["trusted"] = True
     if sel & 4:
         kw.update(max_count=3, max_bytes=40)
+    if sel & 8:
+        kw.pop("copy", None)
+        check_tensor_file(bytes(data[1:]), **kw)
+        return
     check("tensors", bytes(data[1:]), **kw)
+
+
+# --- tensor files (spec section 12, the wide name fields of 12.3) -------------
+# A tensor file is checked by both kernels' validate_directory and
+# validate_directory_copy with wide=True and by the reference decoder's
+# read_tensor_file: all four give the same error code and offset, or the same
+# tensors; an accepted file is rebuilt byte for byte from its rows by the
+# writers' block_head (so a wide file is canonical: wide only when needed).
+
+def _ref():
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spec", "reference")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import kiln_ref
+    return kiln_ref
+
+
+def _file_outcome(kernels, buf, trusted, max_count, max_bytes):
+    try:
+        end, base, table = kernels.validate_directory(buf, 0, True, trusted, max_count,
+                                                      max_bytes, None, True)
+    except kiln.KilnError as e:
+        err = ("err", e.code, e.offset)
+        try:
+            kernels.validate_directory_copy(buf, 0, True, trusted, max_count, max_bytes,
+                                            None, True)
+        except kiln.KilnError as e2:
+            if ("err", e2.code, e2.offset) != err and not (e.code == "TYPE" and e2.code == "TYPE"):
+                # (the copy leaves payload contents to check_payload: it may pass a
+                # bool or gap fault, never report another)
+                raise AssertionError("%s: validate_directory %r, the copy %r"
+                                     % (kernels.__name__, err, (e2.code, e2.offset)))
+        return err
+    end2, base2, count, named, blob, names = kernels.validate_directory_copy(
+        buf, 0, True, trusted, max_count, max_bytes, None, True)
+    if (end2, base2, count) != (end, base, len(table)) or \
+            names != [r[2] for r in table]:
+        raise AssertionError("%s: the copy's table differs" % kernels.__name__)
+    return ("ok", base, [tuple(r) for r in table])
+
+
+def check_tensor_file(buf, trusted=False, max_count=kiln.DEFAULT_MAX_COUNT,
+                      max_bytes=kiln.DEFAULT_MAX_BYTES):
+    """One tensor file through both kernels and the reference; see above."""
+    from kiln._dirhead import block_head
+    a = _file_outcome(_kernels_py, buf, trusted, max_count, max_bytes)
+    if _kernels_c is not None:
+        b = _file_outcome(_kernels_c, buf, trusted, max_count, max_bytes)
+        if a != b:
+            raise AssertionError("kernels disagree on a tensor file: python %r, cython %r"
+                                 % (a[:3], b[:3]))
+    ref = _ref()
+    try:
+        want = ref.read_tensor_file(buf, max_count, max_bytes, trusted)
+    except ref.RefError as e:
+        if a[0] != "err" or (a[1], a[2]) != (e.code, e.offset):
+            raise AssertionError("the reference refuses a tensor file with %s at %d, kiln "
+                                 "gives %r" % (e.code, e.offset, a[:3]))
+        return a
+    if a[0] != "ok":
+        raise AssertionError("the reference reads a tensor file kiln refuses: %r" % (a,))
+    base, rows = a[1], a[2]
+    for r, t in zip(rows, want):
+        nm = None if t["name"] is None else t["name"].encode("utf-8", "surrogateescape")
+        lay = None if t["layout"] is None else t["layout"].encode("utf-8", "surrogateescape")
+        got = (r[0], list(r[1]), r[2], r[3], r[4], r[5], r[7], r[10], r[11],
+               bytes(buf[base + r[10]:base + r[10] + r[11]]))
+        exp = (t["dtype"], t["shape"], nm, lay, t["block_size"], t["quant_scheme"],
+               t["group_size"], t["byte_offset"], len(t["payload"]), t["payload"])
+        if got != exp:
+            raise AssertionError("a tensor file's tensor differs from the reference's: "
+                                 "%r, %r" % (got[:8], exp[:8]))
+    if len(rows) != len(want):
+        raise AssertionError("kiln reads %d tensors, the reference %d" % (len(rows), len(want)))
+    # canonical: the writers' head for these rows is the file's head
+    d = _kernels_py.validate_directory(buf, 0, True, trusted, max_count, max_bytes, None, True)[2]
+    metas = [r[:10] + (r[11],) for r in d]
+    head, places, total = block_head(metas, 0, True)
+    if bytes(buf[:len(head)]) != bytes(head) or base != len(head):
+        raise AssertionError("an accepted tensor file is not what the writer makes of its rows")
+    return a
 
 
 # --- converters (issue 26 point 3) ---------------------------------------------

@@ -8,6 +8,9 @@ names.
 
 Public API
     decode(buf, type_text, framed, max_count=CAP, max_bytes=CAP, trusted=False)
+    read_tensor_file(buf, max_count=CAP, max_bytes=CAP, trusted=False)
+        -> list of tensor dicts (a tensor file: one standalone directory that
+           may use the wide name fields of section 12.3)
     parse_type(text) -> type node
     type_tokens(node) -> list of canonical tokens
     schema_hash(text) -> int
@@ -296,9 +299,24 @@ def _element_count(t):
     return n
 
 
-def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
+def read_tensor_file(buf, max_count=CAP, max_bytes=CAP, trusted=False):
+    """A tensor file (section 12): one standalone directory, which alone may
+    set flag bit 2 (the wide name fields of section 12.3)."""
+    tensors, block_len = read_directory(buf, 0, max_count, max_bytes, trusted, wide_ok=True)
+    if block_len != len(buf):
+        raise RefError("TRAILING", block_len)
+    return tensors
+
+
+# a wide directory's name fields: u32 name_off, name_len, layout_off,
+# layout_len in descriptor bytes 112..127 (section 12.3)
+WIDE_FMT = "<IIII"
+
+
+def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False, wide_ok=False):
     """Check the directory block starting at buf[s]; return (tensors, block_len).
-    Bytes after the block are not examined here (step 12 is the caller's)."""
+    Bytes after the block are not examined here (step 12 is the caller's).
+    ``wide_ok``: the block is a tensor file's, so flag bit 2 may be set."""
     size = len(buf)
 
     def fail(code, at):
@@ -315,8 +333,11 @@ def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
     version, flags = buf[s + 4], buf[s + 5]
     if version != 2:
         fail("FRAME", s + 4)
-    if flags & ~0x03 or not flags & 0x02:
+    if flags & ~(0x07 if wide_ok else 0x03) or not flags & 0x02:
         fail("FRAME", s + 5)
+    wide = bool(flags & 0x04)
+    # where the name fields are (for the offsets of faults), and "no name"
+    at_name, at_layout, none = (112, 120, NO32) if wide else (4, 8, NO16)
     for i in list(range(s + 6, s + 8)) + list(range(s + 32, s + 64)):
         if buf[i]:
             fail("FRAME", i)
@@ -353,13 +374,17 @@ def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
         d = s + 64 + 128 * i
         t = dict(zip(DESC_KEYS, struct.unpack_from(DESC_FMT, buf, d)[:15]))
         t["shape"] = list(struct.unpack_from("<8Q", buf, d + 48))
+        if wide:   # the u32 fields replace the u16 ones, which must be 0 (8a)
+            (t["name_off"], t["name_len"], t["layout_off"],
+             t["layout_len"]) = struct.unpack_from(WIDE_FMT, buf, d + 112)
         t["at"] = d
         descs.append(t)
 
     # 8a. descriptor reserved bytes
     for t in descs:
         d = t["at"]
-        for i in [d + 3] + list(range(d + 112, d + 128)):
+        reserved = range(d + 4, d + 12) if wide else range(d + 112, d + 128)
+        for i in [d + 3] + list(reserved):
             if buf[i]:
                 fail("FRAME", i)
     # 8b. name flag and heap walk
@@ -367,26 +392,30 @@ def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
     if named and count == 0:
         fail("TYPE", s + 5)
     for t in descs:
-        if not named and (t["name_len"] != 0 or t["name_off"] != NO16):
-            fail("TYPE", t["at"] + 4)
+        if not named and (t["name_len"] != 0 or t["name_off"] != none):
+            fail("TYPE", t["at"] + at_name)
         if named and t["name_len"] == 0:
-            fail("TYPE", t["at"] + 4)
+            fail("TYPE", t["at"] + at_name)
     cursor = 0
     for t in descs:
         if named:
             if t["name_off"] != cursor or cursor + t["name_len"] > name_bytes:
-                fail("TYPE", t["at"] + 4)
+                fail("TYPE", t["at"] + at_name)
             cursor += t["name_len"]
     for t in descs:
         if t["layout_len"] == 0:
-            if t["layout_off"] != NO16:
-                fail("TYPE", t["at"] + 8)
+            if t["layout_off"] != none:
+                fail("TYPE", t["at"] + at_layout)
             continue
         if t["layout_off"] != cursor or cursor + t["layout_len"] > name_bytes:
-            fail("TYPE", t["at"] + 8)
+            fail("TYPE", t["at"] + at_layout)
         cursor += t["layout_len"]
     if cursor != name_bytes:
         fail("TYPE", s + 12)
+    # 12.3: the wide fields only where some used slice needs them
+    if wide and all(t[k + "_off"] <= NO16 and t[k + "_len"] <= NO16
+                    for t in descs for k in ("name", "layout") if t[k + "_len"]):
+        fail("TYPE", s + 5)
     # 8c. UTF-8 of names, then of layout names
     for key in ("name", "layout"):
         for t in descs:
@@ -407,7 +436,7 @@ def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
     for t in descs:
         if named:
             if t["name_raw"] in seen:
-                fail("TYPE", t["at"] + 4)
+                fail("TYPE", t["at"] + at_name)
             seen.add(t["name_raw"])
 
     # 9. dtype, rank, shape, length, range -- one descriptor at a time
@@ -429,7 +458,7 @@ def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
             if t["block_size"] != 0:
                 fail("TYPE", d + 12)
             if t["layout_len"] != 0:
-                fail("TYPE", d + 8)
+                fail("TYPE", d + at_layout)
             width = DTYPES[dt][1]
             want = (n + 1) // 2 if width == 0 else n * width
             if want > U64_MAX:
@@ -438,7 +467,7 @@ def read_directory(buf, s, max_count=CAP, max_bytes=CAP, trusted=False):
                 fail("TYPE", d + 40)
         else:
             if t["layout_len"] == 0:
-                fail("TYPE", d + 8)
+                fail("TYPE", d + at_layout)
             if t["block_size"] == 0:
                 fail("TYPE", d + 12)
             if t["byte_length"] % t["block_size"]:
