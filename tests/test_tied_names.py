@@ -126,3 +126,28 @@ def test_kiln_torch_reads_every_name_of_the_converted_set(api, tmp_path):
     assert torch.equal(sd["head.weight"], torch.from_numpy(emb))
     assert sd["head.weight"] is sd["emb.weight"]
     assert torch.equal(sd["bias"], torch.from_numpy(bias))
+
+
+def test_kiln_torch_uses_the_file_key_and_the_one_rule(api, tmp_path):
+    """kiln.torch's public ALIASES_KEY is the file key, and load_file / load
+    (bytes) check a file's alias map by alias_fault: an empty or reserved
+    alias, an alias of an alias, a non-object are refused (load took an empty
+    name and a reserved one before, and `load` a list as "no aliases")."""
+    torch = pytest.importorskip("torch")
+    import kiln.torch as kt
+    assert kt.ALIASES_KEY == FILE_ALIASES_KEY
+    a = np.arange(3, dtype=np.float32)
+    for bad, why in (({"": "a"}, "unreserved"), ({"__metadata__": "a"}, "unreserved"),
+                     ({"c": "b", "b": "a"}, "not a stored tensor"), ([], "not an object")):
+        p = tmp_path / "bad.kiln"
+        kiln.save_tensors(p, {"a": a}, metadata={FILE_ALIASES_KEY: bad})
+        with pytest.raises(kiln.KilnError) as e:
+            kt.load_file(str(p))
+        assert e.value.code == "TYPE" and why in str(e.value), str(e.value)
+        with pytest.raises(kiln.KilnError) as e:
+            kt.load(p.read_bytes())
+        assert e.value.code == "TYPE" and why in str(e.value), str(e.value)
+    kiln.save_tensors(tmp_path / "ok.kiln", {"a": a}, metadata={FILE_ALIASES_KEY: {"b": "a"}})
+    sd = kt.load((tmp_path / "ok.kiln").read_bytes())
+    assert sorted(sd) == ["a", "b"] and sd["b"] is sd["a"]
+    assert torch.equal(kt.load_file(str(tmp_path / "ok.kiln"))["b"], torch.from_numpy(a))

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import kiln
 from kiln import KilnError
-from kiln._access import dtype_label, file_offset, table
+from kiln._access import alias_fault, dtype_label, file_offset, table
 
 from . import _pipeline
 from ._common import (ALIASES_KEY, IncompatibleKeys, LoadError, PathLike, check_path,
@@ -42,12 +42,9 @@ def _aliases(f: Any) -> Dict[str, str]:
     found = None if meta is None else meta.get(ALIASES_KEY)
     if found is None:
         return {}
-    names = set(f.keys())
-    if not isinstance(found, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and v in names and k not in names
-            for k, v in found.items()):
-        raise KilnError("TYPE", 0, "%s: the metadata's %r is not a map of new names to the "
-                        "file's tensors" % (f.path, ALIASES_KEY))
+    bad = alias_fault(found, set(f.keys()))
+    if bad:
+        raise KilnError("TYPE", 0, "%s: the metadata's %r %s" % (f.path, ALIASES_KEY, bad))
     return found
 
 
@@ -171,11 +168,11 @@ def load(data: Any) -> Dict[str, "torch.Tensor"]:
             meta = metadata_of_blob(bytes(t.bits()))
             continue
         out[name] = _view(torch, t, "<bytes>")
-    found = (meta or {}).get(ALIASES_KEY) or {}
-    if not isinstance(found, dict) or not all(
-            isinstance(k, str) and v in out and k not in out for k, v in found.items()):
-        raise KilnError("TYPE", 0, "<bytes>: the metadata's %r is not a map of new names to "
-                        "the file's tensors" % ALIASES_KEY)
+    found = (meta or {}).get(ALIASES_KEY)
+    bad = None if found is None else alias_fault(found, out)
+    if bad:
+        raise KilnError("TYPE", 0, "<bytes>: the metadata's %r %s" % (ALIASES_KEY, bad))
+    found = found or {}
     for alias, name in found.items():
         out[alias] = out[name]
     return dict(sorted(out.items()))
