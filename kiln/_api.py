@@ -424,9 +424,20 @@ def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
         >>> d[0].numpy().tolist(), d[0].dtype
         ([0, 1, 2], 'i16')
     """
-    d: "TensorDirectory" = decode(buf, _tensors_type, copy=copy, trusted=trusted,
-                                  max_count=max_count, max_bytes=max_bytes,
-                                  max_copy_bytes=max_copy_bytes)
+    try:
+        d: "TensorDirectory" = decode(buf, _tensors_type, copy=copy, trusted=trusted,
+                                      max_count=max_count, max_bytes=max_bytes,
+                                      max_copy_bytes=max_copy_bytes)
+    except KilnError as e:   # the bytes of a safetensors, GGUF or npz file: say so, as kiln.open
+        if e.offset == 0 and e.code in ("FRAME", "EOF"):
+            from ._files.paths import FOREIGN_HEAD, foreign_hint
+            try:
+                hint = foreign_hint(bytes(memoryview(buf).cast("B")[:FOREIGN_HEAD]))
+            except (TypeError, ValueError):
+                hint = None
+            if hint is not None:
+                e.reason += " (%s)" % hint
+        raise
     return d
 
 

@@ -39,7 +39,7 @@ import sys
 import threading
 from typing import Any, List, Optional, Tuple, Union
 
-from .paths import local_path
+from .paths import bytes_path, local_path
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -146,7 +146,7 @@ class AtomicFile:
     make at once (then nothing may be written through ``f``)."""
 
     def __init__(self, path: PathLike) -> None:
-        path = local_path(path)   # a file:// URL names a local file
+        path = local_path(bytes_path(path, "a writer", "kiln.encode_tensors"))   # a file:// URL names a local file
         self.path = os.fspath(path)
         self.target = resolve_target(path)
         folder, base = os.path.split(self.target)

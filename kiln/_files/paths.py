@@ -60,10 +60,30 @@ class Source:
         return "<kiln source %s %r>" % (self.kind, self.name)
 
 
+def bytes_path(path: Any, what: str = "kiln",
+               instead: str = "kiln.decode_tensors(data) or kiln.open(io.BytesIO(data))"
+               ) -> Any:
+    """The one rule for a path given as bytes, everywhere kiln takes a path:
+    ``bytes`` is a path (decoded as ``os.fsdecode`` does); a ``bytes`` value
+    holding a NUL byte (which no path holds: a file's contents), or a
+    ``bytearray`` or ``memoryview``, is a ``TypeError`` naming ``what`` was
+    called and saying to use ``instead`` for a file held in memory.  Any
+    other value is returned as it is."""
+    if isinstance(path, bytes) and b"\0" not in path:
+        return os.fsdecode(path)
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        raise TypeError("%s expected a path (str, bytes or os.PathLike) and got a file's "
+                        "contents (%s): for a file held in memory use %s"
+                        % (what, "a bytes value holding a NUL byte, which no path holds"
+                           if isinstance(path, bytes) else "a " + type(path).__name__, instead))
+    return path
+
+
 def source(path: Any) -> Source:
     """``path`` resolved once (a :class:`Source` is returned as it is)."""
     if type(path) is Source:
         return path
+    path = bytes_path(path)
     if hasattr(path, "read"):
         return Source(path, "object", None, str(getattr(path, "name", "<file object>")))
     if is_url(path):   # an index's URL is a set (the set reads its URL)

@@ -20,6 +20,7 @@ from .._dirhead import block_head
 from .._errors import EncodeError
 from . import checksum as _checksum, padded as _padded, progress as _progress
 from .atomic import AlignedWriter, AtomicFile, WRITEBACK_STEP
+from .paths import bytes_path
 from .declare import _check_file, _check_meta
 from .progress import Progress, ProgressLike
 from .tables import normalize_tensors
@@ -156,6 +157,7 @@ def save_records(path: PathLike, records: list, metadata: Optional[Dict[str, Any
             # a binary file object: written in place, from its current position
             write_stream(path, metas, [r[_P] for r in records], prog)
             return
+        path = bytes_path(path, "kiln.save_tensors", "kiln.encode_tensors(tensors)")
         with AtomicFile(path) as out:   # committed at the end, discarded on any error
             write_block(out, metas, [r[_P] for r in records], prog)
             _check_file(out)   # never commit what a reader would refuse
@@ -206,6 +208,7 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
             path.write(head)
         path.write(data)
         return
+    path = bytes_path(path, "kiln.save", "kiln.encode(value, type)")
     with AtomicFile(path) as out, memoryview(data) as view:
         out.f.write(head)
         for at in range(0, len(view), WRITEBACK_STEP):

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .. import _wire as W
 from .._errors import EncodeError, KilnError
 from .sharded import KILN_INDEX, PathLike, parse_index, parse_size, plain_file_name, read_index
+from .paths import bytes_path
 from .tied import SET_ALIASES_KEY, alias_fault, same_memory_key
 
 __all__ = ["save_sharded", "write_index", "shard_names", "split", "shared_tensors",
@@ -171,6 +172,7 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
     """
     from .save import save_records
     from .tables import normalize_tensors
+    folder = bytes_path(folder, "kiln.save_sharded", "kiln.encode_tensors")
     cap = parse_size(max_shard_size)
     if not plain_file_name(prefix):
         raise ValueError("prefix must be a plain file name, not %r" % (prefix,))

@@ -6,6 +6,7 @@ leaves whole records followed by at most one torn one, which every reader
 detects by its head or value checksum (see ``spec/records.md``).
 """
 
+import errno
 import os
 import threading
 from array import array
@@ -184,7 +185,12 @@ class RecordWriter(Generic[T]):
             self._own = False
         else:
             from .._files.atomic import create_beside
-            self.path = os.fspath(target)
+            from .._files.paths import bytes_path
+            self.path = os.fspath(bytes_path(target, "RecordWriter",
+                                             "a binary file object (io.BytesIO())"))
+            if os.path.isdir(self.path):   # refused now, not at close() after every record
+                raise IsADirectoryError(errno.EISDIR, "RecordWriter writes a file, and this "
+                                        "path is a folder (name a file inside it)", self.path)
             fd, self._tmp, self._target = create_beside(self.path, WRITING)
             # its own file: a 64 KiB buffer, so a write loop makes a system
             # call per 64 KiB, as write_many does (flush() and close() empty it)

@@ -23,9 +23,15 @@ as PyTorch says).  The files are plain Kiln tensor files: any Kiln reader
   separate tensors (their values, not their common storage).
 """
 
-from ._common import ALIASES_KEY, IncompatibleKeys, LoadError
+from ._common import ALIASES_KEY, IncompatibleKeys, LoadError, safetensors_names as _st
 from ._save import save, save_file, save_model, save_sharded, shared_names
 from ._load import load, load_file, load_model
+
+# safetensors.torch's keyword names, where they mean what kiln's do
+save_file = _st(tensors="state_dict", filename="path")(save_file)
+save_model = _st(filename="path")(save_model)
+load_file = _st(filename="path")(load_file)
+load_model = _st(filename="path")(load_model)
 from ._safe_open import SafeSlice, safe_open
 
 __all__ = ["save_file", "save_model", "save_sharded", "save", "load_file", "load_model",

@@ -1,11 +1,12 @@
 """What kiln.torch's modules share: torch imported on first use, the dtype
 table, the reserved metadata key and the errors of ``load_model``."""
 
-from typing import Any, List, NamedTuple, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Tuple, TypeVar, Union
+import functools
 import os
 
 __all__ = ["ALIASES_KEY", "PathLike", "IncompatibleKeys", "LoadError", "torch_module",
-           "TORCH_DTYPES", "dtype_of", "check_path", "torch_shape", "torch_view"]
+           "TORCH_DTYPES", "dtype_of", "check_path", "torch_shape", "torch_view", "safetensors_names"]
 
 ALIASES_KEY = "__kiln_torch_aliases__"
 PathLike = Union[str, "os.PathLike[str]"]
@@ -69,11 +70,14 @@ def torch_module() -> Any:
     return torch
 
 
-def check_path(path: Any, what: str) -> None:
-    """``TypeError`` for a file's bytes given where a path is expected."""
-    if isinstance(path, (bytes, bytearray, memoryview)):
-        raise TypeError("%s takes a path (str or os.PathLike), not %s: for a file held in "
-                        "memory use kiln.torch.load(data)" % (what, type(path).__name__))
+def check_path(path: Any, what: str) -> Any:
+    """``path`` under kiln's one rule for bytes (``kiln._access.bytes_path``):
+    a ``bytes`` path is a path; a file's contents given where a path is
+    expected are a ``TypeError`` that says to use ``kiln.torch.load(data)``
+    (``kiln.torch.save`` for the writers)."""
+    from kiln._access import bytes_path
+    return bytes_path(path, "kiln.torch." + what, "kiln.torch.save(state_dict), which returns "
+                      "the bytes" if what.startswith("save") else "kiln.torch.load(data)")
 
 
 def dtype_of(torch: Any, label: str) -> Any:
@@ -104,3 +108,24 @@ def torch_view(torch: Any, t: Any, dt: Any, path: str = "") -> Any:
     if str(t.dtype) == "e2m1":   # the packed bytes, 1-D: shaped as torch counts them
         return x.view(dt).reshape(torch_shape(t, path))
     return x if x.dtype == dt else x.view(dt)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def safetensors_names(**names: str) -> Callable[[_F], _F]:
+    """Let a call take safetensors' keyword names for its parameters
+    (``tensors=`` for ``state_dict=``, ``filename=`` for ``path=``): each
+    ``theirs=ours`` pair; both names given at once is a ``TypeError``."""
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kw: Any) -> Any:
+            for theirs, ours in names.items():
+                if theirs in kw:
+                    if ours in kw:
+                        raise TypeError("%s() got %r and %r, two names of one argument"
+                                        % (fn.__name__, ours, theirs))
+                    kw[ours] = kw.pop(theirs)
+            return fn(*args, **kw)
+        return call  # type: ignore[return-value]
+    return wrap

@@ -154,13 +154,17 @@ def save_file(state_dict: Mapping[str, "torch.Tensor"], path: PathLike,
 
 
 def save_model(model: "torch.nn.Module", path: PathLike,
-               metadata: Optional[Dict[str, Any]] = None, *, checksum: bool = False) -> None:
+               metadata: Optional[Dict[str, Any]] = None, force_contiguous: bool = True, *,
+               checksum: bool = False) -> None:
     """Write ``model.state_dict()`` to a Kiln tensor file, as
     ``safetensors.torch.save_model`` does: a tied weight is stored once,
     under its first name in the state dict's order (the module that
     registered it first: ``transformer.wte.weight`` for GPT-2's tied
     ``lm_head.weight``, the name ``save_pretrained`` keeps), its other names
     recorded as aliases (so :func:`load_file` gives every name back).
+    ``force_contiguous`` (and ``filename=`` for ``path``) is taken as
+    safetensors takes it; kiln stores a non-contiguous tensor's values in C
+    order either way, so False changes nothing.
 
     Example:
         >>> emb = torch.nn.Embedding(4, 2)
