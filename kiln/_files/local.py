@@ -158,6 +158,8 @@ class PayloadChecks:
         if self.fd is not None:   # kiln's own read: pread, never the mapping (no SIGBUS)
             if hi is None:
                 lo = max(lo, rules_from(code, nbytes))
+            if at + lo >= end:   # no byte with rules (a payload with no gap after it)
+                return
             with self.fd.held(self.path) as fd:   # a close meanwhile waits for this read
                 check_span(fd, self.path, at, lo, end, code, element_count(row[W.R_SHAPE]),
                            nbytes)
