@@ -124,7 +124,9 @@ def _bad(payloads, code, pos, byte):
     ([bytes(3 << 20)], W.DTYPE_BOOL, (3 << 20) - 2),   # in the third 1 MiB chunk
     ([b"\x01" * 5, b"\x00"], W.DTYPE_BOOL, 40),         # the gap after a bool payload
     ([b"abc", b"d"], 9, 3),                             # the gap after a u8 payload
-], ids=["bool", "bool-third-chunk", "bool-gap", "u8-gap"])
+    ([b"abc"] * 9, 9, 6 * 64 + 10),                     # one read of nine gaps: the seventh
+    ([b"\x01" * 5] * 9, W.DTYPE_BOOL, 8 * 64 + 2),       # ... and of nine bools: the last
+], ids=["bool", "bool-third-chunk", "bool-gap", "u8-gap", "u8-gap-7-of-9", "bool-9-of-9"])
 def test_the_last_check_reads_payload_bytes_and_gaps_as_a_reader(api, tmp_path, payloads, code,
                                                                    pos):
     raw, base = _bad(payloads, code, pos, 2)
