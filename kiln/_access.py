@@ -35,8 +35,8 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from ._files.atomic import AtomicFile
     from ._files.save import write_payload
     from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
-    from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, read_index,
-                                 strict_json)
+    from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, parse_size,
+                                 read_index, strict_json)
     from ._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault
 
 # the writers' and the sets' names, {name: module}, imported on first use (PEP 562)
@@ -44,7 +44,8 @@ _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
           "drop_shards": "._files.shardsave", "fresh_names": "._files.shardsave",
           "old_shards": "._files.shardsave", "write_index": "._files.shardsave",
           **{name: "._files.sharded" for name in ("KILN_INDEX", "ST_INDEX", "check_shard",
-                                                 "parse_index", "read_index", "strict_json")},
+                                                 "parse_index", "read_index", "strict_json",
+                                                 "parse_size")},
           **{name: "._files.tied" for name in ("SET_ALIASES_KEY", "FILE_ALIASES_KEY",
                                               "alias_fault")}}
 
@@ -58,7 +59,7 @@ __all__ = ["bytes_path", "AtomicFile", "read_exactly", "write_payload", "progres
            "version", "held_descriptor", "remote_range", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "metadata_blob",
-           "metadata_of_blob", "strict_json", "value_start",
+           "metadata_of_blob", "strict_json", "value_start", "parse_size",
            "SET_ALIASES_KEY", "FILE_ALIASES_KEY", "alias_fault"]
 
 
