@@ -290,3 +290,53 @@ def test_a_target_name_at_the_folder_limit_saves_atomically(tmp_path):
         kiln.save_tensors(str(target), {"w": np.zeros(2, np.float32)})   # and replaces
         assert kiln.load_tensors(str(target))["w"].numpy().tolist() == [0.0, 0.0]
         assert not [n for n in os.listdir(tmp_path) if n.endswith(".kiln-tmp")]
+
+
+def _free_threads_done():
+    for t in threading.enumerate():
+        if t.name == "kiln-free-replaced":
+            t.join(30)
+
+
+def test_a_large_file_replaced_is_freed_after_the_save_and_nothing_leaks(api, tmp_path):
+    """A save over a file of FREE_LATER bytes or more holds the old file open
+    across the rename and closes it on another thread: a reader of the old
+    generation still reads it, the new file is whole, and once that thread is
+    done no descriptor is left open."""
+    from kiln._files import atomic
+    p = tmp_path / "big.kiln"
+    old = np.full(atomic.FREE_LATER // 4 + 1024, 1.5, np.float32)
+    kiln.save_tensors(p, {"w": old})
+    _free_threads_done()
+    fds = set(os.listdir("/proc/self/fd"))
+    with kiln.open(p) as f:
+        seen = f["w"].numpy()
+        kiln.save_tensors(p, {"w": np.full(8, 2.5, np.float32)})
+        assert float(seen[0]) == 1.5 and float(seen[-1]) == 1.5   # the old generation
+    del seen   # (its mapping holds a descriptor of its own)
+    with kiln.open(p) as f:
+        assert f["w"].numpy().tolist() == [2.5] * 8
+    _free_threads_done()
+    assert set(os.listdir("/proc/self/fd")) == fds
+
+
+def test_holding_the_old_file_takes_only_a_large_regular_file_and_never_blocks(tmp_path):
+    from kiln._files import atomic
+    big, small = tmp_path / "big", tmp_path / "small"
+    with open(big, "wb") as f:
+        f.truncate(atomic.FREE_LATER)
+    small.write_bytes(b"x" * 100)
+    fd = atomic._hold_old(str(big))
+    assert fd is not None and os.fstat(fd).st_ino == os.stat(big).st_ino
+    os.close(fd)
+    assert atomic._hold_old(str(small)) is None
+    assert atomic._hold_old(str(tmp_path / "missing")) is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # a FIFO with no writer: an open without O_NONBLOCK would wait for one forever
+    code = "import sys; from kiln._files import atomic; print(atomic._hold_old(sys.argv[1]))"
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.strip() == "None", r.stderr
