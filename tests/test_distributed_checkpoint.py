@@ -268,7 +268,6 @@ def _sc_fsdp(rank, world, out, ckpt):
     return {"bad": bad}
 
 
-_KILLS = ("plan", "write", "written", "finish", "committed")
 
 
 def _sc_kill(rank, world, out, ckpt, step, victim, shift):
@@ -308,6 +307,15 @@ def _sc_kill(rank, world, out, ckpt, step, victim, shift):
             return real(self, name, data)
 
         kiln.TensorWriter.write = write
+    if me and step == "commit":   # the commit record written and fsynced, not renamed
+        real_replace = os.replace
+
+        def replace(src, dst, *a, **k):
+            if os.path.basename(dst) == kd.COMMIT_NAME:
+                die()
+            return real_replace(src, dst, *a, **k)
+
+        os.replace = replace
     if me and step == "committed":   # the commit renamed, the replaced files not removed
         kdist._drop_replaced = lambda folder, tag: die()
     mesh = init_device_mesh("cpu", (world,))
@@ -437,7 +445,7 @@ def test_fsdp2_two_ranks_with_adamw(api, tmp_path):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("step,victim", [("plan", 1), ("write", 1), ("written", 0),
-                                         ("finish", 0), ("committed", 0)])
+                                         ("finish", 0), ("commit", 0), ("committed", 0)])
 def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint(api, tmp_path, step, victim):
     ckpt = str(tmp_path / "ckpt")
     _save1(ckpt)   # the previous checkpoint (one process)
