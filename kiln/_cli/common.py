@@ -47,7 +47,8 @@ def what(path: str, e: Any) -> str:
     """The reason of a KilnError about ``path`` without the path in it."""
     reason = str(getattr(e, "reason", e))
     for name in (str(path), os.path.basename(str(path))):
-        reason = reason.replace(name + ": ", "")
+        reason = reason.replace(name + ": ", "").replace(name + " is truncated",
+                                                         "the file is truncated")
     return reason.replace("recover=True reads", "--recover reads")
 
 

@@ -158,10 +158,25 @@ def open_table(buf: Any, trusted: bool, max_count: int,
                      "surrogateescape" if trusted else "strict"), end
 
 
-def add_foreign_hint(e: KilnError, buf: Any) -> None:
-    """A fault at byte 0 of a file in another format: say which, and how to convert."""
+def name_fault(e: KilnError, name: str) -> KilnError:
+    """``e``, a fault found in the file ``name``, saying so: its reason starts
+    with the file's name unless it names it already, and an ``EOF`` says in
+    plain words that the file is truncated (it ends before what its own
+    header or table says it holds).  Record-file errors read the same way."""
+    if name and name not in e.reason:
+        if e.code == "EOF":
+            e.reason = "%s is truncated (it ends before the bytes its header and table "\
+                "describe): %s" % (name, e.reason)
+        else:
+            e.reason = "%s: %s" % (name, e.reason)
+    return e
+
+
+def add_foreign_hint(e: KilnError, buf: Any, own: bytes = W.DIR_MAGIC) -> None:
+    """A fault at byte 0 of a file in another format: say which, and how to
+    convert or read it (``own``: the asking reader's magic, which gets none)."""
     if e.offset == 0 and e.code in ("FRAME", "EOF", "SCHEMA"):
-        hint = foreign_hint(bytes(memoryview(buf)[:FOREIGN_HEAD]))
+        hint = foreign_hint(bytes(memoryview(buf)[:FOREIGN_HEAD]), own)
         if hint is not None:
             e.reason += " (%s)" % hint
 

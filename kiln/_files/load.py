@@ -12,7 +12,7 @@ from .. import _api
 from .. import _wire as W
 from .._errors import KilnError
 from . import checksum as _checksum, progress as _progress
-from .base import add_foreign_hint, file_base, split_metadata
+from .base import add_foreign_hint, file_base, name_fault, split_metadata
 from .kilnfile import KilnFile
 from .local import map_file, read_owned, unmap
 from .paths import Source, source
@@ -93,9 +93,12 @@ def open(path: Any, **options: Any) -> Any:  # noqa: A001  (kiln.open)
     if src.kind == "set":                                   # below take it as it is
         from .sharded import ShardedFile
         return ShardedFile(src.local, **options)
-    if src.kind == "url":
-        return _remote_file(src, options)
-    return KilnFile(src, **options)
+    try:
+        if src.kind == "url":
+            return _remote_file(src, options)
+        return KilnFile(src, **options)
+    except KilnError as e:
+        raise name_fault(e, src.name)
 
 
 def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = None,
@@ -143,6 +146,9 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
     """
     src = source(path)   # resolved once: the layers below take it as it is
     if src.kind == "set":
+        if isinstance(src.local, str) and os.path.isdir(src.local):
+            from .sharded import find_index
+            find_index(src.local)   # a folder with no index: kiln.open's answer, the same
         raise ValueError("%s is a sharded set: open it with kiln.open (one mapping over its "
                          "shards), or load_tensors each shard" % src.name)
     if progress is not None and progress is not False and not copy:
@@ -156,7 +162,10 @@ def load_tensors(path: PathLike, *, copy: bool = False, into: Optional[Any] = No
             d.copy_into(into)
             return d
     with _progress.session(progress, "load") as prog:
-        return _load_tensors(src, copy, verify, prog, options)
+        try:
+            return _load_tensors(src, copy, verify, prog, options)
+        except KilnError as e:
+            raise name_fault(e, src.name)
 
 
 def _load_tensors(src: Source, copy: bool, verify: bool, prog: Optional[Progress],
@@ -243,8 +252,11 @@ def load_metadata(path: PathLike) -> Optional[Dict[str, Any]]:
         {'lr': 0.5}
     """
     src = source(path)   # resolved once
-    with _remote_file(src, {}) if src.kind == "url" else KilnFile(src) as f:
-        return f.metadata
+    try:
+        with _remote_file(src, {}) if src.kind == "url" else KilnFile(src) as f:
+            return f.metadata
+    except KilnError as e:
+        raise name_fault(e, src.name)
 
 
 def _copy_cap(f: Any, cap: Any) -> None:
@@ -357,7 +369,8 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
         [1.5, 2.5]
     """
     from . import padded as _padded
-    mm = map_file(source(path))   # resolved once
+    src = source(path)   # resolved once
+    mm = map_file(src)
     try:
         # caps the caller left unset grow to the file's size (_api._file_caps)
         options = _api._file_caps(len(mm), type, options)
@@ -368,8 +381,8 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
         try:
             return _api.decode(buf, type, frame=frame, copy=copy, **options)
         except KilnError as e:
-            add_foreign_hint(_padded.shifted(e, start), mm)
-            raise
+            add_foreign_hint(_padded.shifted(e, start), mm, W.FRAME_MAGIC)
+            raise name_fault(e, src.name)
         finally:
             if buf is not mm:
                 try:

@@ -117,7 +117,28 @@ def is_sharded(path: Any) -> bool:
     return "://" not in p and os.path.isdir(p)
 
 
-FOREIGN_HEAD = 16   # the bytes of a file's start that foreign() looks at
+FOREIGN_HEAD = 128   # the bytes of a file's start that foreign() looks at
+
+# the member names torch.save writes in its zip (<archive>/data.pkl first)
+_TORCH_MEMBERS = (b"data.pkl", b"version", b".format_version", b"byteorder")
+
+
+def _zip_kind(head: bytes) -> str:
+    """npz, torch (a ``torch.save`` checkpoint) or zip, from the first member's
+    name in the zip's first local header; "zip?" when ``head`` ends before it."""
+    if head[:4] == b"PK\x05\x06":   # an empty zip: numpy's savez of nothing
+        return "npz"
+    if len(head) < 30:
+        return "zip?"
+    n = struct.unpack_from("<H", head, 26)[0]
+    name = head[30:30 + n]
+    if len(name) < n:
+        return "zip?"
+    if name.endswith(b".npy"):
+        return "npz"
+    if name.rsplit(b"/", 1)[-1] in _TORCH_MEMBERS:
+        return "torch"
+    return "zip"
 
 
 def foreign(head: bytes) -> Optional[str]:
@@ -126,9 +147,11 @@ def foreign(head: bytes) -> Optional[str]:
     if head[:4] == b"GGUF":
         return "GGUF"
     if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
-        return "npz"
+        return _zip_kind(head)
     if head[:6] == b"\x93NUMPY":
         return "npy"
+    if head[:2] == b"\x80\x02" or head[:2] in (b"\x80\x03", b"\x80\x04", b"\x80\x05"):
+        return "pickle"
     if len(head) >= 9:
         n = struct.unpack_from("<Q", head, 0)[0]
         if 2 <= n < (100 << 20) and head[8:9] == b"{":
@@ -137,18 +160,45 @@ def foreign(head: bytes) -> Optional[str]:
 
 
 _CONVERTS = {"GGUF": ".gguf", "npz": ".npz", "safetensors": ".safetensors"}
+_READS = {
+    "torch": "this is a PyTorch checkpoint, a torch.save zip, not Kiln: load it with "
+             "torch.load(path, weights_only=True) and write its state dict with "
+             "kiln.torch.save_file",
+    "pickle": "this is a Python pickle, as older torch.save writes, not Kiln: load it "
+              "with torch.load(path, weights_only=True) and write its state dict with "
+              "kiln.torch.save_file",
+    "npy": "this is an npy file, not Kiln: load it with numpy.load and write it with "
+           "kiln.save_tensors",
+    "zip?": "this is a zip file, not Kiln: an npz converts with kiln convert FILE.npz "
+            "OUT.kiln; a torch.save checkpoint loads with torch.load(path, weights_only=True) "
+            "and writes with kiln.torch.save_file",
+}
+# Kiln's own kinds, where another reader was asked
+_KILN = {
+    b"KLNR": "this is a Kiln record file, not a tensor file: read it with kiln.RecordFile "
+             "or kiln inspect",
+    b"KLNT": "this is a Kiln tensor file: read it with kiln.open, kiln.load_tensors or "
+             "kiln inspect",
+}
 
 
-def foreign_hint(head: bytes) -> Optional[str]:
-    """A sentence naming the format and the conversion, or None (a Kiln file or
-    an unknown one)."""
+def foreign_hint(head: bytes, own: bytes = b"KLNT") -> Optional[str]:
+    """A sentence naming the format and what reads or converts it, or None (an
+    unknown one, or the asking reader's ``own`` magic: a tensor reader's
+    ``KLNT`` by default).  Kiln's record and tensor files get one too, for
+    the reader of another kind."""
+    if bytes(head[:4]) == own:
+        return None
+    kiln_kind = _KILN.get(bytes(head[:4]))
+    if kiln_kind is not None:
+        return kiln_kind
     what = foreign(head)
     if what is None:
         return None
     if what in _CONVERTS:
         return ("this is %s %s file, not Kiln: convert it with kiln convert FILE%s OUT.kiln "
                 "(or kiln.convert.convert)" % (_an(what), what, _CONVERTS[what]))
-    return "this is %s %s file, not Kiln" % (_an(what), what)
+    return _READS.get(what) or "this is %s %s file, not Kiln" % (_an(what), what)
 
 
 def _an(word: str) -> str:

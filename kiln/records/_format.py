@@ -107,8 +107,10 @@ def check_header(buf, want_hash: Optional[int], name: str) -> int:
                         "header" % (name, len(buf)))
     magic, version, flags, reserved, h = HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
-        raise KilnError("FRAME", 0, "%s: magic %r is not a Kiln record container's %r"
-                        % (name, bytes(magic), MAGIC))
+        from .._files.paths import foreign_hint   # what the file is, and what reads it
+        hint = foreign_hint(bytes(buf[:128]), MAGIC)
+        raise KilnError("FRAME", 0, "%s: magic %r is not a Kiln record container's %r%s"
+                        % (name, bytes(magic), MAGIC, "" if hint is None else " (%s)" % hint))
     if version != VERSION:
         raise KilnError("FRAME", 4, "%s: record container version %d, this reader knows %d"
                         % (name, version, VERSION))

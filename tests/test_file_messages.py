@@ -1,0 +1,98 @@
+"""Messages that name the file and what it is (issue 60 items 8, 9, 10):
+a tensor file's fault names the file and says "truncated" when it ends short;
+a record file given to a tensor reader (and the reverse), a ``torch.save``
+checkpoint, a tensor file given to ``kiln.load``: each named, with what reads
+it; an empty folder is one answer for ``kiln.open`` and ``load_tensors``.
+
+Real files (truncated with ``os.truncate``, a real ``torch.save`` zip, a real
+``numpy.savez``); both kernels (``api``); the command line in a child on
+each kernel.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(impl, *args, cwd):
+    env = dict(os.environ, PYTHONPATH=ROOT, KILN_PUREPYTHON="1" if impl.name == "python" else "0")
+    return subprocess.run([sys.executable, "-m", "kiln"] + list(args), env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _short(tmp_path, keep):
+    path = str(tmp_path / "short.kiln")
+    kiln.save_tensors(path, {"x": np.ones((12, 12))})
+    os.truncate(path, keep)
+    return path
+
+
+@pytest.mark.parametrize("keep", [10, 700])
+def test_a_truncated_tensor_file_is_named_and_called_truncated(api, tmp_path, keep):
+    path = _short(tmp_path, keep)
+    calls = [lambda: kiln.open(path), lambda: kiln.load_tensors(path),
+             lambda: kiln.load_tensors(path, copy=True), lambda: kiln.load_metadata(path)]
+    for call in calls:
+        with pytest.raises(kiln.KilnError) as e:
+            call()
+        assert e.value.code == "EOF"
+        assert str(e.value).count("short.kiln") == 1 and "short.kiln is truncated" in str(e.value)
+        assert "Kiln tensor file" not in str(e.value)   # no hint to read it as it is read
+    with open(path, "rb") as fh:   # a file object: its name
+        with pytest.raises(kiln.KilnError, match="short.kiln is truncated"):
+            kiln.load_tensors(fh)
+
+
+def test_the_command_line_names_the_file_once(api, tmp_path):
+    _short(tmp_path, 700)
+    r = _cli(api, "inspect", "short.kiln", cwd=str(tmp_path))
+    assert r.returncode == 1
+    assert r.stderr.count("short.kiln") == 1 and "the file is truncated" in r.stderr, r.stderr
+
+
+def test_other_formats_and_other_kiln_kinds_are_named(api, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    d = str(tmp_path)
+    torch.save({"w": torch.ones(2)}, os.path.join(d, "model.pt"))
+    np.savez(os.path.join(d, "arrays.npz"), a=np.ones(2))
+    kiln.save_tensors(os.path.join(d, "t.kiln"), {"x": np.ones(2)})
+    with kiln.RecordWriter(os.path.join(d, "r.kilnr"), "i32") as w:
+        w.write(1)
+    monkeypatch.chdir(d)
+    cases = [
+        (lambda: kiln.open("r.kilnr"), "this is a Kiln record file, not a tensor file: read it "
+                                        "with kiln.RecordFile"),
+        (lambda: kiln.RecordFile("t.kiln", "i32"), "this is a Kiln tensor file: read it with "
+                                                   "kiln.open"),
+        (lambda: kiln.load("t.kiln", "i32"), "this is a Kiln tensor file"),
+        (lambda: kiln.load("r.kilnr", "i32"), "this is a Kiln record file"),
+        (lambda: kiln.open("model.pt"), "this is a PyTorch checkpoint, a torch.save zip"),
+        (lambda: kiln.open("arrays.npz"), "this is an npz file, not Kiln: convert it"),
+    ]
+    for call, words in cases:
+        with pytest.raises(kiln.KilnError) as e:
+            call()
+        assert e.value.code == "FRAME" and e.value.offset == 0
+        assert words in str(e.value), str(e.value)
+    r = _cli(api, "inspect", "model.pt", cwd=d)
+    assert r.returncode == 1 and "PyTorch checkpoint" in r.stderr and "npz" not in r.stderr, \
+        r.stderr
+
+
+def test_an_empty_folder_is_one_answer(api, tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    answers = []
+    for call in (kiln.open, kiln.load_tensors, kiln.load_metadata):
+        with pytest.raises(OSError) as e:
+            call(str(folder))
+        answers.append((type(e.value), str(e.value)))
+    assert answers[0] == answers[1]
+    assert answers[0][0] is IsADirectoryError and "holding no" in answers[0][1]
