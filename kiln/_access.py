@@ -37,7 +37,7 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from ._files.shardsave import drop_shards, fresh_names, old_shards, write_index
     from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, parse_size,
                                  read_index, strict_json)
-    from ._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault
+    from ._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault, same_memory_key
 
 # the writers' and the sets' names, {name: module}, imported on first use (PEP 562)
 _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
@@ -47,7 +47,7 @@ _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
                                                  "parse_index", "read_index", "strict_json",
                                                  "parse_size")},
           **{name: "._files.tied" for name in ("SET_ALIASES_KEY", "FILE_ALIASES_KEY",
-                                              "alias_fault")}}
+                                              "alias_fault", "same_memory_key")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -60,7 +60,8 @@ __all__ = ["bytes_path", "AtomicFile", "read_exactly", "write_payload", "progres
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "metadata_blob",
            "metadata_of_blob", "strict_json", "value_start", "parse_size",
-           "SET_ALIASES_KEY", "FILE_ALIASES_KEY", "alias_fault"]
+           "SET_ALIASES_KEY", "FILE_ALIASES_KEY", "alias_fault",
+           "same_memory_key"]
 
 
 def compiled_tensor_part_bound() -> bool:

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import kiln
 from kiln import EncodeError
+from kiln._access import same_memory_key
 
 from ._common import ALIASES_KEY, PathLike, check_path, torch_module as _torch
 
@@ -42,11 +43,10 @@ def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[st
         if not isinstance(t, torch.Tensor):
             raise EncodeError("TYPE", 0, "state_dict[%r] is %s, not a torch.Tensor"
                               % (name, type(t).__name__))
-        if t.numel() == 0 or t.device.type == "meta" or t.layout != torch.strided or \
-                t.is_neg() or t.is_conj():
+        ident = same_memory_key(t)   # the one rule kiln.save_sharded uses too
+        if ident is None:
             store[name] = t   # no memory to share (or refused when stored), or values
             continue          # stored apart: a negation bit resolves into a copy
-        ident = _identity(t)
         same = first.get(ident)
         if same is not None:
             aliases[name] = same
@@ -75,10 +75,6 @@ def _no_overlap(spans: List[Tuple[int, int, int, str]]) -> None:
                               "or conjugate): store a .clone() of one" % (a[3], b[3]))
         if cur[1] > reach[1]:
             reach = cur
-
-
-def _identity(t: Any) -> Tuple[Any, ...]:
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t.is_neg(), t.is_conj())
 
 
 def _storable(torch: Any, store: Dict[str, Any]) -> Dict[str, Any]:
