@@ -103,33 +103,52 @@ def _rank_main(scenario, rank, world, store, out, args):
         os._exit(code)   # never the test process's exit handlers
 
 
-def _launch(tmp_path, scenario, world, **args):
-    """Run ``scenario`` on ``world`` forked ranks; (exit codes, results, errors).
-    Every rank is killed before this returns."""
+def _start(tmp_path, scenario, world, **args):
+    """Fork ``world`` ranks running ``scenario``; the handle ``_finish`` takes."""
     out = tmp_path / ("run-%s-%d-%d" % (scenario, world, time.monotonic_ns()))
     out.mkdir()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(scenario, r, world, str(out / "store"),
-                                                  str(out), args), daemon=True)
-             for r in range(world)]
+    procs = []
     try:
-        for p in procs:
+        for r in range(world):
+            p = ctx.Process(target=_rank_main, args=(scenario, r, world, str(out / "store"),
+                                                     str(out), args), daemon=True)
+            procs.append(p)
             p.start()
-        deadline = time.monotonic() + RANK_TIMEOUT
+    except BaseException:
+        _finish((procs, out), 0)
+        raise
+    return procs, out
+
+
+def _finish(handle, timeout=RANK_TIMEOUT):
+    """Wait for a group's ranks (killing any still running after ``timeout``
+    seconds); (exit codes, results, errors)."""
+    procs, out = handle
+    try:
+        deadline = time.monotonic() + timeout
         for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
+            if p.pid is not None:
+                p.join(max(0.0, deadline - time.monotonic()))
     finally:
         for p in procs:
             if p.pid is not None and p.exitcode is None:
                 p.kill()
-            p.join()
+            if p.pid is not None:
+                p.join()
     results, errors = {}, {}
-    for r in range(world):
+    for r in range(len(procs)):
         if (out / ("rank%d.json" % r)).exists():
             results[r] = json.loads((out / ("rank%d.json" % r)).read_text())
         if (out / ("rank%d.err" % r)).exists():
             errors[r] = (out / ("rank%d.err" % r)).read_text()
     return [p.exitcode for p in procs], results, errors
+
+
+def _launch(tmp_path, scenario, world, **args):
+    """Run ``scenario`` on ``world`` forked ranks; (exit codes, results, errors).
+    Every rank is killed before this returns."""
+    return _finish(_start(tmp_path, scenario, world, **args))
 
 
 def _ok(codes, results, errors, impl):
@@ -443,26 +462,37 @@ def test_fsdp2_two_ranks_with_adamw(api, tmp_path):
     assert len(_rank_files(ckpt)) == 2
 
 
+KILLS = [("plan", 1), ("write", 1), ("written", 0), ("finish", 0), ("commit", 0),
+         ("committed", 0)]
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("step,victim", [("plan", 1), ("write", 1), ("written", 0),
-                                         ("finish", 0), ("commit", 0), ("committed", 0)])
-def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint(api, tmp_path, step, victim):
-    ckpt = str(tmp_path / "ckpt")
-    _save1(ckpt)   # the previous checkpoint (one process)
-    before = _rank_files(ckpt)
-    codes, _, _ = _launch(tmp_path, "kill", 2, ckpt=ckpt, step=step, victim=victim, shift=1)
-    assert codes[victim] == -signal.SIGKILL
-    if step == "committed":   # the new commit is in: the new checkpoint, whole
-        assert _load1(ckpt, shift=1) == []
-        _save1(ckpt, shift=2)   # the next save removes what the dead one left
-        assert _load1(ckpt, shift=2) == [] and len(_rank_files(ckpt)) == 1
-        assert not [n for n in os.listdir(ckpt) if n.endswith(".kiln-tmp")]
-    else:
-        assert _load1(ckpt) == []
+def test_a_rank_killed_at_each_step_of_a_save_leaves_the_previous_checkpoint(api, tmp_path):
+    # one group of 2 ranks per step, all at once (each in its own folder)
+    groups = []
+    try:
+        for step, victim in KILLS:
+            ckpt = str(tmp_path / ("ckpt-" + step))
+            _save1(ckpt)   # the previous checkpoint (one process)
+            groups.append((step, victim, ckpt, _rank_files(ckpt),
+                           _start(tmp_path, "kill", 2, ckpt=ckpt, step=step, victim=victim,
+                                  shift=1)))
+    finally:
+        done = [(g[:4], _finish(g[4])) for g in groups]
+    for (step, victim, ckpt, before), (codes, _, errors) in done:
+        assert codes[victim] == -signal.SIGKILL, step
+        assert codes[1 - victim] == 1 and "Traceback" in errors[1 - victim], step   # raised
         left = [n for n in os.listdir(ckpt) if n not in before + [kd.COMMIT_NAME]]
-        _save1(ckpt, shift=2)
-        assert _load1(ckpt, shift=2) == []
-        assert not set(left) & set(os.listdir(ckpt))   # litter of the dead save removed
+        if step == "committed":   # the new commit is in: the new checkpoint, whole
+            assert _load1(ckpt, shift=1) == [], step
+        else:
+            assert _load1(ckpt) == [], step
+            assert bool(left) == (step != "plan"), (step, left)   # what the dead save left
+        _save1(ckpt, shift=2)   # the next save removes it
+        assert _load1(ckpt, shift=2) == [], step
+        assert not set(left) & set(os.listdir(ckpt)), step
+        assert len(_rank_files(ckpt)) == 1, step
+        assert not [n for n in os.listdir(ckpt) if n.endswith(".kiln-tmp")], step
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
