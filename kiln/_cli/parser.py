@@ -61,6 +61,13 @@ CONVERT = """Convert SRC to DST, each format named by its file's extension:
   .safetensors -> .kiln       .kiln -> .safetensors
   .gguf        -> .kiln       (quantized blocks kept as they are, layout ggml.<TYPE>)
   .npz         -> .kiln       .kiln -> .npz
+  sharded sets, by their index:
+  .safetensors.index.json -> .kiln.index.json    each shard converted beside it
+  .kiln.index.json -> .safetensors.index.json    and back
+  .safetensors.index.json or .kiln.index.json -> .kiln    the set in one file
+  .kiln        -> .kiln       with --checksum: checksums added
+  FOLDER       -> .kiln (or a .kiln.index.json)    a save_pretrained folder: its
+                              one index (the set), else its one .safetensors file
   .jsonl       -> .kilnr      one record per line, with --type or --schema
   .kilnr       -> .jsonl      one line per record, as the type text the file stores
                               (--type or --schema for a file that stores none)
@@ -158,7 +165,8 @@ def _add_convert(sub: Any) -> None:
     raw = _RawFormatter
     c = sub.add_parser("convert", help="convert between .kiln, .safetensors, .gguf and .npz; "
                        ".jsonl and .kilnr", description=CONVERT, formatter_class=raw)
-    c.add_argument("src", help="the file to read; its format is its extension")
+    c.add_argument("src", help="the file to read, its format its extension; or a folder "
+                               "as save_pretrained writes it")
     c.add_argument("dst", help="the file to write (replaced whole, only once the conversion "
                                "has succeeded); its format is its extension")
     c.add_argument("--schema", metavar="FILE",

@@ -285,8 +285,12 @@ def find_index(folder: str, suffix: str = KILN_INDEX) -> str:
     if len(found) == 1:
         return os.path.join(folder, found[0])
     if not found:
-        other = [n for n in os.listdir(folder) if n.endswith(".index.json")]
-        hint = (": it holds %s (convert the set with kiln convert)" % other[0]) if other else ""
+        other = [n for n in os.listdir(folder) if n.endswith(".index.json")] or \
+            sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+        hint = (": it holds %s, %s, not Kiln: convert the folder with kiln convert %s "
+                "OUT.kiln (or kiln.convert.convert)"
+                % (other[0], "a sharded set's index" if other[0].endswith(".index.json")
+                   else "a safetensors file", folder)) if other else ""
         raise IsADirectoryError("%s is a folder holding no *%s index%s" % (folder, suffix, hint))
     raise ValueError("%s holds %d *%s indexes (%s): open one of them"
                      % (folder, len(found), suffix, ", ".join(found)))

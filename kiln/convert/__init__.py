@@ -36,6 +36,22 @@ def kind_of(path: str) -> str:
     return kinds[ext]
 
 
+def folder_source(folder: str) -> str:
+    """What a folder as ``save_pretrained`` writes it converts from: its one
+    sharded set's index (``*.safetensors.index.json``, else
+    ``*.kiln.index.json``), else its one ``*.safetensors`` file."""
+    names = sorted(os.listdir(folder))
+    for suffix in (".safetensors.index.json", ".kiln.index.json", ".safetensors"):
+        found = [n for n in names if n.endswith(suffix)]
+        if len(found) == 1:
+            return os.path.join(folder, found[0])
+        if found:
+            raise UnsupportedConversion("%s holds %d *%s files (%s): name the one to convert"
+                                        % (folder, len(found), suffix, ", ".join(found)))
+    raise UnsupportedConversion("%s is a folder holding no *.safetensors file and no sharded "
+                                "set's index: nothing to convert" % folder)
+
+
 def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None) -> int:
     """Convert ``src`` to ``dst`` by their extensions; returns the tensor count.
 
@@ -46,12 +62,16 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
     index (``*.safetensors.index.json``, ``*.kiln.index.json``) converts to
     a set of the other format (shards written beside ``dst``, renamed
     ``.safetensors`` <-> ``.kiln``) or to one ``.kiln`` file (see
-    ``kiln/convert/sharded.py``).  ``progress``: True for a tqdm bar, or a
+    ``kiln/convert/sharded.py``).  A folder as ``save_pretrained`` writes it
+    converts as a whole: its one index (the set), else its one
+    ``*.safetensors`` file.  ``progress``: True for a tqdm bar, or a
     callable ``fn(done_bytes, total_bytes)``, counting the payload bytes
     written (as for :func:`kiln.save_tensors`)."""
     from .._access import check_progress, local_path
     src, dst = os.fspath(local_path(src)), os.fspath(local_path(dst))
     check_progress(progress, "convert")   # a bad value fails before any file is touched
+    if os.path.isdir(src):
+        src = folder_source(src)
     try:
         return _convert(src, dst, checksum, progress)
     except (KilnError, OSError, UnsupportedConversion):
