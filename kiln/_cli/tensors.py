@@ -36,10 +36,10 @@ def cmd_inspect(args: Any) -> int:
                     tensors=[row(k, t) for k, t in raw.items()], metadata=f.metadata)
         elif what == "framed":
             at = _value_at(args.file)   # after kiln.save's pad head, when there is one
-            frame = head(args.file, at + W.FRAME_SIZE)[at:]   # (a short file: what it has)
-            _frame_read(frame, at)   # a hash only where the file holds a whole frame head
+            fhead = head(args.file, at + W.FRAME_SIZE)[at:]   # (a short file: what it has)
+            _frame_read(fhead, at)   # a hash only where the file holds a whole frame head
             report.update(kind="framed record", schema_hash="0x%016x"
-                          % int.from_bytes(frame[W.FRAME_HASH:W.FRAME_SIZE], "little"),
+                          % int.from_bytes(fhead[W.FRAME_HASH:W.FRAME_SIZE], "little"),
                           note="pass --type TEXT to decode it")
             if at:
                 report.update(value_offset=at)

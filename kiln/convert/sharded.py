@@ -209,7 +209,7 @@ def _one_file_metadata(metas: List[Optional[Dict[str, Any]]], index_meta: Dict[s
     the set is a name of the file.  The index's counts of the whole set
     (``total_size``, Hugging Face's ``total_parameters``) are not copied."""
     aliases = index_meta.get(SET_ALIASES_KEY)
-    extra = [{FILE_ALIASES_KEY: dict(aliases)}] if aliases else []
+    extra: List[Optional[Dict[str, Any]]] = [{FILE_ALIASES_KEY: dict(aliases)}] if aliases else []
     return _merged(metas + extra, src)
 
 
