@@ -202,18 +202,21 @@ class _Plan:
 
 
 def _extra_states(torch: Any, model: Any, sd: Dict[str, Any]) -> Dict[str, Any]:
-    """name -> module of each extra-state entry of the state dict (a module
-    that overrides ``set_extra_state``: its ``_extra_state``, whatever it is),
-    as ``load_state_dict`` finds them."""
+    """name -> module of each extra-state entry of the state dict that a
+    module takes back (it overrides ``set_extra_state``: its ``_extra_state``,
+    whatever it is), as ``load_state_dict`` finds them.  An entry of a module
+    that gives extra state but takes none back is dropped from ``sd`` (the
+    file's copy of it is then unexpected, as there)."""
     out: Dict[str, Any] = {}
     base = torch.nn.Module.set_extra_state
-    for k in sd:
-        owner, _, attr = k.rpartition(".")
-        if attr != "_extra_state":
-            continue
+    for k in [k for k in sd if k.rpartition(".")[2] == "_extra_state"]:
+        owner = k.rpartition(".")[0]
         module = model.get_submodule(owner) if owner else model
         if getattr(type(module), "set_extra_state", base) is not base:
             out[k] = module
+        elif getattr(type(module), "get_extra_state", None) is not \
+                torch.nn.Module.get_extra_state:
+            del sd[k]
     return out
 
 
@@ -249,10 +252,10 @@ def _check_model(torch: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
     plan = _Plan()
     have = set(entries) | set(aliases)
     plan.unexpected = sorted(k for k in have if k not in sd)
-    for k in extra:   # as load_state_dict: missing only under strict
+    for k in extra:   # as load_state_dict: set when the file has it, else missing
         if k in have:
             plan.extra.append(k)
-        elif strict:
+        else:
             plan.missing.append(k)
     dtypes: Dict[str, Any] = {}
     for names in _groups(torch, {k: v for k, v in sd.items() if k not in extra}):
