@@ -195,9 +195,8 @@ def check_directory_input(data):
         kw.update(max_count=3, max_bytes=40)
     if sel & 8:
         kw.pop("copy", None)
-        check_tensor_file(bytes(data[1:]), **kw)
-        return
-    check("tensors", bytes(data[1:]), **kw)
+        return check_tensor_file(bytes(data[1:]), **kw)
+    return check("tensors", bytes(data[1:]), **kw)
 
 
 # --- tensor files (spec section 12, the wide name fields of 12.3) -------------

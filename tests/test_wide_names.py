@@ -245,3 +245,25 @@ def test_a_repeated_long_name_is_found_at_the_wide_field(api, tmp_path):
     heap = D0 + 2 * W.DESC_SIZE
     buf[heap + 65536:heap + 2 * 65536] = a.encode()
     assert _outcomes(api, tmp_path, buf) == [("TYPE", D0 + W.DESC_SIZE + W.D_WNAME_OFF)] * 3
+
+
+def test_the_name_flag_pass_runs_before_the_heap_walk(api, tmp_path):
+    # spec section 7 step 8(b) and 12.5: every descriptor's flag check, then the
+    # walk.  Descriptor 0's slice is bad, descriptor 1's name is empty: the
+    # empty name is the fault (the kernels once walked in the same loop and
+    # named descriptor 0; found by tools/fuzz_wide.py against the reference)
+    narrow = bytearray(kiln.encode({"a": np.ones(1, np.float32), "b": np.ones(1, np.float32)},
+                                   "tensors"))
+    struct.pack_into("<H", narrow, D0 + W.D_NAME_LEN, 0xFFFE)
+    struct.pack_into("<H", narrow, D0 + W.DESC_SIZE + W.D_NAME_LEN, 0)
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.decode(bytes(narrow), "tensors")
+    with pytest.raises(kiln_ref.RefError) as r:
+        kiln_ref.decode(bytes(narrow), "tensors", False)
+    assert (e.value.code, e.value.offset) == (r.value.code, r.value.offset) == \
+        ("TYPE", D0 + W.DESC_SIZE + W.D_NAME_OFF)
+    assert _outcomes(api, tmp_path, narrow) == [("TYPE", D0 + W.DESC_SIZE + W.D_NAME_OFF)] * 3
+    wide = _two(tmp_path)
+    struct.pack_into("<I", wide, D0 + W.D_WNAME_LEN, 0xFFFFFFFE)
+    struct.pack_into("<I", wide, D0 + W.DESC_SIZE + W.D_WNAME_LEN, 0)
+    assert _outcomes(api, tmp_path, wide) == [("TYPE", D0 + W.DESC_SIZE + W.D_WNAME_OFF)] * 3

@@ -183,17 +183,18 @@ def step8b_heap(st):
     st.named = bool(st.flags & W.FLAG_NAMED)
     if st.named and st.count == 0:
         raise err("TYPE", st.s + W.H_FLAGS, "name flag set on an empty directory")
-    cursor = 0
-    for i, dsc in enumerate(st.descs):
+    for i, dsc in enumerate(st.descs):   # the flag pass over every descriptor, then the walk
         noff, nlen = dsc[W.I_NAME_OFF], dsc[W.I_NAME_LEN]
         if not st.named:
             if nlen != 0 or noff != st.no_name:
                 raise err("TYPE", st.d(i) + st.at_name, "tensor has a name but the name "
                           "flag is clear")
-            continue
-        if nlen == 0:
+        elif nlen == 0:
             raise err("TYPE", st.d(i) + st.at_name, "tensor has no name but the name flag "
                       "is set")
+    cursor = 0
+    for i, dsc in enumerate(st.descs if st.named else ()):
+        noff, nlen = dsc[W.I_NAME_OFF], dsc[W.I_NAME_LEN]
         if noff != cursor or cursor + nlen > st.name_bytes:
             raise err("TYPE", st.d(i) + st.at_name, "name slice (%d, %d) is not the next "
                       "%d heap bytes" % (noff, nlen, nlen))

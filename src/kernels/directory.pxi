@@ -248,17 +248,19 @@ cdef int step8b_heap(Dir *st) except -1:
     st.named = (st.flags & FLAG_NAMED) != 0
     if st.named and st.count == 0:
         kfail("TYPE", st.s + H_FLAGS, "name flag set on an empty directory")
-    for i in range(st.count):
+    for i in range(st.count):   # the flag pass over every descriptor, then the walk
+        dp = desc(st, i)
+        nlen = name_len(st, dp)
+        if not st.named:
+            if nlen != 0 or name_off(st, dp) != st.no_name:
+                kfail("TYPE", dpos(st, i) + st.at_name,
+                      "tensor has a name but the name flag is clear")
+        elif nlen == 0:
+            kfail("TYPE", dpos(st, i) + st.at_name, "tensor has no name but the name flag is set")
+    for i in range(st.count if st.named else 0):
         dp = desc(st, i)
         noff = name_off(st, dp)
         nlen = name_len(st, dp)
-        if not st.named:
-            if nlen != 0 or noff != st.no_name:
-                kfail("TYPE", dpos(st, i) + st.at_name,
-                      "tensor has a name but the name flag is clear")
-            continue
-        if nlen == 0:
-            kfail("TYPE", dpos(st, i) + st.at_name, "tensor has no name but the name flag is set")
         if noff != cursor or cursor + nlen > st.name_bytes:
             kfail("TYPE", dpos(st, i) + st.at_name, "name slice (%d, %d) is not the next %d "
                   "heap bytes" % (noff, nlen, nlen))
