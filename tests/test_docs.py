@@ -48,7 +48,7 @@ DOCSTRING_MODULES = ["kiln", "kiln._api", "kiln._types", "kiln._typemodel", "kil
                      "kiln._record", "kiln.schema", "kiln._schema_read",
                      "kiln._schema_gen", "kiln.dask", "kiln.remote",
                      "kiln.convert", "kiln.cli", "kiln.torch", "kiln.torch._save",
-                     "kiln.torch._load", "kiln.torch._safe_open"]
+                     "kiln.torch._load", "kiln.torch._safe_open", "kiln.torch._collate"]
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 REQUIRES = re.compile(r"<!--\s*requires:\s*(?P<mods>[\w., ]+?)\s*-->")
