@@ -13,7 +13,7 @@ from .paths import bytes_path
 from .tied import SET_ALIASES_KEY, alias_fault, same_memory_key
 
 __all__ = ["save_sharded", "write_index", "shard_names", "split", "shared_tensors",
-           "old_shards", "fresh_names", "drop_shards"]
+           "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made"]
 
 
 def shard_names(prefix: str, n: int, ext: str) -> List[str]:
@@ -30,21 +30,72 @@ def write_index(path: str, wm: Mapping[str, str], meta: Dict[str, Any]) -> None:
         out.wrote(len(blob))
 
 
-def split(sizes: List[int], cap: int) -> List[List[int]]:
-    """Consecutive groups of indices, each at most ``cap`` bytes (a tensor larger
-    than ``cap`` alone in its shard)."""
+# what one shard file can hold (spec/kiln-v2.md 6.2 and 12.3): a u32 tensor
+# count and a u32 name heap, each less the room of the metadata tensor that
+# every shard may carry (its name, and one more tensor)
+SHARD_MAX_TENSORS = W.U32_MAX - 1
+SHARD_MAX_NAME_BYTES = W.U32_MAX - len(b"__metadata__")
+
+
+def split(sizes: List[int], cap: int, heaps: Optional[List[int]] = None,
+          max_tensors: int = SHARD_MAX_TENSORS,
+          max_heap: int = SHARD_MAX_NAME_BYTES) -> List[List[int]]:
+    """Consecutive groups of indices, each at most ``cap`` payload bytes (a
+    tensor larger than ``cap`` alone in its shard), and each a file can hold:
+    at most ``max_tensors`` tensors and ``max_heap`` bytes of names
+    (``heaps``: each tensor's name and layout bytes), so no shard is cut that
+    cannot be written.  A tensor whose own names pass ``max_heap`` is
+    refused here, before anything is written."""
     groups: List[List[int]] = []
     cur: List[int] = []
-    have = 0
+    have = names = 0
     for i, n in enumerate(sizes):
-        if cur and have + n > cap:
+        h = heaps[i] if heaps is not None else 0
+        if h > max_heap:
+            raise EncodeError("LIMIT", 0, "tensor %d: its name and layout name take %d bytes, "
+                              "above a file's name heap of %d" % (i, h, max_heap))
+        if cur and (have + n > cap or len(cur) >= max_tensors or names + h > max_heap):
             groups.append(cur)
-            cur, have = [], 0
+            cur, have, names = [], 0, 0
         cur.append(i)
         have += n
+        names += h
     if cur or not groups:
         groups.append(cur)
     return groups
+
+
+def make_folder(folder: str) -> Optional[str]:
+    """``os.makedirs(folder)``; returns the outermost folder it created (None
+    when ``folder`` was there), which :func:`remove_made` takes away again
+    after a failed save."""
+    top = None
+    at = os.path.abspath(folder)
+    while not os.path.lexists(at):
+        top = at
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    os.makedirs(folder, exist_ok=True)
+    return top
+
+
+def remove_made(folder: str, top: Optional[str]) -> None:
+    """Remove ``folder`` and its parents up to ``top`` (what :func:`make_folder`
+    created), each only while it is empty: a failed save leaves no empty
+    folder behind, and never removes what someone else put there meanwhile."""
+    if top is None:
+        return
+    at = os.path.abspath(folder)
+    while True:
+        try:
+            os.rmdir(at)
+        except OSError:
+            return
+        if at == top:
+            return
+        at = os.path.dirname(at)
 
 
 def shared_tensors(tensors: Any, aliases: Optional[Mapping[str, str]]
@@ -152,7 +203,12 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
     replaced in one rename, and the old shards are removed after it (a
     reader of an old set meets ``FileNotFoundError`` for a shard it had not
     opened yet, never another set's bytes).  A save that fails or is
-    killed at any step leaves the complete old set or the complete new one.
+    killed at any step leaves the complete old set or the complete new one;
+    one that fails (an exception, not a kill) into a folder it created
+    removes that folder again, so nothing is left.  Shards are cut by
+    payload bytes and also where a file's u32 tensor count or name heap
+    would run out, so every shard can be written (names past 16-bit
+    offsets take the wide fields, spec/kiln-v2.md 12.3).
 
     Raises:
         EncodeError: as :func:`kiln.save_tensors`; ``TYPE`` for an unnamed or
@@ -190,9 +246,9 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
     if bad:
         raise EncodeError("TYPE", 0, "the aliases %s" % bad)
     sizes = [len(memoryview(r[W.R_PAYLOAD]).cast("B")) for r in records]
-    groups = split(sizes, cap)
+    groups = split(sizes, cap, [len(r[W.R_NAME]) + len(r[W.R_LAYOUT] or b"") for r in records])
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    made = make_folder(folder)
     index = os.path.join(folder, prefix + KILN_INDEX)
     old = old_shards(index, ".kiln")
     files = fresh_names(shard_names(prefix, len(groups), ".kiln"), index, ".kiln")
@@ -211,6 +267,7 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
         write_index(index, wm, meta)
     except BaseException:
         drop_shards(folder, [fn for fn in written if fn not in old], [])
+        remove_made(folder, made)   # a folder this save created goes too: nothing is left
         raise
     drop_shards(folder, old, files)
     return index

@@ -20,8 +20,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _wire as W
 from .._access import (FILE_ALIASES_KEY, KILN_INDEX, SET_ALIASES_KEY, ST_INDEX, check_shard,
-                       drop_shards, fresh_names, old_shards, open_regular_file, parse_index,
-                       read_index, table, tensor_offset, tensor_row, write_index)
+                       drop_shards, fresh_names, make_folder, old_shards, open_regular_file,
+                       parse_index, read_index, remove_made, table, tensor_offset, tensor_row,
+                       write_index)
 from .._errors import KilnError
 from ._common import ConvertError, UnsupportedConversion
 
@@ -98,7 +99,7 @@ def convert_set(src: str, dst: str, a: str, b: str, checksum: bool, progress: An
     old = old_shards(dst, out_ext)   # a set at dst is replaced whole (kiln._files.sharded)
     plain = [s[:-len(suffix)] + out_ext for s in shards]
     renamed = dict(zip(shards, fresh_names(plain, dst, out_ext)))
-    os.makedirs(out_folder, exist_ok=True)
+    made = make_folder(out_folder)   # removed again if the conversion fails
     count = 0
     written: List[str] = []
     try:
@@ -115,6 +116,7 @@ def convert_set(src: str, dst: str, a: str, b: str, checksum: bool, progress: An
         write_index(dst, {n: renamed[s] for n, s in wm.items()}, out_meta)
     except BaseException:
         drop_shards(out_folder, [n for n in written if n not in old], [])
+        remove_made(out_folder, made)
         raise
     drop_shards(out_folder, old, list(renamed.values()))
     return count
