@@ -401,6 +401,10 @@ def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
                    max_copy_bytes: Optional[int] = None) -> "TensorDirectory":
     """Decode a standalone tensor directory into a :class:`kiln.TensorDirectory`.
 
+    The bytes of a tensor file are one: a file whose names take the wide name
+    fields (spec/kiln-v2.md 12.3) is read too, as :func:`kiln.open` reads it
+    (inside a Frozen value those fields are ``FRAME``).
+
     Args:
         buf: the directory block (any object with the buffer protocol).
         copy: copy the payloads once into storage the directory owns; by
@@ -428,7 +432,10 @@ def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
         d: "TensorDirectory" = decode(buf, _tensors_type, copy=copy, trusted=trusted,
                                       max_count=max_count, max_bytes=max_bytes,
                                       max_copy_bytes=max_copy_bytes)
-    except KilnError as e:   # the bytes of a safetensors, GGUF or npz file: say so, as kiln.open
+    except KilnError as e:
+        if e.code == "FRAME" and e.offset == W.H_FLAGS and _wide_flags(buf):
+            return _decode_wide(buf, copy, trusted, max_count, max_bytes, max_copy_bytes)
+        # the bytes of a safetensors, GGUF or npz file: say so, as kiln.open
         if e.offset == 0 and e.code in ("FRAME", "EOF"):
             from ._files.paths import FOREIGN_HEAD, foreign_hint
             try:
@@ -438,6 +445,32 @@ def decode_tensors(buf: Buffer, *, copy: bool = False, trusted: bool = False,
             if hint is not None:
                 e.reason += " (%s)" % hint
         raise
+    return d
+
+
+def _wide_flags(buf: Any) -> bool:
+    """Are the flags of the directory at the start of ``buf`` a tensor file's
+    wide ones (bit 2 the only bit past the known two, spec 12.3)?"""
+    try:
+        flags = memoryview(buf).cast("B")[W.H_FLAGS]
+    except (TypeError, ValueError, IndexError):
+        return False
+    return flags & ~(W.FLAG_NAMED | W.FLAG_LITTLE) == W.FLAG_WIDE
+
+
+def _decode_wide(buf: Any, copy: bool, trusted: bool, max_count: int, max_bytes: int,
+                 max_copy_bytes: Optional[int]) -> "TensorDirectory":
+    """decode_tensors of a tensor file's bytes whose names take the wide
+    fields: the same checks as the decode, with the directory kernel told
+    that it reads a tensor file."""
+    from ._tensors import HOOKS
+    _check_caps(max_count, max_bytes)
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    _, base, table = _compat.kernels.validate_directory(
+        mv, 0, True, trusted, max_count, max_bytes, max_copy_bytes if copy else None, True)
+    d: "TensorDirectory" = HOOKS.build(mv, 0, base, table, copy, trusted)
     return d
 
 

@@ -267,3 +267,25 @@ def test_the_name_flag_pass_runs_before_the_heap_walk(api, tmp_path):
     struct.pack_into("<I", wide, D0 + W.D_WNAME_LEN, 0xFFFFFFFE)
     struct.pack_into("<I", wide, D0 + W.DESC_SIZE + W.D_WNAME_LEN, 0)
     assert _outcomes(api, tmp_path, wide) == [("TYPE", D0 + W.DESC_SIZE + W.D_WNAME_OFF)] * 3
+
+
+def test_the_bytes_of_a_wide_file_decode_as_a_file(api, tmp_path):
+    # kiln.decode_tensors (kiln.torch.load's reader) and load_tensors of a file
+    # object read a tensor file's bytes: wide ones too; inside a value: FRAME
+    import io
+    tensors = {"l" * 70000: np.arange(4, dtype=np.uint16), "s": np.ones(3, np.float32)}
+    buf = bytes(_file_bytes(tmp_path, tensors))
+    want = _ref_tensors(buf)
+    for copy in (False, True):
+        d = kiln.decode_tensors(buf, copy=copy)
+        assert {t.name: (t.code, list(t.shape), bytes(t.data)) for t in d.values()} == want
+    got = kiln.load_tensors(io.BytesIO(buf))
+    assert {k: (t.code, list(t.shape), bytes(t.data)) for k, t in got.items()} == want
+    with pytest.raises(kiln.KilnError) as e:   # the checks still run: a bad byte d+4
+        bad = bytearray(buf)
+        bad[D0 + 4] = 1
+        kiln.decode_tensors(bytes(bad))
+    assert (e.value.code, e.value.offset) == ("FRAME", D0 + 4)
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.decode(buf, "struct{t:tensors,}")
+    assert (e.value.code, e.value.offset) == ("FRAME", W.H_FLAGS)

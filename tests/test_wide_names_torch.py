@@ -114,3 +114,13 @@ def test_a_parameter_name_of_100000_bytes(api, torch, tmp_path):
                                               "b": torch.nn.Parameter(torch.empty(2, 2))})
     assert kt.load_model(meta, path, assign=True) == ([], [])
     _same(torch, meta.state_dict(), sd)
+
+
+def test_save_and_load_bytes_of_a_wide_state_dict(api, torch):
+    import kiln.torch as kt
+    sd = {"w" * 70000: torch.arange(5.0), "b": torch.ones(2, dtype=torch.bfloat16)}
+    data = kt.save(sd)
+    assert data[W.H_FLAGS] & W.FLAG_WIDE
+    ref = {t["name"]: t["payload"] for t in kiln_ref.read_tensor_file(data)}
+    assert ref["w" * 70000] == sd["w" * 70000].numpy().tobytes()
+    _same(torch, kt.load(data), sd)
