@@ -289,3 +289,20 @@ def test_the_bytes_of_a_wide_file_decode_as_a_file(api, tmp_path):
     with pytest.raises(kiln.KilnError) as e:
         kiln.decode(buf, "struct{t:tensors,}")
     assert (e.value.code, e.value.offset) == ("FRAME", W.H_FLAGS)
+
+
+def test_a_wide_file_over_http(api, tmp_path):
+    # a remote reader runs steps 1 to 6 on the first bytes, then asks for the
+    # table: the wide flag is a tensor file's there too (kiln.open of a URL)
+    from _servers import RangeServer
+    names = _names60(3000)   # 180 KB of names: a table past the first request
+    kiln.save_tensors(str(tmp_path / "r.kiln"),
+                      {n: np.array([i], np.int64) for i, n in enumerate(names)})
+    with open(tmp_path / "r.kiln", "rb") as f:
+        buf = f.read()
+    assert _wide(buf)
+    with RangeServer(tmp_path) as server:
+        with kiln.open(server.url + "r.kiln") as f:
+            assert len(f) == 3000
+            assert {k: bytes(f[k].data) for k in (names[0], names[2999])} == {
+                k: v[2] for k, v in _ref_tensors(buf).items() if k in (names[0], names[2999])}
