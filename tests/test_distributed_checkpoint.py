@@ -14,7 +14,6 @@ expected values are its own ``full_tensor()`` gathers, saved by torch.
 """
 
 import datetime
-import io
 import json
 import multiprocessing
 import os
@@ -35,6 +34,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh   # noqa:
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor   # noqa: E402
 
 import kiln   # noqa: E402
+import kiln.cli   # noqa: E402
 import kiln.torch   # noqa: E402
 from kiln import _compat   # noqa: E402
 from kiln.torch import distributed as kd   # noqa: E402
@@ -178,7 +178,7 @@ def _local_bytes(sd):
 
 # --- scenarios (run in every rank) ------------------------------------------------------
 
-def _sc_dtensor(rank, world, out, ckpt, ckpt2):
+def _sc_dtensor(rank, world, out, ckpt, ckpt2, set2):
     res = {"bad": []}
     mesh = init_device_mesh("cpu", (world,))
     sd = _dstate(mesh, SAVE_PL)
@@ -218,7 +218,8 @@ def _sc_dtensor(rank, world, out, ckpt, ckpt2):
     dcp.save(sd, storage_writer=kd.KilnStorageWriter(ckpt2))
     sd2 = _dstate(mesh, SAVE_PL, shift=1)
     sd2.update(_extras(1))
-    dcp.async_save(sd2, storage_writer=kd.KilnStorageWriter(ckpt2)).result()
+    dcp.async_save(sd2, storage_writer=kd.KilnStorageWriter(
+        ckpt2, enable_consolidation=True, consolidated_path=set2, max_shard_size=5000)).result()
     return res
 
 
@@ -389,8 +390,8 @@ def _rank_files(ckpt):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_four_ranks_save_reshard_async_consolidate(api, tmp_path):
-    ckpt, ckpt2 = str(tmp_path / "ckpt"), str(tmp_path / "ckpt2")
-    codes, results, errors = _launch(tmp_path, "dtensor", 4, ckpt=ckpt, ckpt2=ckpt2)
+    ckpt, ckpt2, set2 = str(tmp_path / "ckpt"), str(tmp_path / "ckpt2"), str(tmp_path / "set2")
+    codes, results, errors = _launch(tmp_path, "dtensor", 4, ckpt=ckpt, ckpt2=ckpt2, set2=set2)
     _ok(codes, results, errors, api)
     for r, res in results.items():
         assert res["bad"] == [], (r, res["bad"])
@@ -439,6 +440,13 @@ def test_four_ranks_save_reshard_async_consolidate(api, tmp_path):
     meta = json.loads(open(index).read())["metadata"]
     assert meta["dcp.entries"] == ["sched.lr", "sched.name", "step"]
     assert meta["total_size"] == total
+    assert kiln.cli.main(["check", index]) == 0
+
+    # the writer's own consolidation (after the async save's commit)
+    got = kiln.torch.load_file(os.path.join(set2, "model.kiln.index.json"))
+    want = _full(1)
+    assert sorted(got) == sorted(want) and all(_same(got[k], want[k]) for k in want)
+    assert len([n for n in os.listdir(set2) if n.endswith(".kiln")]) == 2   # "big" alone
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -535,6 +543,11 @@ def test_a_committed_file_missing_or_changed_is_refused(api, tmp_path):
     _, inner, own = _refused(ckpt)
     assert own is None   # the commit is whole: the chunk's read finds the fault
     assert isinstance(inner, kiln.KilnError) and inner.code == "CHECKSUM"
+    with pytest.raises(kiln.KilnError) as e:   # and so does consolidation, before its copy
+        kd.consolidate(ckpt, str(tmp_path / "set"))
+    assert e.value.code == "CHECKSUM" and "'w0'" in str(e.value)
+    assert not os.path.exists(tmp_path / "set" / "model.kiln.index.json")
+    assert not [n for n in os.listdir(tmp_path / "set") if n.endswith((".kiln", ".kiln-tmp"))]
     with open(path, "ab") as f:   # another size than committed
         f.write(b"\0")
     _, _, own = _refused(ckpt)

@@ -292,6 +292,44 @@ def test_the_writer_copies_payloads_file_to_file(api, tmp_path, monkeypatch, in_
     w.discard()
 
 
+@pytest.mark.parametrize("in_kernel", [True, False])
+def test_the_writer_copies_row_blocks_file_to_file(api, tmp_path, monkeypatch, in_kernel):
+    import threading
+    from kiln._files import atomic
+    if not in_kernel:
+        monkeypatch.setattr(atomic, "_copy_file_range", None)
+    a = np.arange(60, dtype=np.int32).reshape(12, 5)
+    src = tmp_path / "rows.bin"
+    src.write_bytes(b"XY" + a[4:].tobytes())   # rows 4..11, after two bytes
+    p = tmp_path / "r.kiln"
+    with kiln.TensorWriter(p) as w, open(src, "rb") as fh:
+        w.add("a", "i32", a.shape)
+        w.add("b", "bool", (2,))
+        w.add("e", "f32", (0, 3))
+        threads = [threading.Thread(target=w.write_rows_from,
+                                    args=("a", 4 + 2 * k, 2, fh if k % 2 else src, 2 + 40 * k))
+                   for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with pytest.raises(ValueError, match="overlap"):
+            w.write_rows_from("a", 5, 1, src, 2)
+        with pytest.raises(ValueError, match="past its 12 rows"):
+            w.write_rows_from("a", 11, 2, src, 2)
+        with pytest.raises(ValueError, match="ended 40 bytes short"):   # 2 rows asked, 0 left
+            w.write_rows_from("a", 0, 2, src, 2 + 8 * 20)
+        with pytest.raises(ValueError, match="no whole-byte rows"):
+            w.write_rows_from("b", 0, 2, src, 0)
+        with pytest.raises(ValueError, match="rows must be"):
+            w.write_rows_from("a", 0, -1, src, 0)
+        w.write_rows("a", 0, a[:4])   # the failed copy's rows are free again
+        w.write_rows_from("e", 0, 0, src, 0)
+        w.write("b", np.array([True, False]))
+    d = kiln.load_tensors(p)
+    assert d["a"].numpy().tolist() == a.tolist() and d["e"].shape == (0, 3)
+
+
 def test_the_writer_takes_rows_a_block_at_a_time(api, tmp_path):
     a = np.arange(40, dtype=np.int16).reshape(10, 4)
     p = tmp_path / "r.kiln"

@@ -327,6 +327,72 @@ class TensorWriter:
         if self._prog is not None:
             self._prog.add(decl[_P])
 
+    def write_rows_from(self, name: str, start: int, rows: int, source: Any,
+                        offset: int) -> None:
+        """Write rows ``start .. start + rows`` of a declared tensor's leading
+        axis by copying their bytes from ``source`` (a path or a binary file
+        object with a descriptor) at byte ``offset``, file to file as
+        :meth:`write_from` copies; threads may copy different rows at once,
+        and rows may come from ``write_rows`` too.  For tensors whose row
+        blocks sit in other files (the chunks of a distributed checkpoint).
+
+        Raises ``KeyError`` for an undeclared name, ``ValueError`` for a
+        tensor without whole-byte rows or of dtype bool (whose bytes
+        ``write_rows`` checks), rows past the end or written before, or a
+        source that ends early.
+
+        Example:
+            >>> np.arange(6, dtype=np.float32).tofile("rows.bin")
+            >>> with kiln.TensorWriter("stacked.kiln") as w:
+            ...     w.add("x", "f32", (3, 2))
+            ...     w.write_rows_from("x", 1, 2, "rows.bin", 8)   # rows 1, 2: values 2..5
+            ...     w.write_rows("x", 0, np.zeros((1, 2), np.float32))
+            >>> kiln.load_tensors("stacked.kiln")["x"].numpy().tolist()
+            [[0.0, 0.0], [2.0, 3.0], [4.0, 5.0]]
+        """
+        for what, v in (("start", start), ("rows", rows), ("offset", offset)):
+            if type(v) is not int or v < 0:
+                raise ValueError("%s must be an int >= 0, not %r" % (what, v))
+        with self._cv:
+            i = self._claim(name, rows=True)
+        claimed = None
+        try:
+            decl = self._decl[i]
+            code, shape = decl[_CODE], decl[_SHAPE]
+            if code >= W.OPAQUE_MIN or W.DTYPES[code][1] == 0 or not shape or \
+                    code == W.DTYPE_BOOL:
+                raise ValueError("tensor %r has no whole-byte rows to copy unchecked: use "
+                                 "write_rows or write_from" % (name,))
+            if start + rows > shape[0]:
+                raise ValueError("tensor %r: rows %d..%d are past its %d rows"
+                                 % (name, start, start + rows, shape[0]))
+            per = decl[_P] // shape[0] if shape[0] else 0
+            at = self._base + self._places[i] + start * per   # type: ignore[index]
+            with self._cv:
+                claimed = self._claim_rows(i, name, start, rows)
+            if rows:
+                owned = not hasattr(source, "fileno")
+                fd = open_regular(os.fspath(source)) if owned else source.fileno()
+                try:
+                    self._live().copy_in(fd, offset, rows * per, at, "tensor %r from %s"
+                                         % (name, file_name(source)))
+                finally:
+                    if owned:
+                        os.close(fd)
+            claimed = None
+            if self._prog is not None:
+                self._prog.add(rows * per)
+            with self._cv:
+                done = self._rows_done.get(i, [])
+                if sum(b - a for a, b in done) == shape[0]:
+                    self._state[i] = _DONE
+                    self._rows_done.pop(i, None)
+        finally:
+            if claimed is not None:   # the copy failed: the rows are free again
+                with self._cv:
+                    self._rows_done[i].remove(claimed)
+            self._release(None, False)
+
     def close(self) -> None:
         """Wait for the writes in progress, check every tensor was written and
         that a reader accepts the file, then replace the target atomically.

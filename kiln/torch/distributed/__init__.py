@@ -31,6 +31,7 @@ kiln.torch`` do not).
 """
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import io
 import os
@@ -430,13 +431,15 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
     """Turn a kiln DCP checkpoint into an ordinary kiln sharded set; returns
     the index's path (``<out>/<prefix>.kiln.index.json``).
 
-    Each tensor is assembled whole from its chunks (read with ``pread``) and
-    written once into shard files of at most ``max_shard_size`` payload bytes
-    (a larger tensor alone in its shard); the shards are written by
-    ``thread_count`` threads at once, each holding one tensor at a time (a
-    tensor stored as one chunk without a checksum to check is copied file
-    to file).  Non-tensor entries
-    (a step count, pickled ``BytesIO`` items) have no place in a tensor set:
+    Each tensor is written once, whole, into shard files of at most
+    ``max_shard_size`` payload bytes (a larger tensor alone in its shard):
+    a tensor whose chunks are whole rows (``Shard(0)``, a replica) is copied
+    chunk by chunk file to file (:meth:`kiln.TensorWriter.write_rows_from`),
+    each chunk's CRC-32 checked first where recorded; any other layout is
+    assembled in memory from its chunks' boxes (read with ``pread``).
+    ``thread_count`` threads write tensors at once, each holding at most one
+    tensor in memory: about the largest tensor a thread, never the model.  Non-tensor entries (a step count, pickled
+    ``BytesIO`` items) have no place in a tensor set:
     their keys are listed in the index's metadata under ``"dcp.entries"``.
     A set already in ``out`` is replaced whole, as :func:`kiln.save_sharded`
     replaces one.
@@ -489,27 +492,28 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
                 opened[fn] = RankFile(os.path.join(folder, fn), verify, files.get(fn))
             return opened[fn]
 
-    def shard(k: int) -> None:
-        with kiln.TensorWriter(os.path.join(dest, names[k]), checksum=checksum) as w:
-            for i in groups[k]:
-                fqn, m = tensors[i]
-                w.add(fqn, _kiln_dtype(m.properties.dtype, fqn), tuple(m.size))
-            for i in groups[k]:
-                fqn, m = tensors[i]
-                _assemble(w, fqn, m, md, rank)
+    def one(job: Tuple[Any, int]) -> None:
+        fqn, m = tensors[job[1]]
+        _assemble(job[0], fqn, m, md, rank)
 
-    written: List[str] = []
     try:
-        if thread_count > 1 and len(groups) > 1:
-            with concurrent.futures.ThreadPoolExecutor(min(thread_count, len(groups))) as pool:
-                futs = [pool.submit(shard, k) for k in range(len(groups))]
-                for k, f in enumerate(futs):
-                    f.result()
-                    written.append(names[k])
-        else:
-            for k in range(len(groups)):
-                shard(k)
-                written.append(names[k])
+        with contextlib.ExitStack() as stack:   # a writer discards its file on any error
+            jobs = []
+            for k, group in enumerate(groups):
+                w = stack.enter_context(kiln.TensorWriter(os.path.join(dest, names[k]),
+                                                          checksum=checksum))
+                for i in group:
+                    fqn, m = tensors[i]
+                    w.add(fqn, _kiln_dtype(m.properties.dtype, fqn), tuple(m.size))
+                    jobs.append((w, i))
+            jobs.sort(key=lambda j: -sizes[j[1]])   # the largest first: the threads end together
+            if thread_count > 1 and len(jobs) > 1:
+                with concurrent.futures.ThreadPoolExecutor(min(thread_count, len(jobs))) as pool:
+                    for f in [pool.submit(one, j) for j in jobs]:
+                        f.result()
+            else:
+                for j in jobs:
+                    one(j)
         wm = {tensors[i][0]: names[k] for k, g in enumerate(groups) for i in g}
         meta: Dict[str, Any] = {"total_size": sum(sizes)}
         if entries:
@@ -546,45 +550,52 @@ def _shard_names(folder: str, index: str, prefix: str, n: int) -> List[str]:
 
 
 def _assemble(w: Any, fqn: str, m: Any, md: Metadata, rank: Any) -> None:
+    """Tensor ``fqn`` whole into writer ``w`` from its chunks: file to file
+    where the chunks are whole rows (FSDP's ``Shard(0)``, a replica), each
+    chunk's CRC-32 checked first where recorded; else assembled in memory."""
     size = [int(n) for n in m.size]
     dtype = m.properties.dtype
-    covering = [c for c in m.chunks if int(np.prod(list(c.sizes), dtype=np.int64))]
     total = int(np.prod(size, dtype=np.int64))
     if total == 0:
         w.write(fqn, None)
         return
-    if len(covering) == 1 and list(covering[0].sizes) == size:   # whole: file to file
-        st = md.storage_data[MetadataIndex(fqn, covering[0].offsets)]
-        rf = rank(st.file)
-        at, shape, _, _ = rf.tensor(st.name)
-        if list(shape) != size:
-            raise kiln.KilnError("TYPE", at, "%s: chunk %r is %s, the commit says %s"
-                                 % (rf.path, st.name, list(shape), size))
-        if rf.has_sums:   # read, so that the recorded CRC-32 is checked on the way
-            data = torch.empty(size, dtype=dtype)
-            rf.read_box(st.name, [0] * len(size), size, _byte_view(data), dtype.itemsize)
-            w.write(fqn, data)
-        else:
-            w.write_from(fqn, rf.file, at)
-        return
-    data = torch.empty(size, dtype=dtype)
-    seen = 0
-    for c in covering:
+    chunks, seen = [], 0
+    for c in m.chunks:
+        lengths = [int(n) for n in c.sizes]
+        n = int(np.prod(lengths, dtype=np.int64))
+        if not n:
+            continue
         st = md.storage_data[MetadataIndex(fqn, c.offsets)]
         rf = rank(st.file)
-        box = tuple(slice(int(o), int(o) + int(n)) for o, n in zip(c.offsets, c.sizes))
-        part = data[box]
-        lengths = [int(n) for n in c.sizes]
+        at, shape, _, _ = rf.tensor(st.name)
+        if list(shape) != lengths:
+            raise kiln.KilnError("TYPE", at, "%s: chunk %r is %s, the commit says %s"
+                                 % (rf.path, st.name, list(shape), lengths))
+        chunks.append(([int(o) for o in c.offsets], lengths, st.name, rf, at))
+        seen += n
+    if seen != total:
+        raise IncompleteCheckpointError(os.path.dirname(chunks[0][3].path if chunks else ""),
+                                        [fqn], "tensor %r: its chunks cover %d of its %d "
+                                        "elements" % (fqn, seen, total))
+    if len(chunks) == 1:   # one chunk, the whole tensor (bool bytes checked on the way)
+        _, _, name, rf, at = chunks[0]
+        rf.check_whole(name)
+        w.write_from(fqn, rf.file, at)
+        return
+    if dtype != torch.bool and all(off[1:] == [0] * (len(size) - 1) and lengths[1:] == size[1:]
+                                   for off, lengths, _, _, _ in chunks):
+        for off, lengths, name, rf, at in chunks:   # row blocks
+            rf.check_whole(name)
+            w.write_rows_from(fqn, off[0], lengths[0], rf.file, at)
+        return
+    data = torch.empty(size, dtype=dtype)
+    for off, lengths, name, rf, _ in chunks:
+        part = data[tuple(slice(o, o + n) for o, n in zip(off, lengths))]
         view = _byte_view(part)
         if view is not None:
-            rf.read_box(st.name, [0] * len(size), lengths, view, dtype.itemsize)
+            rf.read_box(name, [0] * len(size), lengths, view, dtype.itemsize)
         else:
             buf = torch.empty(lengths, dtype=dtype)
-            rf.read_box(st.name, [0] * len(size), lengths, _byte_view(buf), dtype.itemsize)
+            rf.read_box(name, [0] * len(size), lengths, _byte_view(buf), dtype.itemsize)
             part.copy_(buf)
-        seen += int(np.prod(lengths, dtype=np.int64))
-    if seen != total:
-        raise IncompleteCheckpointError(os.path.dirname(rank(st.file).path), [fqn],
-                                        "tensor %r: its chunks cover %d of its %d elements"
-                                        % (fqn, seen, total))
     w.write(fqn, data)
