@@ -177,3 +177,20 @@ def test_the_set_writer_and_kiln_torch_find_the_same_tied_names(api, tmp_path):
         meta = kiln.load_metadata(tmp_path / ("f%d.kiln" % i)) or {}
         assert set_aliases == meta.get(FILE_ALIASES_KEY, {}), (i, set_aliases, meta)
     assert set_aliases == {} and not hasattr(kt._save, "_identity")
+
+
+def test_safe_open_checks_a_file_alias_map_by_the_one_rule(api, tmp_path):
+    pytest.importorskip("torch")
+    import kiln.torch as kt
+    a = np.arange(3, dtype=np.float32)
+    for bad, why in (({"": "a"}, "unreserved"), ({"__metadata__": "a"}, "unreserved"),
+                     ({"c": "b", "b": "a"}, "not a stored tensor")):
+        p = tmp_path / "bad.kiln"
+        kiln.save_tensors(p, {"a": a}, metadata={FILE_ALIASES_KEY: bad})
+        with pytest.raises(kiln.KilnError) as e:
+            with kt.safe_open(str(p), framework="pt") as f:
+                f.keys()
+        assert e.value.code == "TYPE" and why in str(e.value), str(e.value)
+    kiln.save_tensors(tmp_path / "ok.kiln", {"a": a}, metadata={FILE_ALIASES_KEY: {"b": "a"}})
+    with kt.safe_open(str(tmp_path / "ok.kiln"), framework="pt") as f:
+        assert f.get_tensor("b").tolist() == a.tolist()

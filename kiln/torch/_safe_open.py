@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import kiln
 from kiln import KilnError
-from kiln._access import dtype_label, file_offset, table
+from kiln._access import alias_fault, dtype_label, file_offset, table
 
 from . import _pipeline
 from ._common import ALIASES_KEY, PathLike, check_path, dtype_of, torch_module, torch_shape
@@ -94,12 +94,9 @@ class safe_open:
             self._table = table(f)
             meta = f.metadata
             aliases = {} if meta is None else meta.get(ALIASES_KEY) or {}
-            names = set(self._table.keys())
-            if not isinstance(aliases, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) and v in names and k not in names
-                    for k, v in aliases.items()):
-                raise KilnError("TYPE", 0, "%s: the metadata's %r is not a map of new names "
-                                "to the file's tensors" % (f.path, ALIASES_KEY))
+            bad = alias_fault(aliases, set(self._table.keys()))   # the one rule (kiln._files.tied)
+            if bad:
+                raise KilnError("TYPE", 0, "%s: the metadata's %r %s" % (f.path, ALIASES_KEY, bad))
             self._aliases: Dict[str, str] = aliases
             self._meta = None if meta is None else \
                 {k: v for k, v in meta.items() if k != ALIASES_KEY} or None
