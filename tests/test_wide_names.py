@@ -46,9 +46,10 @@ def _kiln_tensors(path):
     """The same, by kiln.open and by kiln.load_tensors (they must agree)."""
     with kiln.open(str(path)) as f:
         opened = {k: (f[k].code, list(f[k].shape), bytes(f[k].data)) for k in f.keys()}
-    loaded = {k: (t.code, list(t.shape), bytes(t.data))
-              for k, t in kiln.load_tensors(str(path)).items()}
-    assert opened == loaded
+    for copy in (False, True):   # (the copying load decodes the bytes it read)
+        loaded = {k: (t.code, list(t.shape), bytes(t.data))
+                  for k, t in kiln.load_tensors(str(path), copy=copy).items()}
+        assert opened == loaded
     return opened
 
 

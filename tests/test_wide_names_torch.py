@@ -108,6 +108,7 @@ def test_a_parameter_name_of_100000_bytes(api, torch, tmp_path):
     kt.save_file(sd, path)
     _against_reference(path, sd)
     _same(torch, kt.load_file(path), sd)
+    _same(torch, kt.load_file(path, direct_io=True), sd)   # the pread loader, O_DIRECT
     with torch.device("meta"):
         meta = torch.nn.Module()
         meta.params = torch.nn.ParameterDict({long: torch.nn.Parameter(torch.empty(4)),
