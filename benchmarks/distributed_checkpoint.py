@@ -7,8 +7,8 @@ q/k/v/o, gate/up/down and two norms, a final norm and an output head), each
 tensor a DTensor sharded ``Shard(0)`` over a CPU mesh of ``--ranks`` gloo
 ranks (FSDP2's layout), the ranks forked from this process on loopback.
 For each storage layer (``kiln``: ``kiln.torch.distributed.KilnStorageWriter``
-with ``checksum=False`` / ``KilnStorageReader``; ``kiln-crc``: the same with
-the writer's default CRC-32s, checked by the loads; ``fs``: torch's ``FileSystemWriter``/``Reader``;
+/ ``KilnStorageReader`` with their defaults; ``kiln-crc``: the writer with
+``checksum=True``, the CRC-32s checked by the loads; ``fs``: torch's ``FileSystemWriter``/``Reader``;
 ``hf``: torch's ``HuggingFaceStorageWriter(save_distributed=True)`` /
 ``HuggingFaceStorageReader``) it times, between barriers, on a warm page
 cache, the median of ``--repeat`` rounds:
@@ -69,7 +69,8 @@ def _local(torch, shape, rank, world, fill):
 def _state(torch, mesh, shapes, zero=False):
     from torch.distributed.tensor import DTensor, Shard
     rank, world = mesh.get_local_rank(), mesh.size()
-    return {name: DTensor.from_local(_local(torch, shape, rank, world, 0 if zero else 0x3f80 + i % 7),
+    return {name: DTensor.from_local(_local(torch, shape, rank, world,
+                                            0 if zero else 0x3f80 + i % 7),
                                      mesh, [Shard(0)], shape=torch.Size(shape),
                                      stride=torch.empty(shape, device="meta").stride(),
                                      run_check=False)
@@ -81,10 +82,11 @@ def _layers(dcp):
     from torch.distributed.checkpoint import (FileSystemReader, FileSystemWriter,
                                               HuggingFaceStorageReader, HuggingFaceStorageWriter)
     return {
-        "kiln": (lambda p: kd.KilnStorageWriter(p, checksum=False), kd.KilnStorageReader),
-        "kiln-crc": (lambda p: kd.KilnStorageWriter(p), kd.KilnStorageReader),   # the default
+        "kiln": (lambda p: kd.KilnStorageWriter(p), kd.KilnStorageReader),   # the defaults
+        "kiln-crc": (lambda p: kd.KilnStorageWriter(p, checksum=True), kd.KilnStorageReader),
         "fs": (lambda p: FileSystemWriter(p), FileSystemReader),
-        "hf": (lambda p: HuggingFaceStorageWriter(p, save_distributed=True), HuggingFaceStorageReader),
+        "hf": (lambda p: HuggingFaceStorageWriter(p, save_distributed=True),
+               HuggingFaceStorageReader),
     }
 
 

@@ -183,7 +183,7 @@ def _sc_dtensor(rank, world, out, ckpt, ckpt2, set2):
     mesh = init_device_mesh("cpu", (world,))
     sd = _dstate(mesh, SAVE_PL)
     sd.update(_extras())
-    dcp.save(sd, storage_writer=kd.KilnStorageWriter(ckpt))
+    dcp.save(sd, storage_writer=kd.KilnStorageWriter(ckpt, thread_count=3, checksum=True))
 
     # same layout, tensors only: each rank reads exactly its own chunks
     back = _dstate(mesh, SAVE_PL, zeros=True)
@@ -195,7 +195,7 @@ def _sc_dtensor(rank, world, out, ckpt, ckpt2, set2):
     # resharded into 4 ranks with other placements, extras included
     back = _dstate(mesh, OTHER_PL, zeros=True)
     back.update({"step": 0, "sched": {"lr": 0.0, "name": ""}})
-    reader = kd.KilnStorageReader(ckpt)
+    reader = kd.KilnStorageReader(ckpt, thread_count=2)
     dcp.load(back, storage_reader=reader)
     res["bad"] += ["other:" + k for k in _check_local(back, mesh, OTHER_PL)]
     if back["step"] != 3 or back["sched"] != _extras()["sched"]:
@@ -363,10 +363,10 @@ def _load1(ckpt, shift=0):
     return bad
 
 
-def _save1(ckpt, shift=0):
+def _save1(ckpt, shift=0, checksum=False):
     sd = dict(_full(shift))
     sd.update(_extras(shift))
-    dcp.save(sd, storage_writer=kd.KilnStorageWriter(ckpt), no_dist=True)
+    dcp.save(sd, storage_writer=kd.KilnStorageWriter(ckpt, checksum=checksum), no_dist=True)
 
 
 def _refused(ckpt, shift=0):
@@ -523,7 +523,7 @@ def test_a_save_killed_before_its_commit_is_refused_naming_what_is_missing(api, 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_committed_file_missing_or_changed_is_refused(api, tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    _save1(ckpt)
+    _save1(ckpt, checksum=True)
     (name,) = _rank_files(ckpt)
     path = os.path.join(ckpt, name)
     raw = open(path, "rb").read()

@@ -104,8 +104,10 @@ class KilnStorageWriter(StorageWriter):
             already in it is replaced when this save commits, not before.
         thread_count: threads writing this rank's payloads (into its one
             file, with positional writes).
-        checksum: record a CRC-32 of every chunk (read back and checked by
-            loads that read the chunk whole).
+        checksum: record a CRC-32 of every chunk (read back at the end of
+            each rank's write; checked by loads that read a chunk whole and
+            by :func:`consolidate`).  Off by default, as for
+            :func:`kiln.torch.save_file` (torch's writers record none).
         enable_consolidation: after the commit, the coordinator runs
             :func:`consolidate` into ``consolidated_path``.
         consolidated_path: the folder of the consolidated set (default
@@ -117,7 +119,7 @@ class KilnStorageWriter(StorageWriter):
         >>> dcp.save(model.state_dict(), storage_writer=KilnStorageWriter("ckpt"))
     """
 
-    def __init__(self, path: PathLike, *, thread_count: int = 1, checksum: bool = True,
+    def __init__(self, path: PathLike, *, thread_count: int = 1, checksum: bool = False,
                  enable_consolidation: bool = False,
                  consolidated_path: Optional[PathLike] = None,
                  max_shard_size: Any = "5GB") -> None:
@@ -438,9 +440,10 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
     each chunk's CRC-32 checked first where recorded; any other layout is
     assembled in memory from its chunks' boxes (read with ``pread``).
     ``thread_count`` threads write tensors at once, each holding at most one
-    tensor in memory: about the largest tensor a thread, never the model.  Non-tensor entries (a step count, pickled
-    ``BytesIO`` items) have no place in a tensor set:
-    their keys are listed in the index's metadata under ``"dcp.entries"``.
+    tensor in memory: about the largest tensor a thread, never the model.
+    Non-tensor entries (a step count, pickled ``BytesIO`` items) have no
+    place in a tensor set: their keys are listed in the index's metadata
+    under ``"dcp.entries"``.
     A set already in ``out`` is replaced whole, as :func:`kiln.save_sharded`
     replaces one.
 
