@@ -44,6 +44,7 @@ buffers dropped before the error propagates; new tensors are not handed out,
 and an error after a target was written names the targets written.
 """
 
+import ctypes
 import errno
 import os
 import threading
@@ -62,8 +63,11 @@ CHUNK_BYTES = 64 << 20   # a chunk: one read, one staging buffer
 SLOTS = 4                # staging buffers in the ring (host memory: SLOTS x CHUNK_BYTES at most)
 THREADS = 4              # reader threads
 SMALL = 1 << 20          # a payload below this, staged, goes to the device with its chunk
+IN_PLACE = 64 << 10      # a host payload from this size is read in place (smaller: staged
+                         # with its neighbours, one read for many, then copied out)
 _GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
 _ALIGN = 4096            # O_DIRECT: offsets, lengths and addresses on this boundary
+_memmove = ctypes.memmove
 
 
 # --- where the bytes come from ---------------------------------------------------
@@ -442,10 +446,12 @@ class _Run:
             if self.items[p.item].crc is not None:
                 crcs[p.item] = zlib.crc32(raw[p.where:p.where + p.n], crcs[p.item])
         self.written.update(p.item for p in c.pieces)
-        if not self.cuda:   # a host destination standing in for the device
+        if not self.cuda:   # host memory (or host memory standing in for the device):
+            # each piece copied with memmove into its contiguous destination
+            # (in bounds: a destination holds its payload's bytes, checked in load)
+            base = host.data_ptr()
             for p in c.pieces:
-                flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
-                flat[p.at:p.at + p.n].copy_(host[p.where:p.where + p.n])
+                _memmove(self.outs[p.item].data_ptr() + p.at, base + p.where, p.n)
             self.release(slot)
             return
         small = [p for p in c.pieces if self.items[p.item].nbytes < SMALL]
@@ -575,6 +581,8 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         if t.numel() * t.element_size() != it.nbytes:
             raise ValueError("tensor %r: its destination holds %d bytes, the file %d"
                              % (it.key, t.numel() * t.element_size(), it.nbytes))
+        if it.target is None:
+            continue   # made here: contiguous, never visible before the load returns
         if not t.is_contiguous() or t.is_neg() or t.is_conj() or \
                 (it.target is not None and it.dtype == torch.bool and it.nbytes):
             late[i] = t   # strided, or a bool payload: checked before it becomes visible
@@ -587,7 +595,8 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         for part in parts:   # the bool payloads first: checked before any other is read
             sub = [outs[i] for i in part]
             plans.append((part, plan([items[i] for i in part],
-                                     [not stage and _writable_host(torch, t) for t in sub],
+                                     [not stage and items[i].nbytes >= IN_PLACE and
+                                      _writable_host(torch, t) for i, t in zip(part, sub)],
                                      chunk_bytes)))
         if prog is not None:
             prog.start(sum(c.size for _, chunks in plans for c in chunks))
