@@ -307,3 +307,25 @@ def test_a_wide_file_over_http(api, tmp_path):
             assert len(f) == 3000
             assert {k: bytes(f[k].data) for k in (names[0], names[2999])} == {
                 k: v[2] for k, v in _ref_tensors(buf).items() if k in (names[0], names[2999])}
+
+
+def test_a_name_heap_past_16_mib_reads_back(api, tmp_path):
+    # the max_bytes cap on a tensor file's name heap follows the file's size
+    # when it is left unset (a set caller's cap is kept)
+    from _servers import RangeServer
+    long = "n" * (17 << 20)
+    path = tmp_path / "h.kiln"
+    kiln.save_tensors(str(path), {long: np.ones(2, np.int8), "b": np.zeros(1, np.int8)})
+    with kiln.open(str(path)) as f:
+        assert bytes(f[long].data) == b"\x01\x01"
+    for copy in (False, True):
+        assert sorted(kiln.load_tensors(str(path), copy=copy).keys()) == ["b", long]
+    with RangeServer(tmp_path) as server:
+        with kiln.open(server.url + "h.kiln") as f:
+            assert bytes(f["b"].data) == b"\x00"
+    for read in (lambda: kiln.open(str(path), max_bytes=kiln.DEFAULT_MAX_BYTES),
+                 lambda: kiln.load_tensors(str(path), copy=True,
+                                           max_bytes=kiln.DEFAULT_MAX_BYTES)):
+        with pytest.raises(kiln.KilnError) as e:
+            read()
+        assert (e.value.code, e.value.offset) == ("LIMIT", W.H_NAME_BYTES)

@@ -50,7 +50,9 @@ class KilnFile(TensorFile):
 
     Args:
         path: a file path or a binary file object.
-        trusted, max_count, max_bytes: as for :class:`kiln.Decoder`.
+        trusted, max_count, max_bytes: as for :class:`kiln.Decoder`;
+            ``max_bytes`` left unset grows to the file's size (the name heap
+            a writer stored is read back, past the 16 MiB default).
         verify: compare each tensor's payload with the CRC-32 the file
             records (``checksum=True`` when written) the first time the
             tensor is read whole (``f[name]``, ``f.values()``,
@@ -86,11 +88,13 @@ class KilnFile(TensorFile):
 
     def __init__(self, path: PathLike, *, trusted: bool = False,
                  max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
+                 max_bytes: Optional[int] = None, verify: Optional[bool] = None) -> None:
         src = path if type(path) is Source else source(path)   # resolved once
         self.path = src.name
         self._names = None
         mm, fd = map_file_fd(src)
+        if max_bytes is None:   # the name heap's cap follows the file's size
+            max_bytes = max(W.DEFAULT_MAX_BYTES, len(mm))
         try:
             # the open's check reads the header and the table with pread, never the
             # mapping: a file truncated meanwhile is EOF, never SIGBUS; the tensors

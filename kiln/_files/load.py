@@ -189,6 +189,8 @@ def _load_tensors(src: Source, copy: bool, verify: bool, prog: Optional[Progress
                            options.get("max_bytes", W.DEFAULT_MAX_BYTES)) \
             if verify else None   # the CRCs computed while the file is read
         owned = read_owned(src.local, prog, early)
+        if "max_bytes" not in options:   # the name heap's cap follows the file's size
+            options = dict(options, max_bytes=max(W.DEFAULT_MAX_BYTES, len(owned)))
         return _tensors_of(_api.decode_tensors(owned, **options), src.name, verify,
                            None if early is None else early.known)
     if copy and (cap is not None or src.kind == "object"):

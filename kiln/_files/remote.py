@@ -87,8 +87,8 @@ class RemoteFile(TensorFile):
 
     def __init__(self, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  trusted: bool = False, max_count: int = W.DEFAULT_MAX_COUNT,
-                 max_bytes: int = W.DEFAULT_MAX_BYTES, verify: Optional[bool] = None) -> None:
-        _api._check_caps(max_count, max_bytes)
+                 max_bytes: Optional[int] = None, verify: Optional[bool] = None) -> None:
+        _api._check_caps(max_count, W.DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
         self._verify = verify is None or bool(verify)
         self._sums: Optional[bytes] = None
         self.path = url
@@ -112,6 +112,8 @@ class RemoteFile(TensorFile):
             self._src.close()
             raise KilnError("LIMIT", 0, "%s: the store reports %d bytes, which cannot be mapped "
                             "here (%s)" % (url, size, e)) from None
+        if max_bytes is None:   # the name heap's cap follows the object's size
+            max_bytes = max(W.DEFAULT_MAX_BYTES, size)
         try:
             d, base = self._table(mm, first, trusted, max_count, max_bytes)
         except BaseException:
