@@ -314,14 +314,22 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
     sharded set (its index or its folder).
 
     Every name, shape and dtype is checked before the first byte is read;
-    then each payload is read with ``pread`` straight into the tensor the
-    model holds (CPU), or through pinned staging buffers onto its device
-    (see "Loading onto a device" in the integrations guide): no mapping, so a file truncated under the
-    load is a ``KilnError``, never a crash.  Tied weights (one tensor under
-    several names) are filled once, from whichever of their names the file
-    holds (``safetensors.torch.save_model`` and ``save_pretrained`` store one
-    of them): the others are not missing.  Two names of one tied tensor
-    stored with different values are refused.
+    then each payload is read with ``pread`` from the file ``kiln.open``
+    opened (its descriptor, never the name again: a checkpoint replaced
+    meanwhile loads whole from the generation opened), straight into the
+    tensor the model holds (CPU; payloads under 64 KiB through a staged
+    chunk shared with their neighbours), or through pinned staging buffers
+    onto its device (see "Loading onto a device" in the integrations guide):
+    no mapping, so a file truncated under the load is a ``KilnError``, never
+    a crash.  ``path`` may also be a binary file object or a URL read as
+    :func:`kiln.open` reads it.  Tied weights (one tensor under several
+    names) are filled once, from whichever of their names the file holds
+    (``safetensors.torch.save_model`` and ``save_pretrained`` store one of
+    them): the others are not missing.  Two names of one tied tensor stored
+    with different values are refused (compared by their CRC-32s, or read
+    with ``pread`` a piece at a time).  Extra state is loaded as
+    ``load_state_dict`` loads it; bool payloads are checked before anything
+    is written into the model.
 
     Args:
         model: a ``torch.nn.Module``; its ``state_dict()`` names the targets.
