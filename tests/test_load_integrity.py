@@ -214,6 +214,15 @@ def test_a_capped_copy_reads_each_kind_of_source(api, tmp_path):
         in str(e.value)
 
 
+def test_a_capped_copy_of_names_past_16_mib_reads_back(api, tmp_path):
+    """The name heap's cap follows the file's size in a capped copy too."""
+    names = ["n%05d" % i + "x" * 2000 for i in range(8600)]   # 17 MB of names
+    kiln.save_tensors(tmp_path / "w.kiln", {n: np.full(1, i % 7, np.uint8)
+                                            for i, n in enumerate(names)})
+    d = kiln.load_tensors(tmp_path / "w.kiln", copy=True, max_copy_bytes=1)
+    assert len(d) == 8600 and d[names[-1]].numpy().tolist() == [8599 % 7]
+
+
 # a capped copy in a loop while another process truncates the file and makes
 # it whole again: every call returns the saved values or raises EOF/CHECKSUM
 _CAPPED_RACE = r"""

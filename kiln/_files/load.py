@@ -205,6 +205,8 @@ def _load_tensors(src: Source, copy: bool, verify: bool, prog: Optional[Progress
                 _api._check_caps(0, cap)
                 _check_copy_cap(f.path, _row_lengths(f), cap)
             owned = _read_whole(f, prog)
+        if "max_bytes" not in options:   # the name heap's cap follows the file's size
+            options = dict(options, max_bytes=max(W.DEFAULT_MAX_BYTES, len(owned)))
         return _tensors_of(_api.decode_tensors(owned, **options), src.name, verify)
     if not copy and src.kind == "file":
         # views: opened as kiln.open opens (the table and metadata read with pread,
