@@ -29,7 +29,7 @@ from ._pread import read_exactly
 from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, bytes_path, foreign_hint, is_url, local_path
 from ._files.progress import make as check_progress, session as progress_session
-from ._files.padded import value_start
+from ._files.padded import head_size as saved_head_size, saved_head, value_start
 from ._files.tables import tensor_offset, tensor_row
 
 if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports them
@@ -62,7 +62,7 @@ __all__ = ["bytes_path", "AtomicFile", "read_exactly", "write_payload", "progres
            "version", "held_descriptor", "remote_range", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made", "metadata_blob",
-           "metadata_of_blob", "strict_json", "value_start", "parse_size",
+           "metadata_of_blob", "strict_json", "value_start", "saved_head", "saved_head_size", "parse_size",
            "SET_ALIASES_KEY", "FILE_ALIASES_KEY", "alias_fault",
            "same_memory_key"]
 

@@ -134,6 +134,13 @@ PADDED_VERSION = 1
 PADDED_AT_VERSION = 4
 PADDED_AT_PAD = 5
 PADDED_AT_RESERVED = 6                      # two bytes
+# version 2 of the head also stores the value's type text (spec/kiln-v2.md section 13):
+# the 8 bytes above, a u32 length T, T bytes of UTF-8 type text, then the pad
+TYPED_VERSION = 2
+TYPED_HEAD = _struct.Struct("<4sBBHI")
+TYPED_SIZE = 12
+TYPED_AT_LENGTH = 8
+TYPED_MAX = 1 << 20                         # the longest stored type text a reader takes
 
 # --- tensor directory ------------------------------------------------------------
 

@@ -131,7 +131,7 @@ def test_inspect_a_tensor_file(model):
 
 def test_inspect_and_check_a_record(tmp_path):
     p = tmp_path / "r.kiln"
-    kiln.save(p, {"id": 1, "values": list(range(100))}, "struct{id:i64,values:list<i32>}")
+    kiln.save(p, {"id": 1, "values": list(range(100))}, "struct{id:i64,values:list<i32>}", store_type=False)
     code, out, _ = run("inspect", p)
     assert code == 0 and "framed record" in out and "--type" in out
     code, out, _ = run("inspect", p, "--type", "struct{id:i64,values:list<i32>}", "--json")

@@ -272,9 +272,9 @@ def test_check_of_a_saved_record_without_its_type_says_so(tmp_path, kernels):
     # a framed record (with kiln.save's pad head, and without): the frame names the type by
     # hash only, so the value cannot be checked without --type: a usage error that says so
     p = tmp_path / "rec.kiln"
-    kiln.save(p, {"id": 1, "x": {"w": np.ones(3, np.float32)}}, "struct{id:i64,x:tensors,}")
+    kiln.save(p, {"id": 1, "x": {"w": np.ones(3, np.float32)}}, "struct{id:i64,x:tensors,}", store_type=False)
     q = tmp_path / "list.kiln"
-    kiln.save(q, [1, 2], "list<i64>")
+    kiln.save(q, [1, 2], "list<i64>", store_type=False)
     for f in (p, q):
         code, out, err = run("check", str(f), kernels=kernels)
         assert code == 2, (code, out, err)

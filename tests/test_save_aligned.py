@@ -64,7 +64,7 @@ def issue_value():
 def test_the_issue_example_by_hand(api, tmp_path):
     w, v = issue_value()
     p = tmp_path / "rec.kiln"
-    kiln.save(p, v, T)
+    kiln.save(p, v, T, store_type=False)
     data = p.read_bytes()
     # without a head, the payload is at 16 (frame) + 8 (id) + 4 + 3 (label)
     # + 256 (directory table: 64 + 128 + the name "w", rounded up) = 287, 31 mod 64
@@ -83,7 +83,7 @@ def test_the_issue_example_by_hand(api, tmp_path):
     # a label of 36 bytes puts the payload at 16 + 8 + 4 + 36 + 256 = 320 with
     # no head: the file is the framed value alone, as earlier versions wrote it
     v = {"id": 1, "label": "a" * 36, "x": {"w": w}}
-    kiln.save(p, v, T)
+    kiln.save(p, v, T, store_type=False)
     assert p.read_bytes() == kiln.encode(v, T, frame=True)
     assert at(p.read_bytes(), w) == 320
     assert address(kiln.load(p, T)["x"]["w"].numpy()) % 64 == 0
@@ -131,7 +131,7 @@ def test_every_payload_of_the_first_directory_is_aligned(api, tmp_path, shape):
     heads = set()
     for k in range(0, 70, 3):   # prefixes of many lengths: every pad, and none
         t, v, arrays = shape(k)
-        kiln.save(p, v, t)
+        kiln.save(p, v, t, store_type=False)
         data = p.read_bytes()
         framed = kiln.encode(v, t, frame=True)
         assert data == expected_file(framed, at(framed, arrays[0])), k
@@ -167,7 +167,7 @@ def test_later_directories_are_aligned_only_when_the_bytes_between_allow(api, tm
     a, b = rand(10), rand(4)
     t = "struct{x:tensors,y:tensors,}"
     p = tmp_path / "two.kiln"
-    kiln.save(p, {"x": {"a": a}, "y": {"b": b}}, t)
+    kiln.save(p, {"x": {"a": a}, "y": {"b": b}}, t, store_type=False)
     data = p.read_bytes()
     assert at(data, a) % 64 == 0
     # a's 40 bytes end x's block; y's table is 64 + 128 + the name "b", rounded to 256
@@ -186,7 +186,7 @@ def test_later_directories_are_aligned_only_when_the_bytes_between_allow(api, tm
 ])
 def test_values_without_payload_bytes_are_written_as_before(api, tmp_path, t, v):
     p = tmp_path / "plain.kiln"
-    kiln.save(p, v, t)
+    kiln.save(p, v, t, store_type=False)
     assert p.read_bytes() == kiln.encode(v, t, frame=True)
     assert kiln.encode(kiln.load(p, t), t, frame=True) == p.read_bytes()
 
@@ -205,7 +205,7 @@ def test_file_objects_are_aligned_from_where_they_write(api, tmp_path):
     for start in (0, 5, 33, 64):
         buf = io.BytesIO()
         buf.write(b"\xee" * start)
-        kiln.save(buf, v, T)
+        kiln.save(buf, v, T, store_type=False)
         data = buf.getvalue()
         assert at(data, w) % 64 == 0, start
         body = data[start:]
@@ -218,7 +218,7 @@ def test_file_objects_are_aligned_from_where_they_write(api, tmp_path):
     p = tmp_path / "f.bin"
     with open(p, "wb") as f:
         f.write(b"1234567")
-        kiln.save(f, v, T)
+        kiln.save(f, v, T, store_type=False)
     data = p.read_bytes()
     assert at(data, w) % 64 == 0
     with open(p, "rb") as f:
@@ -234,7 +234,7 @@ def test_file_objects_are_aligned_from_where_they_write(api, tmp_path):
             return len(b)
 
     out = Pipe()
-    kiln.save(out, v, T)
+    kiln.save(out, v, T, store_type=False)
     assert b"".join(out.parts) == padded(framed, 25)
 
 
@@ -252,7 +252,7 @@ def test_an_old_file_without_a_head_still_loads(api, tmp_path):
 
 def test_kiln_open_says_it_is_a_saved_value(api, tmp_path):
     p = tmp_path / "rec.kiln"
-    kiln.save(p, {"id": 1, "label": "abc", "x": {"w": rand(10)}}, T)
+    kiln.save(p, {"id": 1, "label": "abc", "x": {"w": rand(10)}}, T, store_type=False)
     with pytest.raises(kiln.KilnError) as e:
         kiln.open(p)
     assert (e.value.code, e.value.offset) == ("FRAME", 0)
@@ -261,7 +261,7 @@ def test_kiln_open_says_it_is_a_saved_value(api, tmp_path):
 
 def test_the_command_line_reads_a_padded_file(api, tmp_path):
     w, v = issue_value()
-    kiln.save(tmp_path / "rec.kiln", v, T)
+    kiln.save(tmp_path / "rec.kiln", v, T, store_type=False)
     data = (tmp_path / "rec.kiln").read_bytes()
     code, out, err = run("inspect", "rec.kiln", "--json", env_impl=api.name, cwd=tmp_path)
     assert code == 0, err
@@ -293,7 +293,7 @@ def _hostile(data):
         d[i] = b
         cases.append((bytes(d), code, off))
 
-    put(4, 2, "FRAME", 4)              # version
+    put(4, 3, "FRAME", 4)              # version (2 is the typed head: tests/test_saved_type.py)
     put(4, 0, "FRAME", 4)
     put(5, 64, "FRAME", 5)             # a pad above 63
     put(5, 255, "FRAME", 5)
@@ -312,7 +312,7 @@ def _hostile(data):
 
 def test_hostile_pad_heads_are_kiln_errors_at_their_byte(api, tmp_path):
     p = tmp_path / "h.kiln"
-    kiln.save(p, issue_value()[1], T)
+    kiln.save(p, issue_value()[1], T, store_type=False)
     data = p.read_bytes()
     for bad, code, off in _hostile(data):
         p.write_bytes(bad)
@@ -357,7 +357,7 @@ def test_a_value_that_does_not_encode_writes_nothing(api, tmp_path):
     with pytest.raises(kiln.EncodeError) as want:
         kiln.encode(bad, T, frame=True)
     with pytest.raises(kiln.EncodeError) as got:
-        kiln.save(p, bad, T)
+        kiln.save(p, bad, T, store_type=False)
     assert (got.value.code, got.value.offset, got.value.path) == \
         (want.value.code, want.value.offset, want.value.path)
     assert not p.exists() and os.listdir(tmp_path) == []

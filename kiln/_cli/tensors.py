@@ -34,6 +34,11 @@ def cmd_inspect(args: Any) -> int:
                     "version": version, "flags": flags, "tensor_count": count,
                     "name_bytes": heap, "payload_bytes": payload, "directory_bytes": dirb},
                     tensors=[row(k, t) for k, t in raw.items()], metadata=f.metadata)
+        elif what == "framed" and _saved(args.file)[1] is not None:   # it stores its type
+            at, text = _saved(args.file)
+            value = kiln.load(args.file)
+            report.update(kind="framed record", type=text, stored_type=True,
+                          value=short(value, at=at))
         elif what == "framed":
             at = _value_at(args.file)   # after kiln.save's pad head, when there is one
             fhead = head(args.file, at + W.FRAME_SIZE)[at:]   # (a short file: what it has)
@@ -59,6 +64,8 @@ def cmd_inspect(args: Any) -> int:
         if report["metadata"] is not None:
             print("metadata: " + dumps(report["metadata"]))
     elif "value" in report:
+        if report.get("stored_type"):
+            print("stored type %s" % report["type"])
         print(dumps(report["value"], indent=1))
     else:
         print("schema hash %s (%s)" % (report["schema_hash"], report["note"]))
@@ -82,11 +89,15 @@ def _frame_read(frame: bytes, at: int) -> None:
                              % (W.FRAME_SIZE, len(frame)))
 
 
+def _saved(path: str) -> Any:
+    """(where a framed file's value starts, the type text it stores or None):
+    after kiln.save's head, type text and pad (checked: KilnError), else 0."""
+    from .._access import saved_head, saved_head_size
+    return saved_head(head(path, saved_head_size(head(path, W.TYPED_SIZE))))
+
+
 def _value_at(path: str) -> int:
-    """Where a framed file's value starts: after kiln.save's pad head and pad
-    (checked: KilnError), else 0."""
-    from .._access import value_start
-    return value_start(head(path, W.PADDED_SIZE + W.DIR_ALIGN))   # the head and any pad
+    return _saved(path)[0]
 
 
 def _inspect_set(args: Any) -> int:
@@ -153,6 +164,10 @@ def cmd_check(args: Any) -> int:
                 f.metadata        # a URL: its metadata fetched and checked too
                 sums = f.checksums
             done = _check_words(len(d), sums is not None)
+        elif what == "framed" and _saved(args.file)[1] is not None:   # it stores its type
+            text = _saved(args.file)[1]
+            kiln.load(args.file)
+            done = "the record decodes in full as %s (the type the file stores)" % text
         elif what == "framed":   # its frame names a type by hash only: the value needs the type
             raise Fail("%s is a framed record (kiln inspect shows its schema hash): kiln check "
                        "needs its type to check the value: pass --type TEXT" % args.file,

@@ -338,12 +338,12 @@ def load(path: Union[PathLike, BinaryIO], type: _ClassOf[T], *, frame: bool = ..
 
 
 @overload
-def load(path: Union[PathLike, BinaryIO], type: Union["Type", str], *, frame: bool = ...,
-         copy: bool = ..., trusted: bool = ..., max_count: int = ..., max_bytes: int = ...,
-         max_copy_bytes: Optional[int] = ...) -> Any: ...
+def load(path: Union[PathLike, BinaryIO], type: Union["Type", str, None] = ..., *,
+         frame: bool = ..., copy: bool = ..., trusted: bool = ..., max_count: int = ...,
+         max_bytes: int = ..., max_copy_bytes: Optional[int] = ...) -> Any: ...
 
 
-def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
+def load(path: Any, type: Any = None, *, frame: bool = True, copy: bool = False,
          **options: Any) -> Any:
     """Decode the file at ``path`` as one value of ``type`` (framed by default).
 
@@ -355,7 +355,9 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
     Args:
         path: a file path or a binary file object.
         type: as for :func:`kiln.decode`; with a class the result is an
-            instance of it, and type checkers know it.
+            instance of it, and type checkers know it.  None: the type text
+            :func:`kiln.save` stored in the file (``TypeError`` for a file
+            that stores none).
         frame: the file starts with a frame (as :func:`kiln.save` writes).
         copy, options: as for :func:`kiln.decode`.  ``max_count`` and
             ``max_bytes`` left unset grow to the file's size, so what
@@ -376,11 +378,20 @@ def load(path: Any, type: Any, *, frame: bool = True, copy: bool = False,
     src = source(path)   # resolved once
     mm = map_file(src)
     try:
+        # a pad head before the frame (kiln.save's, spec section 13), maybe with the
+        # type text: the value after it, with error offsets made the file's
+        try:
+            start, stored = _padded.saved_head(mm) if frame else (0, None)
+        except KilnError as e:
+            raise name_fault(e, src.name)
+        if type is None:
+            if stored is None:
+                raise TypeError("%s stores no type (written with store_type=False, by an "
+                                "older kiln, or not by kiln.save): pass the type"
+                                % src.name)
+            type = stored
         # caps the caller left unset grow to the file's size (_api._file_caps)
         options = _api._file_caps(len(mm), type, options)
-        # a pad head before the frame (kiln.save's, spec section 13): the value
-        # after it, with error offsets made the file's
-        start = _padded.value_start(mm) if frame else 0
         buf = memoryview(mm)[start:] if start else mm
         try:
             return _api.decode(buf, type, frame=frame, copy=copy, **options)

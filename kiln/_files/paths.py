@@ -12,6 +12,8 @@ import os
 import struct
 from typing import Any, Optional, Tuple
 
+from .._wire import DIR_MAGIC, RECORDS_MAGIC
+
 
 def is_url(path: Any) -> bool:
     """True for a string naming an fsspec URL other than a plain local path
@@ -175,14 +177,14 @@ _READS = {
 }
 # Kiln's own kinds, where another reader was asked
 _KILN = {
-    b"KLNR": "this is a Kiln record file, not a tensor file: read it with kiln.RecordFile "
+    RECORDS_MAGIC: "this is a Kiln record file, not a tensor file: read it with kiln.RecordFile "
              "or kiln inspect",
-    b"KLNT": "this is a Kiln tensor file: read it with kiln.open, kiln.load_tensors or "
+    DIR_MAGIC: "this is a Kiln tensor file: read it with kiln.open, kiln.load_tensors or "
              "kiln inspect",
 }
 
 
-def foreign_hint(head: bytes, own: bytes = b"KLNT") -> Optional[str]:
+def foreign_hint(head: bytes, own: bytes = DIR_MAGIC) -> Optional[str]:
     """A sentence naming the format and what reads or converts it, or None (an
     unknown one, or the asking reader's ``own`` magic: a tensor reader's
     ``KLNT`` by default).  Kiln's record and tensor files get one too, for

@@ -163,8 +163,20 @@ def save_records(path: PathLike, records: list, metadata: Optional[Dict[str, Any
             _check_file(out)   # never commit what a reader would refuse
 
 
-def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
-         round_floats: bool = False) -> None:
+def _type_of(value: Any) -> Any:
+    """The type of a value whose class says it (dataclass, NamedTuple, Record)."""
+    import dataclasses
+    cls = value.__class__
+    if (dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+            or hasattr(cls, "__kiln_fields__")):
+        from .._types import as_type
+        return as_type(cls)
+    raise TypeError("kiln.save needs a type for a %s value (only a dataclass, NamedTuple or "
+                    "kiln.Record instance carries one): pass type=" % cls.__name__)
+
+
+def save(path: PathLike, value: Any, type: Any = None, *, frame: bool = True,
+         round_floats: bool = False, store_type: bool = True) -> None:
     """Encode ``value`` as ``type`` (framed by default) into ``path``, atomically.
 
     Tensor payloads are 64-byte aligned in the file: when the value's first
@@ -178,11 +190,21 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
     of the same value (a second field, a list of them) are aligned when the
     bytes between happen to be a multiple of 64 (Frozen has no padding).
 
+    The value's type text is stored in the head (version 2 of the pad head,
+    spec/kiln-v2.md section 13), so :func:`kiln.load` needs no type and
+    ``kiln inspect``/``check`` decode the value; ``store_type=False``
+    writes the file as before (a head only where the alignment needs one),
+    which kiln versions before the type head also read.
+
     Args:
         path: a file path, or a binary file object (written in place, aligned
             to the file's offsets from its current position when ``tell``
             works, else from the first byte written).
-        value, type, round_floats: as for :func:`kiln.encode`.
+        value, round_floats: as for :func:`kiln.encode`.
+        type: as for :func:`kiln.encode`; None takes it from the value's
+            class (a dataclass, ``NamedTuple`` or :class:`kiln.Record`
+            with annotations).
+        store_type: store the type text (framed values only).
         frame: prefix the frame with the schema hash (the default here, so
             :func:`kiln.load` can check the file holds this type);
             ``frame=False`` writes the bare value, with no pad head (so no
@@ -198,11 +220,13 @@ def save(path: PathLike, value: Any, type: Any, *, frame: bool = True,
         >>> kiln.load("rec.kiln", "struct{id:i64,}")
         {'id': 7}
     """
+    if type is None:
+        type = _type_of(value)
     if not frame:   # a bare value: no frame, so no place for a pad head
         head, data = b"", _api.encode(value, type, frame=False, round_floats=round_floats)
-    else:   # a pad head when the first directory with payload bytes needs one
+    else:   # the type head, or a pad head when the first directory with payload bytes needs one
         at = _position(path) if hasattr(path, "write") else 0
-        head, data = _padded.encode(value, type, round_floats, at)
+        head, data = _padded.encode(value, type, round_floats, at, bool(store_type))
     if hasattr(path, "write"):
         if head:
             path.write(head)
