@@ -87,18 +87,21 @@ def gen_records(g):
             for i in range(40 + g % 5)]
 
 
-def gen_of(name, arr, lo=0):
-    """The generation whose tensor ``name`` (rows ``lo:``) is ``arr``, or None."""
+def gen_of(name, arr, lo=None):
+    """The generation whose tensor ``name`` is ``arr`` (the whole tensor; with
+    ``lo``, rows from ``lo`` on), or None."""
     import numpy as np
     arr = np.asarray(arr)
+    whole = lo is None
+    lo = lo or 0
     if name == "a" and arr.dtype == np.int64 and arr.ndim == 1 and arr.size:
         d = arr - np.arange(lo, lo + arr.size, dtype=np.int64)
         g, r = divmod(int(d[0]), 10 ** 6)
-        ok = r == 0 and (d == d[0]).all() and (lo or arr.size == _A)
-    elif name == "b" and arr.dtype == np.float64 and arr.size and (lo or arr.size == _B):
+        ok = r == 0 and (d == d[0]).all() and (arr.size == _A or not whole)
+    elif name == "b" and arr.dtype == np.float64 and arr.size and (arr.size == _B or not whole):
         g = int(arr[0] - 0.5)
         ok = (arr == g + 0.5).all()
-    elif name == "flag" and arr.dtype == np.bool_ and arr.size == _FLAG and not lo:
+    elif name == "flag" and arr.dtype == np.bool_ and arr.size == _FLAG and whole:
         g = sum(int(arr[i]) << i for i in range(20))
         ok = (arr == np.resize(arr[:20], _FLAG)).all()
     elif name in ("tie.w", "tie.v") and arr.dtype == np.float32 and arr.size == _TIE:
@@ -220,7 +223,7 @@ class _Reader:
         items = got.items() if isinstance(got, dict) else got
         gens = set()
         for item in items:
-            name, lo, arr = item if len(item) == 3 else (item[0], 0, item[1])
+            name, lo, arr = item if len(item) == 3 else (item[0], None, item[1])
             gens.add(gen_of(name, arr, lo))
         if len(gens) != 1 or None in gens:
             raise Wrong("%s: generations %s (None: a value of no generation)"
