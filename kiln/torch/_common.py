@@ -1,12 +1,12 @@
 """What kiln.torch's modules share: torch imported on first use, the dtype
 table, the reserved metadata key and the errors of ``load_model``."""
 
-from typing import Any, Callable, List, NamedTuple, Tuple, TypeVar, Union
+from typing import Any, Callable, Collection, List, NamedTuple, Sequence, Tuple, TypeVar, Union
 import functools
 import os
 
 __all__ = ["ALIASES_KEY", "PathLike", "IncompatibleKeys", "LoadError", "torch_module",
-           "TORCH_DTYPES", "dtype_of", "check_path", "torch_shape", "torch_view", "safetensors_names"]
+           "TORCH_DTYPES", "dtype_of", "check_path", "torch_shape", "torch_view", "safetensors_names", "untied_notes"]
 
 ALIASES_KEY = "__kiln_torch_aliases__"
 PathLike = Union[str, "os.PathLike[str]"]
@@ -44,7 +44,7 @@ class LoadError(RuntimeError):
     """
 
     def __init__(self, model: str, missing_keys: List[str], unexpected_keys: List[str],
-                 mismatched: List[Tuple[str, str]]) -> None:
+                 mismatched: List[Tuple[str, str]], notes: Sequence[str] = ()) -> None:
         self.missing_keys = missing_keys
         self.unexpected_keys = unexpected_keys
         self.mismatched = mismatched
@@ -54,6 +54,7 @@ class LoadError(RuntimeError):
         if unexpected_keys:
             lines.append("Unexpected key(s) in state_dict: %s." % _quoted(unexpected_keys))
         lines.extend(what + "." for _, what in mismatched)
+        lines.extend(notes)
         RuntimeError.__init__(self, "\n\t".join(lines))
 
 
@@ -129,3 +130,29 @@ def safetensors_names(**names: str) -> Callable[[_F], _F]:
             return fn(*args, **kw)
         return call  # type: ignore[return-value]
     return wrap
+
+
+def untied_notes(model: Any, missing: Sequence[str], held: Collection[str]) -> List[str]:
+    """A line for each missing name that the model declares tied to a name
+    the file holds (transformers' ``all_tied_weights_keys`` or
+    ``_tied_weights_keys``, tied name -> source) but has not tied yet (two
+    separate parameters, as a model built under accelerate's
+    ``init_empty_weights`` has until ``tie_weights()``)."""
+    tied = getattr(model, "all_tied_weights_keys", None) or \
+        getattr(model, "_tied_weights_keys", None)
+    if not isinstance(tied, dict):
+        return []
+    out = []
+    for name in missing:
+        src = tied.get(name)
+        if not isinstance(src, str) or src not in held:
+            continue
+        try:
+            if model.get_parameter(name) is model.get_parameter(src):
+                continue
+        except AttributeError:
+            continue
+        out.append("%s is tied to %s in the model (which the file holds), but the model has "
+                   "not tied them yet: call model.tie_weights() before loading (a model built "
+                   "under init_empty_weights is untied until then)" % (name, src))
+    return out

@@ -10,7 +10,7 @@ from kiln._access import alias_fault, dtype_label, file_offset, table
 from . import _pipeline
 from ._common import (ALIASES_KEY, IncompatibleKeys, LoadError, PathLike, check_path,
                       dtype_of as _dtype_of, torch_module as _torch, torch_shape,
-                      torch_view)
+                      torch_view, untied_notes)
 
 if TYPE_CHECKING:
     import torch
@@ -385,7 +385,9 @@ def _load_model(model: Any, f: Any, strict: bool, device: Any, assign: bool, pro
         plan = _check_model(torch, entries, sd, extra, aliases, assign, strict)
         if plan.mismatched or (strict and (plan.missing or plan.unexpected)):
             raise LoadError(type(model).__name__, plan.missing if strict else [],
-                            plan.unexpected if strict else [], plan.mismatched)
+                            plan.unexpected if strict else [], plan.mismatched,
+                            untied_notes(model, plan.missing, set(entries) | set(aliases))
+                            if strict else ())
         items = []
         for names, stored, dt, target in plan.loads:
             e = entries[stored]
