@@ -40,6 +40,7 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, parse_size,
                                  read_index, strict_json)
     from ._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault, same_memory_key
+    from ._files.checksum import crc32_combine
 
 # the writers' and the sets' names, {name: module}, imported on first use (PEP 562)
 _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
@@ -50,7 +51,8 @@ _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
                                                  "parse_index", "read_index", "strict_json",
                                                  "parse_size")},
           **{name: "._files.tied" for name in ("SET_ALIASES_KEY", "FILE_ALIASES_KEY",
-                                              "alias_fault", "same_memory_key")}}
+                                              "alias_fault", "same_memory_key")},
+          "crc32_combine": "._files.checksum"}
 
 
 def __getattr__(name: str) -> Any:
@@ -59,7 +61,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["bytes_path", "AtomicFile", "read_exactly", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",
-           "version", "held_descriptor", "remote_range", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
+           "version", "held_descriptor", "remote_range", "kernel_crc32", "crc32_combine", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
            "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made", "metadata_blob",
            "metadata_of_blob", "strict_json", "value_start", "saved_head", "saved_head_size", "parse_size",
@@ -116,6 +118,14 @@ def remote_range(f: Any, start: int, end: int, what: str) -> bytes:
     if f._head and f._base <= start and end <= have:
         return bytes(f._head[start - f._base:end - f._base])
     return f._src.read(start, end, what)
+
+
+def kernel_crc32(data: Any, value: int = 0) -> int:
+    """zlib's CRC-32 of the bytes of ``data``, continued from ``value``, by the
+    kernels in use (the compiled one with carry-less multiplication; both let
+    other threads run while they sum a large buffer)."""
+    from . import _compat
+    return _compat.kernels.crc32(data, value) & 0xFFFFFFFF
 
 
 def version(f: Any) -> Any:

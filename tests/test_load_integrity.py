@@ -30,7 +30,7 @@ import kiln
 torch = pytest.importorskip("torch", reason="torch is not installed: kiln.torch is tested "
                                             "where it is")
 import kiln.torch as kt  # noqa: E402
-from kiln.torch import _load as L, _pipeline as P  # noqa: E402
+from kiln.torch import _load as L, _pipeline as P, _sources as S  # noqa: E402
 from kiln.torch._save import shared_names  # noqa: E402
 
 from _util import ROOT  # noqa: E402
@@ -272,7 +272,7 @@ def test_a_capped_copy_under_a_truncating_process_is_an_error_never_sigbus(api, 
 # --- item 7: the planner ---------------------------------------------------------------
 
 def test_a_gap_before_a_chunk_boundary_makes_no_negative_piece(api):
-    src = P._Memory(bytes(2048), "<test>")
+    src = S.Memory(bytes(2048), "<test>")
     items = [P.Item("a", src, 0, 960, None, torch.uint8, (960,), None),
              P.Item("b", src, 1088, 100, None, torch.uint8, (100,), None)]   # gap of 128
     chunks = P.plan(items, [False, False], 1024)
@@ -306,7 +306,7 @@ def _check_plan(items, in_place, chunk_bytes, chunks):
 def test_the_planner_covers_every_loaded_byte_once_in_random_layouts(api):
     rng = random.Random(56)
     for _ in range(300):
-        srcs = [P._Memory(b"", "f%d" % k) for k in range(rng.randint(1, 3))]
+        srcs = [S.Memory(b"", "f%d" % k) for k in range(rng.randint(1, 3))]
         items, in_place = [], []
         for src in srcs:
             at = rng.choice([0, 64, rng.randint(0, 5000)])
@@ -537,7 +537,7 @@ def test_a_refused_odirect_descriptor_stays_open_until_the_file_closes(api, odir
     path = odirect_folder / "m.kiln"
     kiln.save_tensors(path, {"w": np.arange(5000, dtype=np.float32)})
     with kiln.open(path) as f:
-        src = P.file_bytes(f)
+        src = S.file_bytes(f)
     fd = src.odirect_fd()
     assert fd >= 0
     import mmap

@@ -20,7 +20,7 @@ import kiln
 torch = pytest.importorskip("torch", reason="torch is not installed: kiln.torch is tested "
                                             "where it is")
 import kiln.torch as kt  # noqa: E402
-from kiln.torch import _pipeline as P  # noqa: E402
+from kiln.torch import _pipeline as P, _sources as S  # noqa: E402
 from kiln._access import file_offset, table  # noqa: E402
 
 
@@ -38,7 +38,7 @@ def _items(path, targets=None):
     """The pipeline's items for every tensor of the file at ``path``."""
     out = []
     with kiln.open(path) as f:
-        src = P.file_bytes(f)
+        src = S.file_bytes(f)
         _OPEN.append(src)
         sums = f.checksums
         for i, (name, t) in enumerate(table(f).items()):

@@ -292,32 +292,32 @@ def _row_lengths(f: Any) -> List[int]:
 
 def _read_whole(f: Any, prog: Optional[Progress]) -> Any:
     """The whole of open file ``f`` in an array this process owns, read with
-    pread through a duplicate of its descriptor (from the bytes of a file
-    object without one), a step at a time; ``EOF`` where it now ends first."""
+    pread through its descriptor (held for the read), a step at a time, or
+    copied from the bytes of a file object without one; ``EOF`` where the
+    file now ends first."""
     import numpy as np
-    from .._access import held_descriptor
     from .._pread import read_exactly
     from .progress import STEP
-    kind, got = held_descriptor(f)
-    size = len(f._mm) if kind == "fd" else len(got)
+    shared = f._fd
+    data = f._mm
+    size = len(data)
     out = np.empty(size, np.uint8)
     view = memoryview(out)
     if prog is not None:
         prog.start(size)
     try:
-        if kind == "bytes":
-            view[:] = memoryview(got).cast("B")
+        if shared is None:
+            view[:] = memoryview(data).cast("B")
             if prog is not None:
                 prog.add(size)
         else:
-            for at in range(0, size, STEP):
-                n = min(STEP, size - at)
-                read_exactly(got, view[at:at + n], at, f.path, "the file")
-                if prog is not None:
-                    prog.add(n)
+            with shared.held(f.path) as fd:
+                for at in range(0, size, STEP):
+                    n = min(STEP, size - at)
+                    read_exactly(fd, view[at:at + n], at, f.path, "the file")
+                    if prog is not None:
+                        prog.add(n)
     finally:
-        if kind == "fd":
-            os.close(got)
         view.release()
     out.flags.writeable = False
     return out

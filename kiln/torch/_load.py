@@ -296,12 +296,12 @@ def _check_model(torch: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
     return plan
 
 
-def _put(model: Any, name: str, value: Any) -> None:
+def _put(torch: Any, model: Any, name: str, value: Any) -> None:
     """Set parameter or buffer ``name`` of ``model`` to ``value`` (one lookup
-    of the module's own parameters by name: linear in the names loaded)."""
+    of the name in its module: linear in the names loaded)."""
     owner, _, attr = name.rpartition(".")
     module = model.get_submodule(owner) if owner else model
-    if attr in module._parameters:
+    if isinstance(getattr(module, attr, None), torch.nn.Parameter):
         module.register_parameter(attr, value)
     else:
         module.register_buffer(attr, value)
@@ -424,7 +424,7 @@ def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress:
         for dev, ks in groups.items():   # checked, none visible yet
             ks = [k for k in ks if k in flags]
             if ks:
-                loaded = _pipeline.load([items[k]._replace(target=None) for k in ks], dev,
+                loaded = _pipeline.load([items[k].untargeted() for k in ks], dev,
                                         direct_io=direct_io)
                 for k, t in zip(ks, loaded):
                     made[k] = t
@@ -445,4 +445,4 @@ def _assign(torch: Any, model: Any, plan: _Plan, made: List[Any]) -> None:
         if isinstance(target, torch.nn.Parameter):
             t = torch.nn.Parameter(t, requires_grad=target.requires_grad)
         for name in names:
-            _put(model, name, t)
+            _put(torch, model, name, t)

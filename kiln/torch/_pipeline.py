@@ -48,13 +48,14 @@ import ctypes
 import errno
 import os
 import threading
-import zlib
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from kiln import KilnError
-from kiln._access import read_exactly as _read_exact
+from kiln._access import (crc32_combine as _crc32_combine, kernel_crc32,
+                          read_exactly as _read_exact)
 
 from ._common import torch_module
+from ._sources import FileBytes, file_bytes
 
 __all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "CHUNK_BYTES", "SLOTS",
            "THREADS", "SMALL"]
@@ -70,131 +71,6 @@ _ALIGN = 4096            # O_DIRECT: offsets, lengths and addresses on this boun
 _memmove = ctypes.memmove
 
 
-# --- where the bytes come from ---------------------------------------------------
-
-class FileBytes:
-    """The bytes of one open file, as the loader reads them: ``read(view, at,
-    what)`` fills ``view`` from byte ``at`` or raises ``KilnError`` ``EOF``
-    (the file ends first: it changed under the reader).  ``name`` is what
-    messages call the file.  Made by :func:`file_bytes`; closed by whoever
-    made it, after the load."""
-
-    name = ""
-
-    def read(self, view: memoryview, at: int, what: str) -> None:
-        raise NotImplementedError
-
-    def odirect_fd(self) -> int:
-        """A descriptor of the same file opened with O_DIRECT, or -1."""
-        return -1
-
-    def refuse_odirect(self) -> None:
-        """The file system refused an O_DIRECT read after all: buffered from now on."""
-
-    def close(self) -> None:
-        pass
-
-
-class _Descriptor(FileBytes):
-    """A local file: a descriptor the load owns (a duplicate of the open
-    file's), read with ``pread``; its O_DIRECT twin opened on first use."""
-
-    def __init__(self, fd: int, name: str) -> None:
-        self.fd, self.name = fd, name
-        self._odirect: Optional[int] = None   # None: not tried yet; -1: none, or refused
-        self._refused: List[int] = []         # O_DIRECT descriptors closed with the file
-        self._lock = threading.Lock()
-
-    def read(self, view: memoryview, at: int, what: str) -> None:
-        _read_exact(self.fd, view, at, self.name, what)
-
-    def odirect_fd(self) -> int:
-        with self._lock:
-            if self._odirect is None:
-                self._odirect = _reopen_odirect(self.fd)
-            return self._odirect
-
-    def refuse_odirect(self) -> None:
-        # the O_DIRECT descriptor stays open: another reader thread may be in a
-        # read on it now; it is closed with the file, after the readers joined
-        with self._lock:
-            if self._odirect is not None and self._odirect >= 0:
-                self._refused.append(self._odirect)
-            self._odirect = -1
-
-    def close(self) -> None:
-        with self._lock:
-            fds = [self.fd, self._odirect] + self._refused
-            self.fd, self._odirect, self._refused = -1, -1, []
-        for fd in fds:
-            if fd is not None and fd >= 0:
-                os.close(fd)
-
-
-def _reopen_odirect(fd: int) -> int:
-    """The file of ``fd`` opened again with O_DIRECT through ``/proc/self/fd``
-    (the same open file, never its name: a file renamed over it meanwhile is
-    not read), checked to be the same file; -1 where that cannot be done."""
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
-        return -1
-    try:
-        d = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return -1
-    a, b = os.fstat(d), os.fstat(fd)
-    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):   # pragma: no cover (not Linux's procfs)
-        os.close(d)
-        return -1
-    return d
-
-
-class _Memory(FileBytes):
-    """A file object without a descriptor: the bytes ``kiln.open`` read from it."""
-
-    def __init__(self, data: Any, name: str) -> None:
-        self.data, self.name = memoryview(data).cast("B"), name
-
-    def read(self, view: memoryview, at: int, what: str) -> None:
-        n = len(view)
-        if at + n > len(self.data):
-            end = max(min(at, len(self.data)), 0)
-            raise KilnError("EOF", end, "%s: the file ends at byte %d, before the end of %s"
-                            % (self.name, len(self.data), what))
-        view[:] = self.data[at:at + n]
-
-    def close(self) -> None:
-        self.data = memoryview(b"")
-
-
-class _Remote(FileBytes):
-    """A remote file: ranges fetched through its reader, of the version seen
-    when it was opened (``RemoteFileChanged`` otherwise)."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.name = f, f.path
-
-    def read(self, view: memoryview, at: int, what: str) -> None:
-        from kiln._access import remote_range
-        view[:] = remote_range(self.f, at, at + len(view), what)
-
-
-def file_bytes(f: Any) -> FileBytes:
-    """The bytes of ``f``, a :class:`kiln.KilnFile` or :class:`kiln.remote.RemoteFile`
-    open now, for the loader: its descriptor duplicated (the load's own,
-    closed by :meth:`FileBytes.close`), the bytes of a file object without
-    one, or its remote reader."""
-    from kiln._access import held_descriptor
-    got = held_descriptor(f)
-    if got is not None:
-        kind, value = got
-        if kind == "fd":
-            return _Descriptor(value, f.path)
-        if kind == "bytes":
-            return _Memory(value, f.path)
-    return _Remote(f)
-
-
 # --- the plan ----------------------------------------------------------------------
 
 class Item(NamedTuple):
@@ -208,6 +84,10 @@ class Item(NamedTuple):
     dtype: Any          # the torch dtype of the result
     shape: Tuple[int, ...]
     target: Any         # a tensor to fill in place, or None: a new one on the device
+
+    def untargeted(self) -> "Item":
+        """This item with no target: read into a new tensor."""
+        return self._replace(target=None)
 
 
 class Piece(NamedTuple):
@@ -319,7 +199,9 @@ class _Run:
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         if self.stream is not None:   # targets the model's own work may still be writing
             self.stream.wait_stream(torch.cuda.current_stream(device))
-        self.ready: Dict[int, Optional[int]] = {}   # chunk index -> slot (None: in place)
+        # chunk index -> (its slot, None in place; the CRC-32 of each of its pieces)
+        self.ready: Dict[int, Tuple[Optional[int], List[int]]] = {}
+        self.crc32: Callable[[Any], int] = kernel_crc32   # compiled: carry-less multiply
         self.cv = threading.Condition()
         self.error: Optional[BaseException] = None
         self.next = 0
@@ -344,18 +226,31 @@ class _Run:
                     if not (self.odirect and self.read_odirect(s, c, what)):
                         s.shift = 0
                         c.src.read(memoryview(s.host.numpy())[:c.size], c.start, what)
+                    sums = self.piece_crcs(c, memoryview(s.host.numpy())[s.shift:])
                 else:
                     p = c.pieces[0]
                     self.written.add(p.item)
-                    c.src.read(self.dest(p.item)[p.at:p.at + p.n], c.start, what)
+                    got = self.dest(p.item)[p.at:p.at + p.n]
+                    c.src.read(got, c.start, what)
+                    sums = self.piece_crcs(c, got)
                 with self.cv:
-                    self.ready[j] = slot
+                    self.ready[j] = (slot, sums)
                     self.cv.notify_all()
         except BaseException as e:   # handed to the consumer, which raises it
             with self.cv:
                 if self.error is None:
                     self.error = e
                 self.cv.notify_all()
+
+    def piece_crcs(self, c: Chunk, raw: memoryview) -> List[int]:
+        """The CRC-32 of each piece of chunk ``c`` (its bytes in ``raw``, at
+        each piece's ``where``) whose payload has one recorded, else 0;
+        computed here, in the reader thread, with the kernel's CRC-32 (which
+        lets other threads run meanwhile), so that checksums cost the
+        consumer nothing but a combine for a payload cut across chunks."""
+        items, crc = self.items, self.crc32
+        return [crc(raw[p.where:p.where + p.n]) if items[p.item].crc is not None else 0
+                for p in c.pieces]
 
     def read_odirect(self, s: _Slot, c: Chunk, what: str) -> bool:
         """Chunk ``c`` into slot ``s`` with O_DIRECT: whole aligned blocks read
@@ -424,27 +319,22 @@ class _Run:
                     self.cv.wait(0.1)
                 if self.error is not None:
                     raise self.error
-                slot = self.ready.pop(j)
-            if slot is None:
-                p = c.pieces[0]
+                slot, sums = self.ready.pop(j)
+            for p, x in zip(c.pieces, sums):   # the readers' CRCs, joined in file order
                 if self.items[p.item].crc is not None:
-                    crcs[p.item] = zlib.crc32(self.dest(p.item)[p.at:p.at + p.n], crcs[p.item])
-            else:
-                self.copy_out(c, slot, crcs)
+                    crcs[p.item] = x if p.at == 0 else _crc32_combine(crcs[p.item], x, p.n)
+            if slot is not None:
+                self.copy_out(c, slot)
             self.checks(c, crcs)
             if self.progress is not None:
                 self.progress(c.size)
         if self.stream is not None:
             self.stream.synchronize()
 
-    def copy_out(self, c: Chunk, slot: int, crcs: List[int]) -> None:
+    def copy_out(self, c: Chunk, slot: int) -> None:
         torch = self.torch
         s = self.slots[slot]
         host = s.host[s.shift:]
-        raw = memoryview(host.numpy())
-        for p in c.pieces:
-            if self.items[p.item].crc is not None:
-                crcs[p.item] = zlib.crc32(raw[p.where:p.where + p.n], crcs[p.item])
         self.written.update(p.item for p in c.pieces)
         if not self.cuda:   # host memory (or host memory standing in for the device):
             # each piece copied with memmove into its contiguous destination
@@ -600,7 +490,7 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
                                      chunk_bytes)))
         if prog is not None:
             prog.start(sum(c.size for _, chunks in plans for c in chunks))
-        shown = [it._replace(target=None) if i in late else it   # (late: not yet visible)
+        shown = [it.untargeted() if i in late else it   # (late: not yet visible)
                  for i, it in enumerate(items)]
         for part, chunks in plans:
             sub_items = [shown[i] for i in part]
