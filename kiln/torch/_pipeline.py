@@ -34,8 +34,10 @@ chunks read with O_DIRECT through a second descriptor of the same open file
 descriptor is closed with the load, never while a reader may hold it.
 
 The bytes of each payload are summed (CRC-32) on the host buffer they were
-read into, in file order, as its copies are issued (no second read); a
-mismatch is ``CHECKSUM`` naming the tensor.  A file that ends before a payload
+read into, by the reader thread that read them (the kernels' CRC-32, which
+lets other threads run meanwhile; no second read), and the consumer joins
+the sums of a payload cut across chunks with ``crc32_combine``; a mismatch is
+``CHECKSUM`` naming the tensor.  A file that ends before a payload
 does (truncated under the load) is ``EOF`` naming the file and the offset.
 Bool payloads are read into tensors of their own and checked before any
 target is written.  Whatever fails (a read, a check, a KeyboardInterrupt from
