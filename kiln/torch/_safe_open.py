@@ -18,7 +18,7 @@ import kiln
 from kiln import KilnError
 from kiln._access import alias_fault, dtype_label, file_offset, table
 
-from . import _pipeline
+from ._sources import FileBytes, file_bytes
 from ._common import ALIASES_KEY, PathLike, check_path, dtype_of, torch_module, torch_shape
 
 __all__ = ["safe_open", "SafeSlice"]
@@ -78,7 +78,7 @@ class safe_open:
 
     def __init__(self, filename: PathLike, framework: str, device: Any = "cpu") -> None:
         self._f: Any = None
-        self._src: Optional[_pipeline.FileBytes] = None
+        self._src: Optional[FileBytes] = None
         if framework not in _FRAMEWORKS:
             raise ValueError("kiln.torch.safe_open reads torch tensors (framework='pt'), not "
                              "%r (for numpy arrays use kiln.open)" % (framework,))
@@ -100,7 +100,7 @@ class safe_open:
             self._aliases: Dict[str, str] = aliases
             self._meta = None if meta is None else \
                 {k: v for k, v in meta.items() if k != ALIASES_KEY} or None
-            self._src = _pipeline.file_bytes(f)
+            self._src = file_bytes(f)
         except BaseException:
             f.close()
             raise
