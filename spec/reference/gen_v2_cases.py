@@ -433,6 +433,11 @@ def directory_names():
          directory([T(F32, [1], one, name_off=0)]), "TYPE", D0 + 4)
     case("kpy-v2-flag-with-unnamed", "tensors",
          directory([T(F32, [1], one, name=b"a"), T(F32, [1], one)]), "TYPE", D1 + 4)
+    # step 8(b)'s flag pass runs over every descriptor before the walk: the
+    # empty name of descriptor 1 is the fault, not descriptor 0's slice
+    case("kpy-v2-flag-pass-before-walk", "tensors",
+         directory([T(F32, [1], one, name=b"a", name_off=1),
+                    T(F32, [1], one, name=b"b", name_len=0)]), "TYPE", D1 + 4)
     case("kpy-v2-name-reordered", "tensors",
          directory([T(F32, [1], one, name=b"a", name_off=2),
                     T(F32, [1], one, name=b"bc", name_off=0)], heap=b"bca"), "TYPE", D0 + 4)
