@@ -292,6 +292,60 @@ def test_the_writer_copies_payloads_file_to_file(api, tmp_path, monkeypatch, in_
     w.discard()
 
 
+def test_many_payloads_copied_at_once_are_the_bytes_each_copy_would_write(api, tmp_path,
+                                                                          monkeypatch):
+    """write_from_many: runs of small plain payloads in one read and one write,
+    the rest as write_from; the file equals the one-shot encoder's (the oracle),
+    and the run is really one write (counted)."""
+    from kiln._files import atomic
+    rng = np.random.default_rng(5)
+    names = ["t%03d" % i for i in range(32)]   # declared in sorted order, as the encoder's
+    values = {k: rng.standard_normal(int(rng.integers(1, 40))).astype(np.float32)
+              for k in names}
+    values["t012"] = rng.standard_normal(20000).astype(np.float32)   # > 64 KiB: its own copy
+    values["t021"] = np.array([True, False, True])                    # bool: write_from's check
+    small = names[:12]
+    blob, offsets = b"", {}
+    for k in names:                                                # the source, 8-byte padded
+        offsets[k] = len(blob)
+        raw = values[k].tobytes()
+        blob += raw + bytes(-len(raw) % 8)
+    src = tmp_path / "src.bin"
+    src.write_bytes(blob)
+    writes = []
+    real = atomic.AtomicFile.pwrite
+    monkeypatch.setattr(atomic.AtomicFile, "pwrite",
+                        lambda self, data, at: (writes.append(len(data)), real(self, data, at)))
+    p = tmp_path / "m.kiln"
+    with kiln.TensorWriter(p) as w:
+        for k in names:
+            w.add(k, "bool" if k == "t021" else "f32", values[k].shape)
+        w.write_from_many([(k, offsets[k]) for k in names], src)
+    with open(p, "rb") as fh:
+        assert fh.read() == kiln.encode_tensors({k: values[k] for k in names})
+    # the head, one write for each run of small payloads (12, 8 and 10 of them) and
+    # the bool's checked copy (3 bytes); the big payload goes file to file (copy_in)
+    assert len(writes) == 5 and writes[3] == 3, writes
+    # a source that ends inside a run: ValueError naming the tensor; nothing left behind
+    short = tmp_path / "short.bin"
+    short.write_bytes(blob[:offsets["t005"] + 3])
+    with pytest.raises(ValueError, match="'t005'.*ended"):
+        with kiln.TensorWriter(tmp_path / "n.kiln") as w:
+            for k in small:
+                w.add(k, "f32", values[k].shape)
+            w.write_from_many([(k, offsets[k]) for k in small], short)
+    assert not (tmp_path / "n.kiln").exists()
+    w = kiln.TensorWriter(tmp_path / "x.kiln")
+    w.add("a", "f32", (1,))
+    w.add("b", "f32", (1,))
+    w.write_from_many([("a", 0)], src)
+    with pytest.raises(ValueError, match="written already"):
+        w.write_from_many([("b", 4), ("a", 0)], src)
+    with pytest.raises(KeyError):
+        w.write_from_many([("nope", 0)], src)
+    w.discard()
+
+
 @pytest.mark.parametrize("in_kernel", [True, False])
 def test_the_writer_copies_row_blocks_file_to_file(api, tmp_path, monkeypatch, in_kernel):
     import threading

@@ -2,8 +2,8 @@
 plain byte ranges (safetensors, GGUF): the source is opened and mapped once,
 its table read and checked from the mapping by the converter's reader, then
 every tensor declared and its bytes copied file to file
-(``TensorWriter.write_from``), bool payloads checked at their source offset
-first."""
+(``TensorWriter.write_from_many``), bool payloads checked at their source
+offset first."""
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -42,7 +42,8 @@ def copy_tensors(src: str, dst: str, read: Reader, checksum: bool, progress: Any
                 for e in entries:
                     if e.dtype == "bool":
                         check_bools(src, source.fileno(), e.offset, e.nbytes)
-                    w.write_from(e.name, source, e.offset)   # file to file, not through memory
+                # file to file (runs of small payloads: one read and one write a run)
+                w.write_from_many([(e.name, e.offset) for e in entries], source)
             return len(entries)
         finally:
             try:
