@@ -96,3 +96,13 @@ def test_an_empty_folder_is_one_answer(api, tmp_path):
         answers.append((type(e.value), str(e.value)))
     assert answers[0] == answers[1]
     assert answers[0][0] is IsADirectoryError and "holding no" in answers[0][1]
+
+
+def test_convert_names_the_member_kiln_cannot_hold_once(api, tmp_path):
+    np.savez(str(tmp_path / "meta.npz"), **{"__metadata__": np.ones(2)})
+    r = _cli(api, "convert", "meta.npz", "meta.kiln", cwd=str(tmp_path))
+    assert r.returncode == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("kiln convert: meta.npz: TYPE at byte 0: member '__metadata__'"), line
+    assert line.count(" at byte ") == 1 and "($)" not in line, line
+    assert not (tmp_path / "meta.kiln").exists()

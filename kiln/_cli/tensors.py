@@ -235,8 +235,10 @@ def cmd_convert(args: Any) -> int:
         raise Fail(str(e), EXIT_USAGE)
     except ConvertError as e:
         raise Fail(str(e), EXIT_INVALID)
+    except kiln.EncodeError as e:   # what the destination's writer refused: its path
+        raise Fail(located(args.dst, e), EXIT_INVALID)   # (e.path is a place in a value)
     except kiln.KilnError as e:
-        raise Fail(located(getattr(e, "path", args.src), e), EXIT_INVALID)
+        raise Fail(located(getattr(e, "path", None) or args.src, e), EXIT_INVALID)
     except OSError as e:
         raise Fail("%s: %s" % (e.filename or args.src, e.strerror or e))
     print("%s -> %s: %d tensor%s in %.2f s" % (args.src, args.dst, n, "" if n == 1 else "s",

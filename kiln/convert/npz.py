@@ -62,7 +62,11 @@ def npz_to_kiln(src: str, dst: str, checksum: bool = False, progress: Any = None
                     except ValueError as e:
                         if isinstance(e, ConvertError):
                             raise
-                        raise ConvertError(src, m.info.header_offset, str(e), "TYPE") from None
+                        # what Kiln cannot hold of this member, said once (not the writer's
+                        # own "CODE at byte N" of a file not written yet)
+                        raise ConvertError(src, m.info.header_offset, "member %r cannot be "
+                                           "stored in Kiln: %s" % (m.name, getattr(
+                                               e, "reason", None) or e), "TYPE") from None
                 for m in members:
                     _stream(zf, m, w, src)
     return len(members)
