@@ -13,6 +13,7 @@ from .._wire import R_BLOCK_SIZE, R_CODE, R_GROUP_SIZE, R_NAME, R_OUTER_INDEX, R
     R_QUANT_AXIS, R_QUANT_SCHEME, R_SCALE_INDEX, R_SHAPE, U32_MAX
 from .directory import TensorDirectory
 from .dtypes import _dtype_code_of_numpy
+from .foreign import torch_parts
 from .tensor import Tensor
 
 _LE_ORDERS = ("<", "|") + (("=",) if sys.byteorder == "little" else ())
@@ -26,8 +27,11 @@ def _utf8(text, i):
 
 
 def _array_record(x, name):
-    """The write record of a plain little-endian C-contiguous array, else None."""
-    if type(x) is not np.ndarray or not x.flags.c_contiguous or \
+    """The write record of a plain little-endian C-contiguous array or a torch
+    tensor, else None."""
+    if type(x) is not np.ndarray:
+        return _torch_record(x, name)
+    if not x.flags.c_contiguous or \
             x.dtype.byteorder not in _LE_ORDERS or x.ndim > 8:
         return None   # (rank above 8: Tensor refuses it with the reason)
     try:
@@ -36,6 +40,24 @@ def _array_record(x, name):
         return None
     return (_dtype_code_of_numpy(x.dtype), x.shape, name, None, 0, 0, W.NO_AXIS, 0, U32_MAX,
             U32_MAX, data)
+
+
+def _torch_record(x, name):
+    """The write record of a torch tensor from its raw bytes (``torch_parts``),
+    with no :class:`Tensor` made; None for anything else, and for what a
+    Tensor checks or refuses with its reason (bool and 4-bit payloads, whose
+    bytes have rules; rank above 8; a dtype or device kiln cannot store)."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        parts = torch_parts(x)
+    except (TypeError, ValueError):
+        return None
+    if parts is None or parts[0] == W.DTYPE_BOOL or parts[0] in W.PACKED or \
+            len(parts[1]) > W.MAX_RANK:
+        return None
+    return (parts[0], parts[1], name, None, 0, 0, W.NO_AXIS, 0, U32_MAX, U32_MAX,
+            memoryview(parts[2]))
 
 
 def normalize_tensors(value):
