@@ -652,3 +652,33 @@ def test_many_views_of_one_storage_and_many_scalars_round_trip(api, tmp_path):
         m = Scalars()
     assert kt.load_model(m, tmp_path / "s.kiln", assign=True) == ([], [])
     assert isinstance(m.p1999, torch.nn.Parameter) and m.p1999.item() == 1999.0
+
+
+# --- issue 58 item 5: the copy step, its host stand-in and the link's bytes ------------
+
+def test_the_stand_in_runs_the_device_copy_step_and_counts_link_bytes(api, tmp_path):
+    from kiln.torch._copy import SMALL
+    big = np.arange(SMALL // 4 + 16, dtype=np.float32)   # just over SMALL: straight across
+    small = np.arange(10, dtype=np.float32)               # with its chunk, split there
+    kiln.save_tensors(tmp_path / "m.kiln", {"a": big, "b": small})
+    with kiln.open(tmp_path / "m.kiln") as f, L._Files() as files:
+        e = files.entries(f)
+        items = [L._item(torch, k, e[k], torch.float32, None) for k in ("a", "b")]
+        span = items[1].offset + items[1].nbytes - items[0].offset   # the one chunk
+        counts = {}
+        a, b = P.load(items, "cpu", stage=True, counts=counts)
+        assert a.tolist() == big.tolist() and b.tolist() == small.tolist()
+        # the large payload once, then the whole chunk (it holds a small one) again
+        assert counts == {"link_bytes": big.nbytes + span, "payload_bytes": big.nbytes + 40}
+        counts = {}
+        (a,) = P.load(items[:1], "cpu", stage=True, counts=counts)
+        assert a.tolist() == big.tolist()
+        assert counts == {"link_bytes": big.nbytes, "payload_bytes": big.nbytes}
+        counts = {}   # small payloads split across chunks: each chunk crosses whole
+        a, b = P.load(items, "cpu", stage=True, counts=counts, chunk_bytes=1 << 19)
+        assert a.tolist() == big.tolist() and b.tolist() == small.tolist()
+        assert counts["link_bytes"] == big.nbytes + (span - (span // (1 << 19)) * (1 << 19))
+        counts = {}   # a host load crosses no link
+        P.load(items, "cpu", counts=counts)
+        assert counts["link_bytes"] == 0
+

@@ -46,7 +46,6 @@ buffers dropped before the error propagates; new tensors are not handed out,
 and an error after a target was written names the targets written.
 """
 
-import ctypes
 import errno
 import os
 import threading
@@ -57,6 +56,7 @@ from kiln._access import (crc32_combine as _crc32_combine, kernel_crc32,
                           read_exactly as _read_exact)
 
 from ._common import torch_module
+from ._copy import SMALL, copy_step
 from ._sources import FileBytes, file_bytes
 
 __all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "CHUNK_BYTES", "SLOTS",
@@ -65,12 +65,10 @@ __all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "CHUNK_BYTES", 
 CHUNK_BYTES = 64 << 20   # a chunk: one read, one staging buffer
 SLOTS = 4                # staging buffers in the ring (host memory: SLOTS x CHUNK_BYTES at most)
 THREADS = 4              # reader threads
-SMALL = 1 << 20          # a payload below this, staged, goes to the device with its chunk
 IN_PLACE = 64 << 10      # a host payload from this size is read in place (smaller: staged
                          # with its neighbours, one read for many, then copied out)
 _GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
 _ALIGN = 4096            # O_DIRECT: offsets, lengths and addresses on this boundary
-_memmove = ctypes.memmove
 
 
 # --- the plan ----------------------------------------------------------------------
@@ -180,7 +178,8 @@ class _Run:
 
     def __init__(self, torch: Any, items: Sequence[Item], outs: List[Any], chunks: List[Chunk],
                  slots: int, threads: int, chunk_bytes: int, device: Any,
-                 progress: Optional[Callable[[int], None]], direct_io: bool = False) -> None:
+                 progress: Optional[Callable[[int], None]], direct_io: bool = False,
+                 stand_in: bool = False) -> None:
         self.torch, self.items, self.outs, self.chunks = torch, items, outs, chunks
         self.odirect = direct_io and hasattr(os, "O_DIRECT")
         self.device, self.progress = device, progress
@@ -198,9 +197,7 @@ class _Run:
                      for _ in range(ring)]
         self.slots = [_Slot(h) for h in hosts]
         self.free: List[int] = list(range(ring))    # slots no chunk holds (under self.cv)
-        self.stream = torch.cuda.Stream(device) if self.cuda else None
-        if self.stream is not None:   # targets the model's own work may still be writing
-            self.stream.wait_stream(torch.cuda.current_stream(device))
+        self.copier = copy_step(torch, device, stand_in)   # (kiln/torch/_copy.py)
         # chunk index -> (its slot, None in place; the CRC-32 of each of its pieces)
         self.ready: Dict[int, Tuple[Optional[int], List[int]]] = {}
         self.crc32: Callable[[Any], int] = kernel_crc32   # compiled: carry-less multiply
@@ -224,7 +221,7 @@ class _Run:
                 what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
                 if slot is not None:
                     s = self.slots[slot]
-                    self.wait_slot(s)
+                    self.copier.wait(s)
                     if not (self.odirect and self.read_odirect(s, c, what)):
                         s.shift = 0
                         c.src.read(memoryview(s.host.numpy())[:c.size], c.start, what)
@@ -296,12 +293,6 @@ class _Run:
             self.free.append(slot)
             self.cv.notify_all()
 
-    def wait_slot(self, s: _Slot) -> None:
-        ev = s.event
-        if ev is not None:
-            ev.synchronize()   # the copies out of this buffer are done
-            s.event = None
-
     def dest(self, i: int) -> memoryview:
         """The host destination of item ``i`` as writable bytes."""
         t = self.outs[i].detach()
@@ -330,43 +321,11 @@ class _Run:
             self.checks(c, crcs)
             if self.progress is not None:
                 self.progress(c.size)
-        if self.stream is not None:
-            self.stream.synchronize()
+        self.copier.finish()
 
     def copy_out(self, c: Chunk, slot: int) -> None:
-        torch = self.torch
-        s = self.slots[slot]
-        host = s.host[s.shift:]
         self.written.update(p.item for p in c.pieces)
-        if not self.cuda:   # host memory (or host memory standing in for the device):
-            # each piece copied with memmove into its contiguous destination
-            # (in bounds: a destination holds its payload's bytes, checked in load)
-            base = host.data_ptr()
-            for p in c.pieces:
-                _memmove(self.outs[p.item].data_ptr() + p.at, base + p.where, p.n)
-            self.release(slot)
-            return
-        small = [p for p in c.pieces if self.items[p.item].nbytes < SMALL]
-        with torch.cuda.stream(self.stream):
-            for p in c.pieces:
-                if self.items[p.item].nbytes >= SMALL:
-                    flat = self.outs[p.item].detach().reshape(-1).view(torch.uint8)
-                    flat[p.at:p.at + p.n].copy_(host[p.where:p.where + p.n], non_blocking=True)
-            if small:
-                dev = s.dev
-                if dev is None or dev.numel() < c.size:
-                    dev = s.dev = torch.empty(host.numel(), dtype=torch.uint8,
-                                              device=self.device)
-                dev[:c.size].copy_(host[:c.size], non_blocking=True)
-                dsts = [self.outs[p.item].detach().reshape(-1).view(torch.uint8)[p.at:p.at + p.n]
-                        for p in small]
-                # one batched device copy for the run of small tensors (torch's
-                # multi-tensor copy; its name is torch's, not one of kiln's private ones)
-                foreach_copy = getattr(torch, "_foreach_copy_")
-                foreach_copy(dsts, [dev[p.where:p.where + p.n] for p in small])
-            ev = torch.cuda.Event()
-            ev.record(self.stream)
-        s.event = ev
+        self.copier.copy(c, self.slots[slot], self.items, self.outs)
         self.release(slot)
 
     def checks(self, c: Chunk, crcs: List[int]) -> None:
@@ -387,11 +346,10 @@ class _Run:
             self.cv.notify_all()
         for w in self.workers:
             w.join()
-        if self.stream is not None:
-            try:
-                self.stream.synchronize()   # no copy may still read a buffer dropped here
-            except Exception:   # pragma: no cover (a device fault: the error already raised)
-                pass
+        try:
+            self.copier.finish()   # no copy may still read a buffer dropped here
+        except Exception:   # pragma: no cover (a device fault: the error already raised)
+            pass
         if keep and self.pin and self.slots:
             _keep_pinned([s.host for s in self.slots])
         self.slots = []
@@ -433,7 +391,8 @@ def _writable_host(torch: Any, t: Any) -> bool:
 
 def load(items: Sequence[Item], device: Any, *, progress: Any = None,
          chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS, threads: int = THREADS,
-         stage: Optional[bool] = None, direct_io: bool = False) -> List[Any]:
+         stage: Optional[bool] = None, direct_io: bool = False,
+         counts: Optional[Dict[str, int]] = None) -> List[Any]:
     """The tensors of ``items`` (see the module doc), in their order: each
     ``target`` filled in place, or a new tensor on ``device``.
 
@@ -444,13 +403,19 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         chunk_bytes, slots, threads: the chunk size, the staging buffers in
             the ring and the reader threads.
         stage: read through the staging ring even into host memory (the path
-            a device takes, with the host standing in for it); by default
-            only destinations that are not host memory are staged.
+            a device takes, with the host standing in for it: the same copy
+            step, see kiln/torch/_copy.py); by default only destinations
+            that are not host memory, and small payloads, are staged.
         direct_io: read the staged chunks with O_DIRECT (whole 4 KiB blocks
             into aligned buffers; for cold loads, where the page cache only
             costs a copy), falling back to buffered reads for a file whose
             file system refuses it.  Off by default: warm loads read the page
             cache, which direct I/O would bypass.
+        counts: a dict that gains ``link_bytes``, the bytes copied from host
+            to device (or that would be, on the host stand-in), and
+            ``payload_bytes``, the payload bytes read through the staging
+            ring (a device load's link carries ``link_bytes / payload_bytes``
+            times its payload).
 
     Raises:
         KilnError: ``EOF`` (a file shorter than its table says: changed under
@@ -498,7 +463,7 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
             sub_items = [shown[i] for i in part]
             sub = _run(torch, sub_items, [outs[i] for i in part], chunks, device,
                        None if prog is None else prog.add, chunk_bytes, slots, threads,
-                       direct_io)
+                       direct_io, bool(stage), counts)
             _check_bools(torch, sub_items, sub)
     for i, t in late.items():
         t.copy_(outs[i])
@@ -508,10 +473,10 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
 
 def _run(torch: Any, items: List[Item], outs: List[Any], chunks: List[Chunk], device: Any,
          progress: Optional[Callable[[int], None]], chunk_bytes: int, slots: int, threads: int,
-         direct_io: bool) -> List[Any]:
+         direct_io: bool, stand_in: bool, counts: Optional[Dict[str, int]]) -> List[Any]:
     """One pipelined run over ``items`` into ``outs`` (filled in place)."""
     run = _Run(torch, items, outs, chunks, slots, threads, chunk_bytes, device, progress,
-               direct_io)
+               direct_io, stand_in)
     try:
         run.run()
     except BaseException as e:
@@ -524,6 +489,10 @@ def _run(torch: Any, items: List[Item], outs: List[Any], chunks: List[Chunk], de
                 from None
         raise
     run.close()
+    if counts is not None:
+        counts["link_bytes"] = counts.get("link_bytes", 0) + run.copier.link_bytes
+        counts["payload_bytes"] = counts.get("payload_bytes", 0) + sum(
+            p.n for c in chunks if not c.in_place for p in c.pieces)
     return outs
 
 
