@@ -154,17 +154,19 @@ class _InOrder:
 
 class StandInCopy(DeviceCopy):
     """:class:`DeviceCopy` with host memory standing in for the device: the
-    same steps, each copy made at once."""
+    same steps, each copy made at once with ``memmove`` (every source and
+    destination here is a slice of a contiguous byte view)."""
 
     def ordered(self) -> Any:
         return _InOrder()
 
     def to_device(self, dst: Any, src: Any) -> None:
         super().to_device(dst, src)
-        dst.copy_(src)
+        _memmove(dst.data_ptr(), src.data_ptr(), src.numel())   # contiguous bytes, both
 
     def split(self, dsts: List[Any], srcs: List[Any]) -> None:
-        getattr(self.torch, "_foreach_copy_")(dsts, srcs)
+        for dst, src in zip(dsts, srcs):
+            _memmove(dst.data_ptr(), src.data_ptr(), src.numel())
 
     def buffer(self, n: int) -> Any:
         return self.torch.empty(n, dtype=self.torch.uint8)
