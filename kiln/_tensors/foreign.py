@@ -66,27 +66,29 @@ def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
     if x.layout != torch.strided or getattr(x, "is_nested", False):
         raise TypeError("a %s torch tensor: kiln stores dense tensors (call .to_dense() first)"
                         % str(x.layout).replace("torch.", ""))
-    if x.device.type == "meta":
+    device = x.device.type
+    if device == "meta":
         raise TypeError("a torch tensor on the meta device holds no values to store (.cpu() "
                         "cannot give it any): load or compute its values first, e.g. "
                         "kiln.torch.load_model(model, path, assign=True) for a model built "
                         "on the meta device, or model.to_empty(device='cpu') and fill it")
-    if x.device.type != "cpu":
+    if device != "cpu":
         raise TypeError("a torch tensor on device %s: kiln reads CPU memory (call .cpu() "
                         "first; kiln.torch.save_file does)" % x.device)
     if code == _E2M1 and x.dim() == 0:
         raise TypeError("a 0-d float4_e2m1fn_x2 torch tensor: its byte holds two elements "
                         "and no axis to count them along (store it with shape (1,))")
-    x = x.detach()
-    if x.is_neg() or x.is_conj():   # torch's lazy negation: store the values, not the bit
-        x = x.resolve_conj().resolve_neg()
+    if x.requires_grad:   # its data (.numpy() refuses a tensor that requires grad)
+        x = x.detach()
+    if x.is_neg():   # torch's lazy negation: store the values, not the bit (the conjugate
+        x = x.resolve_neg()   # bit is a complex tensor's alone, and kiln has no complex)
     if not x.is_contiguous():
         x = x.contiguous()   # one copy into C order, as for a non-contiguous numpy array
     flat = x.reshape(-1)
     if flat.numel() and flat.stride(0) != 1:   # one element, any stride (x.imag of one)
         flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     raw = flat.view(torch.uint8).numpy()
-    shape = tuple(int(d) for d in x.shape)
+    shape = tuple(x.shape)   # (torch.Size holds ints)
     if code == _E2M1:
         shape = shape[:-1] + (2 * shape[-1],)   # elements, not bytes
     return code, shape, raw
