@@ -333,8 +333,8 @@ class TensorWriter:
         """``write_from(name, source, offset)`` for each ``(name, offset)``, in
         order; a run of tensors declared one after another, each at most 64 KiB
         with no rules for its bytes (not bool, not 4-bit), at ascending offsets
-        within 1 MiB of ``source``, in one ``pread`` and one ``pwrite``.  Errors
-        are ``write_from``'s (a run that fails is left unwritten).
+        within 1 MiB of ``source``, in one ``pread`` and one ``pwrite``.  Errors are
+        ``write_from``'s (a run that fails is left unwritten).
 
         Example:
             >>> np.arange(6, dtype=np.int16).tofile("raw2.bin")
@@ -391,22 +391,22 @@ class TensorWriter:
                 for name, _, _ in run:
                     claimed.append(self._claim(name))
             except BaseException:
-                for i in claimed:
-                    self._state[i] = _TODO
-                    self._busy -= 1
+                for i in claimed:   # unclaimed again
+                    self._state[i], self._busy = _TODO, self._busy - 1
                 raise
         done = False
         try:
-            first, last = run[0], run[-1]
-            src0, src1 = first[1], last[1] + self._decl[last[2]][_P]
+            (_, src0, i0), (_, at1, i1) = run[0], run[-1]
+            src1 = at1 + self._decl[i1][_P]
             data = os.pread(source.fileno(), src1 - src0, src0)
-            if len(data) < src1 - src0:
-                bad = next(r for r in run if r[1] + self._decl[r[2]][_P] > src0 + len(data))
-                raise ValueError("tensor %r from %s: the source ended %d bytes short" % (
-                    bad[0], file_name(source), bad[1] + self._decl[bad[2]][_P] - src0 - len(data)))
+            for name, offset, i in run:
+                short = offset + self._decl[i][_P] - src0 - len(data)
+                if short > 0:
+                    raise ValueError("tensor %r from %s: the source ended %d bytes short"
+                                     % (name, file_name(source), short))
             places = self._places   # type: ignore[assignment]
-            dst0 = places[first[2]]
-            buf = bytearray(places[last[2]] + self._decl[last[2]][_P] - dst0)
+            dst0 = places[i0]
+            buf = bytearray(places[i1] + self._decl[i1][_P] - dst0)
             for _, offset, i in run:
                 n = self._decl[i][_P]
                 at = places[i] - dst0
