@@ -387,6 +387,23 @@ def test_a_remote_load_fetches_only_what_it_loads(api, http):
     assert server.sent < MiB, server.sent   # ranges: not the 16 MiB nobody loads
 
 
+def test_a_remote_set_loads_as_kiln_open_reads_it(api, tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    values = _pair_values(3000)
+    index = kt.save_sharded(values, tmp_path / "set", max_shard_size=4096)
+    files = sorted(os.listdir(tmp_path / "set"))
+    assert len(files) == 3   # the index and two shards
+    fs = fsspec.filesystem("memory")
+    for name in files:
+        fs.pipe("/set-%s/%s" % (api.name, name), (tmp_path / "set" / name).read_bytes())
+    url = "memory:///set-%s/%s" % (api.name, os.path.basename(index))
+    for assign in (False, True):
+        model = Pair(3000)
+        assert kt.load_model(model, url, assign=assign) == ([], [])
+        assert model.w.tolist() == values["w"].tolist()
+        assert model.b.tolist() == values["b"].tolist()
+
+
 # --- item 9: extra state -------------------------------------------------------------
 
 class WithState(torch.nn.Module):
