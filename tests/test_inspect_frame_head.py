@@ -91,3 +91,17 @@ def test_a_whole_frame_head_gives_its_hash(tmp_path, kernels, saved):
     (tmp_path / "head.kiln").write_bytes(raw[:at + 16])
     code, out, err = run("inspect", tmp_path / "head.kiln", kernels=kernels)
     assert code == 0 and "schema hash %s" % want in out, (out, err)
+
+
+def test_a_typed_pad_head_without_its_value_is_eof_too(tmp_path, kernels):
+    """kiln.save's default head stores the type (version 2): cut after the
+    head, inspect decodes nothing and invents nothing, as check says."""
+    p = tmp_path / "typed.kiln"
+    kiln.save(p, {"a": np.arange(4, dtype=np.float32)}, "tensors")
+    raw = p.read_bytes()
+    at = raw.index(b"KLN0")
+    p.write_bytes(raw[:at])
+    code, out, err = run("inspect", p, kernels=kernels)
+    assert code == 1 and out == "" and "EOF at byte %d" % at in err, (out, err)
+    code_c, out_c, err_c = run("check", p, kernels=kernels)
+    assert code_c == 1 and "EOF at byte %d" % at in out_c + err_c
