@@ -53,7 +53,8 @@ from kiln import _access
 
 from ._chunks import RankFile
 from ._layout import (COMMIT_NAME, DTYPE_OF, IncompleteCheckpointError, Stored, chunk_name,
-                      encode_commit, parse_rank_file, rank_file, read_commit, stray_files)
+                      encode_commit, local_path as _local_path, parse_rank_file, rank_file,
+                      read_commit, stray_files)
 
 __all__ = ["KilnStorageWriter", "KilnStorageReader", "consolidate", "IncompleteCheckpointError",
            "COMMIT_NAME"]
@@ -70,16 +71,6 @@ class _RankPlan:
     tag: str
     rank: int
     world: int
-
-
-def _local_path(path: Any, what: str) -> str:
-    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
-        raise TypeError("%s takes a folder path (str or os.PathLike), not %s"
-                        % (what, type(path).__name__))
-    p = os.fspath(path)
-    if _access.is_url(p):
-        raise ValueError("%s writes and reads local folders, not %r" % (what, p))
-    return p
 
 
 def _done(value: Any) -> Future:

@@ -306,3 +306,15 @@ def stray_files(folder: str, keep_tag: str) -> List[str]:
         if p is not None and p[0] != keep_tag:
             out.append(name)
     return out
+
+
+def local_path(path: Any, what: str) -> str:
+    """``path`` as a local folder's path (``TypeError`` for bytes or another
+    object, ``ValueError`` for a URL: DCP's folders are local)."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError("%s takes a folder path (str or os.PathLike), not %s"
+                        % (what, type(path).__name__))
+    p = os.fspath(path)
+    if _access.is_url(p):
+        raise ValueError("%s writes and reads local folders, not %r" % (what, p))
+    return p
