@@ -572,6 +572,37 @@ def test_a_damaged_commit_record_is_refused(api, tmp_path):
     assert isinstance(own, kiln.KilnError) and own.code == "FRAME"
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_chunks_that_overlap_or_leave_a_hole_are_refused(api, tmp_path):
+    """A commit record whose chunks of a tensor overlap (however their element
+    counts add up) or leave part of it uncovered is FRAME naming the tensor,
+    for the reader and for consolidate: neither may hand out memory that no
+    chunk wrote."""
+    ckpt = str(tmp_path / "ckpt")
+    _save1(ckpt)
+    commit = os.path.join(ckpt, kd.COMMIT_NAME)
+    good = json.loads(open(commit).read())
+    (rows, cols), (off, sz, file, name) = good["tensors"]["w0"]["size"], \
+        good["tensors"]["w0"]["chunks"][0]
+    assert rows >= 2 and cols >= 2 and off == [0, 0] and sz == [rows, cols]
+    cases = {
+        # a column and a row: as many elements as the tensor, one shared, one missing
+        "overlap": [[[0, 0], [rows, 1], file, name], [[rows - 1, 0], [1, cols], file, name]],
+        "hole": [[[0, 0], [rows - 1, cols], file, name]],
+    }
+    for words, chunks in cases.items():
+        rec = json.loads(json.dumps(good))
+        rec["tensors"]["w0"]["chunks"] = chunks
+        with open(commit, "w") as f:
+            json.dump(rec, f)
+        _, _, own = _refused(ckpt)
+        assert isinstance(own, kiln.KilnError) and own.code == "FRAME", (words, own)
+        assert "'w0'" in str(own) and (words == "hole" or "overlap" in str(own)), str(own)
+        with pytest.raises(kiln.KilnError) as e:
+            kd.consolidate(ckpt, str(tmp_path / ("set-" + words)))
+        assert e.value.code == "FRAME" and "'w0'" in str(e.value)
+
+
 def test_writer_and_reader_contract_odds(tmp_path):
     assert kd.KilnStorageWriter.validate_checkpoint_id(str(tmp_path))
     assert not kd.KilnStorageWriter.validate_checkpoint_id("s3://bucket/ckpt")

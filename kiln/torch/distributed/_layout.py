@@ -199,6 +199,7 @@ def _metadata(rec: Any) -> Any:
                                  % (fqn, off, sz, size))
             chunks.append(ChunkStorageMetadata(offsets=torch.Size(off), sizes=torch.Size(sz)))
             storage[MetadataIndex(fqn, torch.Size(off))] = stored(c[2], c[3], "tensor %r" % fqn)
+        _tiles(fqn, size, chunks)
         props = TensorProperties(dtype=dtype, requires_grad=bool(t["requires_grad"]),
                                  pin_memory=bool(t["pin_memory"]))
         sdm[fqn] = TensorStorageMetadata(properties=props, size=torch.Size(size), chunks=chunks)
@@ -221,6 +222,31 @@ def _metadata(rec: Any) -> Any:
     version = rec["dcp_version"]
     return Metadata(state_dict_metadata=sdm, planner_data=planner, storage_data=storage,
                     storage_meta=meta, version=version if isinstance(version, str) else None)
+
+
+def _tiles(fqn: str, size: List[int], chunks: List[Any]) -> None:
+    """``ValueError`` unless the chunks cover the tensor exactly once: no two
+    overlap, and their elements add up to the tensor's (a record that left a
+    hole would load, or consolidate, memory no chunk wrote).  Boxes are swept
+    in order of their first offset; only those still open along the first
+    axis are compared."""
+    def volume(dims: Any) -> int:
+        n = 1
+        for d in dims:
+            n *= d
+        return n
+    boxes = sorted((list(c.offsets), list(c.sizes)) for c in chunks if volume(c.sizes))
+    open_: List[Tuple[List[int], List[int]]] = []
+    for off, sz in boxes:
+        open_ = [b for b in open_ if not size or b[0][0] + b[1][0] > off[0]]
+        for o2, s2 in open_:
+            if all(a < c + m and c < a + n for a, n, c, m in zip(off, sz, o2, s2)):
+                raise ValueError("tensor %r: chunks %s+%s and %s+%s overlap"
+                                 % (fqn, o2, s2, off, sz))
+        open_.append((off, sz))
+    have, want = sum(volume(sz) for _, sz in boxes), volume(size)
+    if have != want:
+        raise ValueError("tensor %r: its chunks hold %d of its %d elements" % (fqn, have, want))
 
 
 def read_commit(folder: str) -> Tuple[Any, Dict[str, Any]]:
