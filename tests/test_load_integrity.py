@@ -699,3 +699,19 @@ def test_the_stand_in_runs_the_device_copy_step_and_counts_link_bytes(api, tmp_p
         P.load(items, "cpu", counts=counts)
         assert counts["link_bytes"] == 0
 
+
+
+def test_a_load_leaves_the_garbage_collector_as_it_found_it(api, tmp_path):
+    import gc
+    kt.save_file(_pair_values(), tmp_path / "m.kiln")
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert kt.load_model(Pair(), tmp_path / "m.kiln", assign=True) == ([], [])
+            assert gc.isenabled() is enabled
+            with pytest.raises(kt.LoadError):   # an error on the way out too
+                kt.load_model(Pair(n=3), tmp_path / "m.kiln")
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

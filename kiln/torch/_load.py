@@ -1,7 +1,9 @@
 """Loading Kiln tensor files and sharded sets into torch: ``load_file``,
 ``load_model`` and ``load``."""
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+import contextlib
+import gc
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import kiln
 from kiln import KilnError
@@ -368,8 +370,28 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
         >>> kiln.torch.load_model(torch.nn.Linear(2, 2), "linear.kiln")
         IncompatibleKeys(missing_keys=[], unexpected_keys=[])
     """
-    with _open(path, "load_model") as f:
+    with _open(path, "load_model") as f, _collector_paused():
         return _load_model(model, f, strict, device, assign, progress, direct_io)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for a load (as it was after).
+    A load makes a few objects for every tensor, nearly all kept or freed
+    by reference counting; with the collector running, their count sets off
+    full collections that walk every object the model holds, again and
+    again: 8,000 parameters of one module loaded with ``assign=True`` took
+    2.8x as long (see docs/benchmarks.md).  Nothing a load makes is cyclic
+    garbage.  (Process-wide: another thread's load that ends first leaves
+    it paused until this one ends, and a collector another thread paused
+    meanwhile stays paused.)"""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _load_model(model: Any, f: Any, strict: bool, device: Any, assign: bool, progress: Any,
