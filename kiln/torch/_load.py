@@ -331,7 +331,8 @@ def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
     with different values are refused (compared by their CRC-32s, or read
     with ``pread`` a piece at a time).  Extra state is loaded as
     ``load_state_dict`` loads it; bool payloads are checked before anything
-    is written into the model.
+    is written into the model.  Python's cyclic garbage collector is paused
+    while it runs (and left as it was found).
 
     Args:
         model: a ``torch.nn.Module``; its ``state_dict()`` names the targets.
