@@ -113,3 +113,29 @@ def test_inspect_and_check_read_the_stored_type(api, tmp_path):
                        timeout=120)
     assert r.returncode == 0 and "stored type %s" % T in r.stdout and '"id": 5' in r.stdout, \
         r.stderr
+
+
+def test_a_file_that_is_no_saved_value_says_what_it_is_without_a_type(api, tmp_path):
+    """kiln.load(path) with no type, of a file that holds no frame (another
+    format, junk, a save cut or damaged at its start): the KilnError the
+    typed call gives, with its hint, never 'pass the type'."""
+    np.save(tmp_path / "x.npy", np.zeros(3))
+    kiln.save_tensors(tmp_path / "t.kiln", {"a": np.zeros(2)})
+    (tmp_path / "junk.bin").write_bytes(b"hello world, junk")
+    kiln.save(tmp_path / "v.kiln", [1.5], "list<f64>")
+    raw = (tmp_path / "v.kiln").read_bytes()
+    (tmp_path / "cut.kiln").write_bytes(raw[:2])
+    (tmp_path / "bent.kiln").write_bytes(b"X" + raw[1:])
+    want = {"x.npy": ("FRAME", "npy file"), "t.kiln": ("FRAME", "Kiln tensor file"),
+            "junk.bin": ("FRAME", "frame magic"), "cut.kiln": ("EOF", "truncated"),
+            "bent.kiln": ("FRAME", "frame magic")}
+    for name, (code, words) in want.items():
+        with pytest.raises(kiln.KilnError) as typed:
+            kiln.load(tmp_path / name, "list<f64>")
+        with pytest.raises(kiln.KilnError) as untyped:
+            kiln.load(tmp_path / name)
+        assert (untyped.value.code, untyped.value.offset) == (code, 0), name
+        assert words in str(untyped.value) and str(untyped.value) == str(typed.value), name
+    kiln.save(tmp_path / "old.kiln", [1.5], "list<f64>", store_type=False)
+    with pytest.raises(TypeError, match="stores no type"):   # a whole frame, no type stored
+        kiln.load(tmp_path / "old.kiln")

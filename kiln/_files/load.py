@@ -385,11 +385,14 @@ def load(path: Any, type: Any = None, *, frame: bool = True, copy: bool = False,
         except KilnError as e:
             raise name_fault(e, src.name)
         if type is None:
-            if stored is None:
+            if stored is None and (not frame or (bytes(mm[start:start + 4]) == W.FRAME_MAGIC
+                                                 and len(mm) - start >= W.FRAME_SIZE)):
                 raise TypeError("%s stores no type (written with store_type=False, by an "
                                 "older kiln, or not by kiln.save): pass the type"
                                 % src.name)
-            type = stored
+            # no whole frame here (another format, a damaged or cut file): the frame
+            # check below reports it, as it does when a type is given ("u8" is never read)
+            type = "u8" if stored is None else stored
         # caps the caller left unset grow to the file's size (_api._file_caps)
         options = _api._file_caps(len(mm), type, options)
         buf = memoryview(mm)[start:] if start else mm
