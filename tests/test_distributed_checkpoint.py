@@ -607,8 +607,10 @@ def test_writer_and_reader_contract_odds(tmp_path):
     assert kd.KilnStorageWriter.validate_checkpoint_id(str(tmp_path))
     assert not kd.KilnStorageWriter.validate_checkpoint_id("s3://bucket/ckpt")
     assert not kd.KilnStorageReader.validate_checkpoint_id(str(tmp_path))   # no commit
-    with pytest.raises(TypeError):
-        kd.KilnStorageWriter(b"ckpt")
+    with pytest.raises(TypeError):   # (bytes are a path, as everywhere: test_safetensors_calls)
+        kd.KilnStorageWriter(42)
+    with pytest.raises(TypeError, match="contents"):
+        kd.KilnStorageWriter(b"ck\0pt")
     with pytest.raises(ValueError):
         kd.KilnStorageWriter(str(tmp_path), thread_count=0)
     w = kd.KilnStorageWriter(str(tmp_path / "a"))

@@ -102,6 +102,16 @@ def test_a_bytes_path_is_a_path_everywhere(api, torch, tmp_path):
         w.write(7)
     with RecordFile(d + b"r.kilnr", "i32") as rf:
         assert list(rf) == [7]
+    from kiln.convert import convert   # the converter and the DCP storage too
+    assert convert(d + b"a.kiln", d + b"a.safetensors") == 1
+    from safetensors.numpy import load_file as st_load
+    assert st_load(str(tmp_path / "a.safetensors"))["x"].tolist() == [0, 1, 2]
+    import torch.distributed.checkpoint as dcp
+    from kiln.torch.distributed import KilnStorageReader, KilnStorageWriter
+    dcp.save({"w": torch.ones(2)}, storage_writer=KilnStorageWriter(d + b"dcp"), no_dist=True)
+    got = {"w": torch.zeros(2)}
+    dcp.load(got, storage_reader=KilnStorageReader(d + b"dcp"), no_dist=True)
+    assert torch.equal(got["w"], torch.ones(2))
 
 
 def test_a_files_contents_given_as_a_path_get_one_message(api, torch, tmp_path):

@@ -67,8 +67,9 @@ def convert(src: str, dst: str, *, checksum: bool = False, progress: Any = None)
     ``*.safetensors`` file.  ``progress``: True for a tqdm bar, or a
     callable ``fn(done_bytes, total_bytes)``, counting the payload bytes
     written (as for :func:`kiln.save_tensors`)."""
-    from .._access import check_progress, local_path
-    src, dst = os.fspath(local_path(src)), os.fspath(local_path(dst))
+    from .._access import bytes_path, check_progress, local_path
+    src = os.fspath(local_path(bytes_path(src, "kiln.convert.convert")))
+    dst = os.fspath(local_path(bytes_path(dst, "kiln.convert.convert")))
     check_progress(progress, "convert")   # a bad value fails before any file is touched
     if os.path.isdir(src):
         src = folder_source(src)

@@ -335,10 +335,12 @@ def stray_files(folder: str, keep_tag: str) -> List[str]:
 
 
 def local_path(path: Any, what: str) -> str:
-    """``path`` as a local folder's path (``TypeError`` for bytes or another
-    object, ``ValueError`` for a URL: DCP's folders are local)."""
-    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
-        raise TypeError("%s takes a folder path (str or os.PathLike), not %s"
+    """``path`` as a local folder's path (bytes as every kiln path, see
+    ``kiln._files.paths.bytes_path``; ``TypeError`` for another object,
+    ``ValueError`` for a URL: DCP's folders are local)."""
+    path = _access.bytes_path(path, what)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("%s takes a folder path (str, bytes or os.PathLike), not %s"
                         % (what, type(path).__name__))
     p = os.fspath(path)
     if _access.is_url(p):
