@@ -155,28 +155,34 @@ def test_kiln_torch_uses_the_file_key_and_the_one_rule(api, tmp_path):
 
 def test_the_set_writer_and_kiln_torch_find_the_same_tied_names(api, tmp_path):
     """One "same tensor" rule (same_memory_key) for kiln.save_sharded and
-    kiln.torch's writers: the same state dict gives the same alias map (a
+    kiln.torch's writers, each checked against a hand-written alias map (a
     tensor with its negation bit set is stored apart by both; the set writer
-    shared two such names before)."""
+    shared two such names before), and every loaded value against the input."""
     torch = pytest.importorskip("torch")
     import kiln.torch as kt
     w = torch.arange(8.0)
     neg = torch._neg_view(w)
     cases = [
-        {"a": w, "b": w},                                    # tied
-        {"a": w[:4], "b": w[4:]},                            # other memory: apart
-        {"n1": neg, "n2": neg, "w": torch.ones(2)},          # negation bit: apart
-        {"e1": torch.empty(0), "e2": torch.empty(0), "x": torch.ones(1)},
+        ({"a": w, "b": w}, {"b": "a"}),                              # tied
+        ({"a": w[:4], "b": w[4:]}, {}),                              # other memory: apart
+        ({"n1": neg, "n2": neg, "w": torch.ones(2)}, {}),            # negation bit: apart
+        ({"e1": torch.empty(0), "e2": torch.empty(0), "x": torch.ones(1)}, {}),
     ]
-    for i, sd in enumerate(cases):
+    for i, (sd, expected) in enumerate(cases):
         folder = tmp_path / ("set%d" % i)
         kiln.save_sharded(sd, folder)
         with kiln.open(folder) as f:
-            set_aliases = f.aliases
-        kt.save_file(sd, str(tmp_path / ("f%d.kiln" % i)))
-        meta = kiln.load_metadata(tmp_path / ("f%d.kiln" % i)) or {}
-        assert set_aliases == meta.get(FILE_ALIASES_KEY, {}), (i, set_aliases, meta)
-    assert set_aliases == {} and not hasattr(kt._save, "_identity")
+            assert f.aliases == expected, (i, f.aliases)
+            for name, value in sd.items():
+                assert f[name].numpy().tolist() == value.tolist(), (i, name)
+        path = str(tmp_path / ("f%d.kiln" % i))
+        kt.save_file(sd, path)
+        meta = kiln.load_metadata(path) or {}
+        assert meta.get(FILE_ALIASES_KEY, {}) == expected, (i, meta)
+        loaded = kt.load_file(path)
+        assert sorted(loaded) == sorted(sd)
+        for name, value in sd.items():
+            assert loaded[name].tolist() == value.tolist(), (i, name)
 
 
 def test_safe_open_checks_a_file_alias_map_by_the_one_rule(api, tmp_path):
