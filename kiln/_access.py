@@ -90,6 +90,18 @@ def file_offset(t: Any) -> int:
     return tensor_offset(t)
 
 
+def open_kiln_file(path: Any) -> Any:
+    """``KilnFile(path)`` for a converter, a fault found opening it named as
+    :func:`kiln.open` names it (the file's name; a truncated file says so)."""
+    from ._errors import KilnError
+    from ._files.base import name_fault
+    from ._files.kilnfile import KilnFile
+    try:
+        return KilnFile(path)
+    except KilnError as e:
+        raise name_fault(e, str(path))
+
+
 def held_descriptor(f: Any) -> Any:
     """How the torch loader reads the payloads of an open :class:`kiln.KilnFile`
     ``f`` from the file whose table it read: ``("fd", a duplicate of its

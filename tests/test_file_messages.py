@@ -57,6 +57,29 @@ def test_the_command_line_names_the_file_once(api, tmp_path):
     assert r.stderr.count("short.kiln") == 1 and "the file is truncated" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("keep", [10, 700])
+def test_kiln_convert_of_a_truncated_file_says_truncated(api, tmp_path, keep):
+    """The converters read a .kiln source as kiln.open does (review M6)."""
+    from kiln.convert import convert
+    path = _short(tmp_path, keep)
+    for dst, checksum in (("o.safetensors", False), ("o.npz", False), ("o.kiln", True)):
+        with pytest.raises(kiln.KilnError) as e:
+            convert(path, str(tmp_path / dst), checksum=checksum)
+        assert e.value.code == "EOF", dst
+        assert str(e.value).count("short.kiln") == 1 and "short.kiln is truncated" in str(e.value)
+        assert not os.path.exists(tmp_path / dst)
+        r = _cli(api, "convert", "short.kiln", dst, *(["--checksum"] if checksum else []),
+                 cwd=str(tmp_path))
+        assert r.returncode == 1
+        assert r.stderr.count("short.kiln") == 1 and "the file is truncated" in r.stderr, r.stderr
+    folder = tmp_path / "set"   # a set's shard, named as the file the fault is in
+    kiln.save_sharded({"a": np.ones(300), "b": np.zeros(300)}, folder, max_shard_size=3000)
+    shard = sorted(p for p in os.listdir(folder) if p.endswith(".kiln"))[0]
+    os.truncate(folder / shard, keep)
+    with pytest.raises(kiln.KilnError, match="%s is truncated" % shard):
+        convert(str(folder), str(tmp_path / "one.kiln"))
+
+
 def test_other_formats_and_other_kiln_kinds_are_named(api, tmp_path, monkeypatch):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     d = str(tmp_path)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _access
 from .. import _wire as W
-from ..files import KilnFile, TensorWriter
+from ..files import TensorWriter
 from ._common import CHUNK, ConvertError
 
 MAGIC = b"\x93NUMPY"
@@ -261,7 +261,7 @@ def kiln_to_npz(src: str, dst: str, progress: Any = None) -> int:
 
 
 def _to_npz(src: str, dst: str, prog: Any) -> int:
-    with KilnFile(src) as f:
+    with _access.open_kiln_file(src) as f:
         names = f.keys()
         for name in names:
             t = f[name]

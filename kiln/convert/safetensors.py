@@ -44,7 +44,6 @@ from typing import Any, Dict, List, Tuple
 from .. import _access
 from .. import _wire as W
 from .._errors import KilnError
-from ..files import KilnFile
 from ._common import ConvertError
 from ._copy import Entry, copy_tensors
 
@@ -246,7 +245,7 @@ def kiln_to_safetensors(src: str, dst: str, progress: Any = None) -> int:
 
 
 def _to_safetensors(src: str, dst: str, prog: Any) -> int:
-    with KilnFile(src) as f:
+    with _access.open_kiln_file(src) as f:
         names = f.keys()
         header: Dict[str, Any] = {}
         if f.metadata:

@@ -20,9 +20,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _wire as W
 from .._access import (FILE_ALIASES_KEY, KILN_INDEX, SET_ALIASES_KEY, ST_INDEX, check_shard,
-                       drop_shards, fresh_names, make_folder, old_shards, open_regular_file,
-                       parse_index, read_index, remove_made, table, tensor_offset, tensor_row,
-                       write_index)
+                       drop_shards, fresh_names, make_folder, old_shards, open_kiln_file,
+                       open_regular_file, parse_index, read_index, remove_made, table,
+                       tensor_offset, tensor_row, write_index)
 from .._errors import KilnError
 from ._common import ConvertError, UnsupportedConversion
 
@@ -70,8 +70,7 @@ def _st_names(where: str) -> Tuple[List[str], int]:
 
 
 def _kiln_names(where: str) -> Tuple[List[str], int]:
-    from ..files import KilnFile
-    with KilnFile(where) as f:
+    with open_kiln_file(where) as f:
         raw = table(f)
         return f.keys(), sum(t.nbytes for t in raw.values())
 
@@ -168,9 +167,8 @@ def _entries(where: str, a: str) -> Tuple[Optional[Dict[str, Any]], List[Any], b
             finally:
                 mm.close()
         return meta, entries, False
-    from ..files import KilnFile
     from ._copy import Entry
-    with KilnFile(where) as f:
+    with open_kiln_file(where) as f:
         if f.checksums is not None:
             f.verify()
         out: List[Any] = []
@@ -224,8 +222,8 @@ def _kiln_copy(src: str, dst: str, checksum: bool, progress: Any) -> int:
     if os.path.abspath(src) == os.path.abspath(dst):
         raise UnsupportedConversion("%s: the destination is the source: write another file"
                                     % dst)
-    from ..files import KilnFile, save_tensors
-    with KilnFile(src) as f:
+    from ..files import save_tensors
+    with open_kiln_file(src) as f:
         if f.checksums is not None:
             f.verify()
         d = f.tensors()
