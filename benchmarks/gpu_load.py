@@ -209,7 +209,19 @@ def _odirect_read(path, chunk=64 << 20):
     return time.perf_counter() - t
 
 
-def _peers(torch, device, kp, sp, sd, checksum=False):
+def _staged_load_file(torch, kp):
+    """``load_file(kp, device=...)``'s body with the host standing in for the
+    device (on the CPU ``load_file`` hands out views of the mapping instead)."""
+    import kiln.torch._load as L
+    from kiln.torch import _pipeline
+    with kiln.open(kp) as f, L._Files() as files:
+        entries = files.entries(f)
+        items = [L._item(torch, n, e, L._torch_dtype(torch, e.t, e.src.name), None)
+                 for n, e in entries.items()]
+        return dict(zip(entries, _pipeline.load(items, "cpu")))
+
+
+def _peers(torch, device, kp, sp, sd, checksum=False, stage=False):
     """(row name, function) of each contender; the model targets made once."""
     import kiln.torch as kt
     rows = []
@@ -219,7 +231,11 @@ def _peers(torch, device, kp, sp, sd, checksum=False):
         dev_buf = torch.empty(total, dtype=torch.uint8, device=device)
         rows.append(("pinned floor (the link)", lambda: dev_buf.copy_(pinned, non_blocking=True),
                      False))
-    rows.append(("kiln.torch.load_file", lambda: kt.load_file(kp, device=str(device)), True))
+    if device.type == "cpu" and stage:   # what load_file(device=...) runs, staged
+        rows.append(("kiln.torch.load_file", lambda: _staged_load_file(torch, kp), True))
+    else:
+        rows.append(("kiln.torch.load_file", lambda: kt.load_file(kp, device=str(device)),
+                     True))
     model = torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(
         torch.empty_like(v, device=device)) for k, v in sd.items()})
     kp2 = kp + ".model.kiln"
@@ -307,11 +323,13 @@ def main(argv=None):
         st.save_file(sd, sp)
     except ImportError:
         pass
-    rows, total = _peers(torch, device, kp, sp, sd, args.checksum)
+    rows, total = _peers(torch, device, kp, sp, sd, args.checksum, args.stage)
+    counts = {}   # the loader's link and payload bytes (load(counts=)), row by row
     if args.stage and device.type == "cpu":
         from kiln.torch import _pipeline
         real = _pipeline.load
-        _pipeline.load = lambda items, dev, **kw: real(items, dev, stage=True, **kw)
+        _pipeline.load = lambda items, dev, **kw: real(items, dev, stage=True, counts=counts,
+                                                       **kw)
     del sd
     base_rss = _peak_rss()
     report = {"device": str(device), "bytes": total, "tensors": args.tensors, "rows": []}
@@ -346,12 +364,18 @@ def main(argv=None):
     print("%-34s %10s %8s %12s" % ("row", "median s", "GB/s", "RSS growth"))
     for name, fn, is_file in rows:
         for cold in ([False, True] if args.cold and is_file else [False]):
+            counts.clear()
             med, lo, hi = _time(fn, args.repeat, sync, kp if cold else None)
             growth = _peak_rss() - base_rss
             label = name + (" (cold)" if cold else "")
-            print("%-34s %10.4f %8.2f %10.2f GB" % (label, med, total / med / 1e9, growth / 1e9))
+            ratio = (counts["link_bytes"] / counts["payload_bytes"]
+                     if counts.get("payload_bytes") else None)
+            print("%-34s %10.4f %8.2f %10.2f GB%s" % (
+                label, med, total / med / 1e9, growth / 1e9, "" if ratio is None else
+                "  %s %s, link bytes / payload bytes: %.3f" % (args.shape, kind, ratio)))
             report["rows"].append({"row": label, "median_s": med, "min_s": lo, "max_s": hi,
-                                   "gbps": total / med / 1e9, "rss_growth": growth})
+                                   "gbps": total / med / 1e9, "rss_growth": growth,
+                                   "link_ratio": ratio})
     if args.cold:
         t = _odirect_read(kp)
         print("%-34s %10.4f %8.2f" % ("O_DIRECT sequential read (disk)", t, total / t / 1e9))

@@ -293,3 +293,72 @@ def test_direct_io_reads_the_same_bytes_or_falls_back(api, mixed, chunk):
         P.load(items, "cpu", stage=True, direct_io=True, chunk_bytes=chunk)
     assert e.value.code == "EOF" and e.value.offset == items[0].offset + 5000
     assert _readers() == []
+
+
+# --- issue 58 item 2: only the bytes that must cross the link --------------------------
+
+def _llama(layers=2, hidden=512, inter=1024, vocab=600):
+    """LLaMA's tensors (f32, small): projections of 1 MiB or more (straight
+    across), two 2 KiB norms a layer between them in sorted order."""
+    rng = np.random.default_rng(58)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)   # noqa: E731
+    t = {"model.embed_tokens.weight": f(vocab, hidden), "lm_head.weight": f(vocab, hidden),
+         "model.norm.weight": f(hidden)}
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        t.update({p + "input_layernorm.weight": f(hidden),
+                  p + "post_attention_layernorm.weight": f(hidden),
+                  p + "mlp.gate_proj.weight": f(inter, hidden),
+                  p + "mlp.up_proj.weight": f(inter, hidden),
+                  p + "mlp.down_proj.weight": f(hidden, inter)})
+        for k in "qkvo":
+            t[p + "self_attn.%s_proj.weight" % k] = f(hidden, hidden)
+    return t
+
+
+def _moe(layers=2, hidden=512, experts=8, inter=96, vocab=600):
+    """A mixture of experts: 1 MiB attention projections, and between them a
+    run of small payloads a layer (norms, 8 experts x 3 projections of 192
+    KiB, a router, and DeepSeek-V3's 32-byte router bias, padded to 64)."""
+    rng = np.random.default_rng(59)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)   # noqa: E731
+    t = {"model.embed_tokens.weight": f(vocab, hidden), "lm_head.weight": f(vocab, hidden),
+         "model.norm.weight": f(hidden)}
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        t.update({p + "input_layernorm.weight": f(hidden),
+                  p + "post_attention_layernorm.weight": f(hidden),
+                  p + "mlp.gate.weight": f(experts, hidden),
+                  p + "mlp.gate.e_score_correction_bias": f(experts)})
+        for e in range(experts):
+            for k, shape in (("gate", (inter, hidden)), ("up", (inter, hidden)),
+                             ("down", (hidden, inter))):
+                t[p + "mlp.experts.%d.%s_proj.weight" % (e, k)] = f(*shape)
+        for k in "qkvo":
+            t[p + "self_attn.%s_proj.weight" % k] = f(hidden, hidden)
+    return t
+
+
+@pytest.mark.parametrize("shape", ["llama", "moe"])
+def test_the_link_carries_the_payload_and_little_else(api, tmp_path, shape):
+    t = _llama() if shape == "llama" else _moe()
+    kiln.save_tensors(tmp_path / "m.kiln", t, checksum=True)
+    payload = sum(v.nbytes for v in t.values())
+    # by hand: in sorted order every LLaMA norm lies between two projections
+    # and crosses alone; a MoE layer's small payloads (all but the projections
+    # of attention) lie side by side, every size a multiple of 64 but the
+    # 32-byte router bias, followed by the router: 32 bytes of padding a layer
+    want = payload if shape == "llama" else payload + 32 * 2
+    ref = _reference(tmp_path / "m.kiln")
+    for chunk in (P.CHUNK_BYTES, 3 << 20):
+        items = _items(tmp_path / "m.kiln")
+        counts = {}
+        outs = P.load(items, "cpu", stage=True, counts=counts, chunk_bytes=chunk)
+        for it, x in zip(items, outs):
+            assert _bytes(x) == ref[it.key], it.key
+        assert counts["payload_bytes"] == payload
+        if chunk == P.CHUNK_BYTES:   # one chunk: every padding byte between small ones crosses
+            assert counts["link_bytes"] == want
+        else:   # a gap at a chunk's edge is not read at all
+            assert payload <= counts["link_bytes"] <= want
+        assert counts["link_bytes"] <= 1.05 * payload

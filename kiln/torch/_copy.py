@@ -6,9 +6,11 @@ pieces of a staged chunk reach their tensors, behind one small interface
   (small CPU payloads staged with their neighbours).
 * :class:`DeviceCopy`: the device path, planned the same whatever the
   device.  A piece of a payload of :data:`SMALL` bytes or more goes straight
-  from the staging buffer to its tensor; a chunk holding smaller payloads is
-  copied whole into a device buffer of its slot and split there by one
-  batched device-to-device copy; an event is recorded behind the copies out
+  from the staging buffer to its tensor; only the spans of a chunk that hold
+  smaller payloads (:func:`spans`: neighbours and their alignment padding,
+  never a large payload) are copied into a device buffer of its slot, at
+  their place in the chunk, and split there by one batched device-to-device
+  copy; an event is recorded behind the copies out
   of a slot, and a reader waits on it before reading into that slot again.
   ``link_bytes`` counts the bytes that cross from host to device.
   :class:`CudaCopy` runs it with non-blocking copies on a CUDA stream of its
@@ -19,12 +21,13 @@ pieces of a staged chunk reach their tensors, behind one small interface
 """
 
 import ctypes
-from typing import Any, List, Sequence
+from typing import Any, List, Sequence, Tuple
 
-__all__ = ["SMALL", "CopyStep", "HostCopy", "DeviceCopy", "CudaCopy", "StandInCopy",
+__all__ = ["SMALL", "JOIN", "spans", "CopyStep", "HostCopy", "DeviceCopy", "CudaCopy", "StandInCopy",
            "copy_step"]
 
-SMALL = 1 << 20          # a payload below this, staged, goes to the device with its chunk
+SMALL = 1 << 20          # a payload below this, staged, goes to the device with its neighbours
+JOIN = 256               # small payloads this close cross in one copy (the gap with them)
 _memmove = ctypes.memmove
 
 
@@ -73,10 +76,11 @@ class DeviceCopy(CopyStep):
                 if items[p.item].nbytes >= SMALL:
                     flat = outs[p.item].detach().reshape(-1).view(u8)
                     self.to_device(flat[p.at:p.at + p.n], host[p.where:p.where + p.n])
-            if small:   # the chunk whole into the slot's device buffer, split there
+            if small:   # only the spans holding small payloads, split on the device
                 if s.dev is None or s.dev.numel() < c.size:
                     s.dev = self.buffer(host.numel())
-                self.to_device(s.dev[:c.size], host[:c.size])
+                for a, b in spans(c.pieces, items):
+                    self.to_device(s.dev[a:b], host[a:b])
                 self.split([outs[p.item].detach().reshape(-1).view(u8)[p.at:p.at + p.n]
                             for p in small], [s.dev[p.where:p.where + p.n] for p in small])
             s.event = self.mark()
@@ -173,6 +177,25 @@ class StandInCopy(DeviceCopy):
 
     def mark(self) -> Any:
         return _Done()
+
+
+def spans(pieces: Sequence[Any], items: Sequence[Any]) -> List[Tuple[int, int]]:
+    """The byte ranges ``(start, end)`` of a chunk that cross to the device
+    buffer: each run of small pieces with no large one between them and
+    gaps of at most :data:`JOIN` bytes (the file's alignment padding) is one
+    range; the large pieces and the gaps around them stay on the host."""
+    out: List[Tuple[int, int]] = []
+    joined = False   # may the next small piece extend the last range?
+    for p in pieces:
+        if items[p.item].nbytes >= SMALL:
+            joined = False
+            continue
+        if joined and p.where - out[-1][1] <= JOIN:
+            out[-1] = (out[-1][0], p.where + p.n)
+        else:
+            out.append((p.where, p.where + p.n))
+        joined = True
+    return out
 
 
 def copy_step(torch: Any, device: Any, stand_in: bool) -> CopyStep:

@@ -23,10 +23,12 @@ spans several), and a pool of reader threads reads them:
   there), each chunk copied to its tensors with non-blocking copies on a
   stream of its own; a buffer is read into again only after the event
   recorded behind its copies has completed, and the load synchronizes once,
-  at the end.  A chunk of many small tensors is copied to the device whole,
-  into a device buffer of the ring, and split there by one batched
-  device-to-device copy (``torch._foreach_copy_``): each returned tensor owns
-  its memory, and no buffer is kept behind it.
+  at the end.  A payload of 1 MiB or more goes straight from the staging
+  buffer to its tensor; only the spans of a chunk holding smaller payloads
+  are copied to a device buffer of the ring and split there by one batched
+  device-to-device copy (``torch._foreach_copy_``), so the link carries the
+  payload and the padding between small neighbours, nothing else: each
+  returned tensor owns its memory, and no buffer is kept behind it.
 
 O_DIRECT (``direct_io=True``) is another matter than in-place reads: staged
 chunks read with O_DIRECT through a second descriptor of the same open file
