@@ -544,10 +544,14 @@ def test_a_committed_file_missing_or_changed_is_refused(api, tmp_path):
     assert own is None   # the commit is whole: the chunk's read finds the fault
     assert isinstance(inner, kiln.KilnError) and inner.code == "CHECKSUM"
     with pytest.raises(kiln.KilnError) as e:   # and so does consolidation, before its copy
-        kd.consolidate(ckpt, str(tmp_path / "set"))
+        kd.consolidate(ckpt, str(tmp_path / "new" / "set"))
     assert e.value.code == "CHECKSUM" and "'w0'" in str(e.value)
-    assert not os.path.exists(tmp_path / "set" / "model.kiln.index.json")
-    assert not [n for n in os.listdir(tmp_path / "set") if n.endswith((".kiln", ".kiln-tmp"))]
+    assert not os.path.exists(tmp_path / "new")   # the folders it made are taken away
+    os.mkdir(tmp_path / "set")   # a folder that was there stays, with what it held
+    (tmp_path / "set" / "note.txt").write_text("kept")
+    with pytest.raises(kiln.KilnError):
+        kd.consolidate(ckpt, str(tmp_path / "set"))
+    assert sorted(os.listdir(tmp_path / "set")) == ["note.txt"]
     with open(path, "ab") as f:   # another size than committed
         f.write(b"\0")
     _, _, own = _refused(ckpt)

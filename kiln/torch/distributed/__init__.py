@@ -436,7 +436,8 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
     place in a tensor set: their keys are listed in the index's metadata
     under ``"dcp.entries"``.
     A set already in ``out`` is replaced whole, as :func:`kiln.save_sharded`
-    replaces one.
+    replaces one; one that fails leaves the old set, or nothing (no folder
+    it created either).
 
     Raises:
         IncompleteCheckpointError: ``path`` holds no complete checkpoint.
@@ -473,10 +474,11 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
         have += n
     if cur or not groups:
         groups.append(cur)
-    os.makedirs(dest, exist_ok=True)
+    made = _access.make_folder(dest)   # taken away again if the set fails
     index = os.path.join(dest, prefix + ".kiln.index.json")
     old = _access.old_shards(index, ".kiln")
-    names = _shard_names(dest, index, prefix, len(groups))
+    names = _access.fresh_names(["%s-%05d-of-%05d.kiln" % (prefix, i + 1, len(groups))
+                                 for i in range(len(groups))], index, ".kiln")
     opened: Dict[str, RankFile] = {}
     open_lock = threading.Lock()
 
@@ -517,30 +519,13 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
         for fn in names:
             if fn not in old:
                 _remove(os.path.join(dest, fn))
+        _access.remove_made(dest, made)
         raise
     finally:
         for rf in opened.values():
             rf.close()
     _access.drop_shards(dest, old, names)
     return index
-
-
-def _shard_names(folder: str, index: str, prefix: str, n: int) -> List[str]:
-    """``model-0000i-of-0000n.kiln`` for a set's first index in ``folder``;
-    else with a random tag no file there has (a reader holding the replaced
-    index opens its shards by name: a name is never given twice)."""
-    plain = ["%s-%05d-of-%05d" % (prefix, i + 1, n) for i in range(n)]
-
-    def free(names: List[str]) -> bool:
-        return not any(os.path.lexists(os.path.join(folder, x)) for x in names)
-
-    if not os.path.lexists(index) and free([p + ".kiln" for p in plain]):
-        return [p + ".kiln" for p in plain]
-    while True:
-        tag = secrets.token_hex(8)
-        names = ["%s.%s.kiln" % (p, tag) for p in plain]
-        if free(names):
-            return names
 
 
 def _assemble(w: Any, fqn: str, m: Any, md: Metadata, rank: Any) -> None:
