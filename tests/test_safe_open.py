@@ -10,6 +10,7 @@ kernels (``api``).
 
 import os
 
+import numpy as np
 import pytest
 
 import kiln
@@ -217,3 +218,41 @@ def test_a_bad_bool_byte_is_refused_by_slices_too(api, torch, tmp_path):
             k.get_slice("m")[0:2]
         with pytest.raises(kiln.KilnError):
             k.get_tensor("m")
+
+
+def test_e2m1_is_safetensors_f4_in_get_dtype_and_kiln_convert(api, torch, st, tmp_path):
+    """One dtype table (kiln/convert/safetensors.py) for get_dtype() and the
+    converter: torch's float4_e2m1fn_x2 is safetensors' F4 and Kiln's e2m1
+    (review D2); bytes compared with what safetensors wrote, and an odd count
+    of 4-bit values, which F4 cannot hold, refused both ways."""
+    from safetensors import safe_open as st_open
+    from safetensors.torch import save_file as st_save
+    from kiln.convert import convert
+    raw = torch.tensor([[0x21, 0x43, 0x0f], [0x65, 0x87, 0xf0]], dtype=torch.uint8)
+    q = raw.view(torch.float4_e2m1fn_x2)   # 2 x 6 values
+    a, b = str(tmp_path / "q.safetensors"), str(tmp_path / "q.kiln")
+    st_save({"q": q}, a)
+    kiln.torch.save_file({"q": q}, b)
+    with st_open(a, framework="pt") as s, kiln.torch.safe_open(b, framework="pt") as k:
+        assert s.get_slice("q").get_dtype() == "F4" == k.get_slice("q").get_dtype()
+    convert(a, str(tmp_path / "c.kiln"))
+    with kiln.open(str(tmp_path / "c.kiln")) as f:
+        t = f["q"]
+        assert t.dtype == "e2m1" and t.shape == (2, 6)
+        assert bytes(t.data) == bytes(raw.flatten().tolist())
+    convert(b, str(tmp_path / "back.safetensors"))
+    with open(a, "rb") as x, open(str(tmp_path / "back.safetensors"), "rb") as y:
+        assert x.read() == y.read()   # the same header and bytes as safetensors wrote
+    odd = str(tmp_path / "odd.kiln")   # 3 values: half a byte of padding
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    kiln.save_tensors(odd, {"q": np.array([0.5, 1.0, 1.5], dtype=ml_dtypes.float4_e2m1fn)})
+    with pytest.raises(kiln.KilnError) as e:
+        convert(odd, str(tmp_path / "odd.safetensors"))
+    assert e.value.code == "TYPE" and "odd count" in str(e.value)
+    assert not os.path.exists(tmp_path / "odd.safetensors")
+    header = b'{"q":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}'
+    with open(str(tmp_path / "odd.safetensors"), "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + bytes([0x21, 0x03]))
+    with pytest.raises(kiln.KilnError) as e:
+        convert(str(tmp_path / "odd.safetensors"), str(tmp_path / "odd2.kiln"))
+    assert e.value.code == "TYPE" and "odd count" in str(e.value)

@@ -47,11 +47,16 @@ from .._errors import KilnError
 from ._common import ConvertError
 from ._copy import Entry, copy_tensors
 
-# safetensors dtype -> Kiln dtype name (every dtype both have)
+# safetensors dtype -> Kiln dtype name (every dtype both have): the one table,
+# which kiln.torch.safe_open's get_dtype() names its dtypes by too.  F4 is
+# e2m1 (torch's float4_e2m1fn_x2): two values a byte, the first in the low
+# nibble, the shape counting values in both; safetensors holds whole bytes
+# only, so an odd count of them is refused both ways
 ST_TO_KILN = {
     "F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16", "F8_E4M3": "f8e4m3",
     "F8_E5M2": "f8e5m2", "F8_E8M0": "e8m0", "BOOL": "bool", "I8": "i8", "U8": "u8",
     "I16": "i16", "U16": "u16", "I32": "i32", "U32": "u32", "I64": "i64", "U64": "u64",
+    "F4": "e2m1",
 }
 KILN_TO_ST = {v: k for k, v in ST_TO_KILN.items()}
 MAX_HEADER = 100_000_000   # safetensors' own limit on the JSON header (tensor.rs)
@@ -150,7 +155,11 @@ def read_header(path: str, mm: Any) -> Tuple[int, List[Tuple[str, str, Tuple[int
         count = 1
         for d in shape:
             count *= d
-        need = count * W.DTYPES[W.DTYPE_CODES[kd]][1]
+        width = W.DTYPES[W.DTYPE_CODES[kd]][1]
+        if width == 0 and count % 2:   # F4: two values a byte
+            raise ConvertError(path, 8, "tensor %r: %s with shape %r holds an odd count of "
+                               "4-bit values, not whole bytes" % (name, st_dtype, shape), "TYPE")
+        need = count // 2 if width == 0 else count * width
         if need > W.U64_MAX:
             raise ConvertError(path, 8, "tensor %r: the byte size of shape %r overflows"
                                % (name, shape), "LIMIT")
@@ -237,6 +246,13 @@ def _metadata(src: str, meta: Dict[str, Any]) -> Dict[str, str]:
     return out
 
 
+def _count_of(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def kiln_to_safetensors(src: str, dst: str, progress: Any = None) -> int:
     """Convert a Kiln tensor file; metadata values that are not strings become JSON
     text, and come back typed from the reserved key (module doc)."""
@@ -257,6 +273,10 @@ def _to_safetensors(src: str, dst: str, prog: Any) -> int:
                 raise ConvertError(src, 0, "tensor %r is %s, which safetensors has no dtype "
                                    "for" % (name, _access.dtype_label(t.dtype, t.layout)),
                                    "TYPE")
+            if t.dtype == "e2m1" and t.nbytes * 2 != _count_of(t.shape):
+                raise ConvertError(src, 0, "tensor %r: e2m1 with shape %s holds an odd count "
+                                   "of values, which safetensors' F4 (whole bytes) cannot hold"
+                                   % (name, list(t.shape)), "TYPE")
             header[name] = {"dtype": KILN_TO_ST[t.dtype], "shape": list(t.shape),
                             "data_offsets": [off, off + t.nbytes]}
             off += t.nbytes

@@ -27,13 +27,6 @@ _FRAMEWORKS = ("pt", "torch", "pytorch")
 _GAP = 64 << 10      # runs this close are read in one pread (the gap read and dropped)
 _GROUP = 16 << 20    # at most this many bytes in one merged read
 
-# Kiln dtype -> the name safetensors' get_dtype() gives it
-_ST_NAMES = {
-    "f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "f8e4m3": "F8_E4M3",
-    "f8e5m2": "F8_E5M2", "e8m0": "F8_E8M0", "bool": "BOOL", "i8": "I8", "u8": "U8",
-    "i16": "I16", "u16": "U16", "i32": "I32", "u32": "U32", "i64": "I64", "u64": "U64",
-    "e2m1": "F4",
-}
 
 
 def _device(torch: Any, device: Any) -> Any:
@@ -288,8 +281,10 @@ class SafeSlice:
         return list(self._shape)
 
     def get_dtype(self) -> str:
-        """The dtype as safetensors names it (``"F32"``, ``"BF16"``, ``"F8_E4M3"``...)."""
-        return _ST_NAMES.get(self._dtype, self._dtype)
+        """The dtype as safetensors names it (``"F32"``, ``"BF16"``, ``"F8_E4M3"``,
+        ``"F4"``...): the converter's one table (kiln/convert/safetensors.py)."""
+        from kiln.convert.safetensors import KILN_TO_ST
+        return KILN_TO_ST.get(self._dtype, self._dtype)
 
     def __getitem__(self, index: Any) -> Any:
         return self._read(_selection(index, self._shape))
