@@ -98,6 +98,11 @@ def test_other_formats_and_other_kiln_kinds_are_named(api, tmp_path, monkeypatch
         (lambda: kiln.load("r.kilnr", "i32"), "this is a Kiln record file"),
         (lambda: kiln.open("model.pt"), "this is a PyTorch checkpoint, a torch.save zip"),
         (lambda: kiln.open("arrays.npz"), "this is an npz file, not Kiln: convert it"),
+        # RecordFile reads enough of the file to tell the two zips apart (review L1)
+        (lambda: kiln.RecordFile("model.pt", "i32"), "this is a PyTorch checkpoint, a "
+                                                      "torch.save zip"),
+        (lambda: kiln.RecordFile("arrays.npz", "i32"), "this is an npz file, not Kiln"),
+        (lambda: kiln.RecordFile("arrays.npz"), "this is an npz file, not Kiln"),
     ]
     for call, words in cases:
         with pytest.raises(kiln.KilnError) as e:

@@ -98,7 +98,8 @@ def pad_for(value_at: int, base: int) -> int:
 
 def check_header(buf, want_hash: Optional[int], name: str) -> int:
     """The container header at the start of ``buf`` (16 bytes or fewer, or 20
-    to learn the size of a type text block); returns the size of the whole
+    to learn the size of a type text block; a file with another magic may give
+    up to ``FOREIGN_HEAD`` bytes, for the hint saying what it is); returns the size of the whole
     head: 16, or 24 + T when the header says a type text follows (then check
     it with :func:`read_type_text`), or 20 when it does and ``buf`` is too
     short to tell T.  ``want_hash`` None: any hash."""
@@ -107,8 +108,8 @@ def check_header(buf, want_hash: Optional[int], name: str) -> int:
                         "header" % (name, len(buf)))
     magic, version, flags, reserved, h = HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
-        from .._files.paths import foreign_hint   # what the file is, and what reads it
-        hint = foreign_hint(bytes(buf[:128]), MAGIC)
+        from .._files.paths import FOREIGN_HEAD, foreign_hint   # what the file is, what reads it
+        hint = foreign_hint(bytes(buf[:FOREIGN_HEAD]), MAGIC)
         raise KilnError("FRAME", 0, "%s: magic %r is not a Kiln record container's %r%s"
                         % (name, bytes(magic), MAGIC, "" if hint is None else " (%s)" % hint))
     if version != VERSION:
@@ -137,6 +138,9 @@ def open_head(read, size: int, want_hash: Optional[int], name: str) -> Tuple[int
     """The head of a container of ``size`` bytes whose bytes ``read(lo, hi)``
     returns: ``(where the records start, the type text or None)``."""
     got = read(0, min(size, TYPE_TEXT_AT))
+    if len(got) >= len(MAGIC) and bytes(got[:len(MAGIC)]) != MAGIC:
+        from .._files.paths import FOREIGN_HEAD   # enough to tell which format it is
+        got = read(0, min(size, FOREIGN_HEAD))    # (a torch.save zip from an npz)
     start = check_header(got, want_hash, name)
     if start == HEADER_SIZE:
         return start, None
