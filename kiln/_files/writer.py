@@ -257,18 +257,26 @@ class TensorWriter:
             if k:
                 self._live().pwrite(rec[_P], at)
             claimed = None
-            if self._prog is not None:
-                self._prog.add(len(rec[_P]))
-            with self._cv:
-                rows = self._rows_done.get(i, [])
-                if sum(b - a for a, b in rows) == shape[0]:
-                    self._state[i] = _DONE
-                    self._rows_done.pop(i, None)
+            self._rows_written(i, len(rec[_P]))
         finally:
-            if claimed is not None:   # the write failed: the rows are free again
-                with self._cv:
-                    self._rows_done[i].remove(claimed)
-            self._release(None, False)
+            self._rows_end(i, claimed)
+
+    def _rows_written(self, i: int, nbytes: int) -> None:
+        """Rows of tensor ``i`` written (``nbytes``): counted; done once all are."""
+        if self._prog is not None:
+            self._prog.add(nbytes)
+        with self._cv:
+            rows = self._rows_done.get(i, [])
+            if sum(b - a for a, b in rows) == self._decl[i][_SHAPE][0]:
+                self._state[i] = _DONE
+                self._rows_done.pop(i, None)
+
+    def _rows_end(self, i: int, claimed: Optional[Tuple[int, int]]) -> None:
+        """After a rows write: the rows it ``claimed`` if it failed freed, the writer released."""
+        if claimed is not None:
+            with self._cv:
+                self._rows_done[i].remove(claimed)
+        self._release(None, False)
 
     def _claim_rows(self, i: int, name: str, start: int, k: int) -> Tuple[int, int]:
         rows = self._rows_done.setdefault(i, [])
@@ -472,18 +480,9 @@ class TensorWriter:
                     if owned:
                         os.close(fd)
             claimed = None
-            if self._prog is not None:
-                self._prog.add(rows * per)
-            with self._cv:
-                done = self._rows_done.get(i, [])
-                if sum(b - a for a, b in done) == shape[0]:
-                    self._state[i] = _DONE
-                    self._rows_done.pop(i, None)
+            self._rows_written(i, rows * per)
         finally:
-            if claimed is not None:   # the copy failed: the rows are free again
-                with self._cv:
-                    self._rows_done[i].remove(claimed)
-            self._release(None, False)
+            self._rows_end(i, claimed)
 
     def close(self) -> None:
         """Wait for the writes in progress, check every tensor was written and
