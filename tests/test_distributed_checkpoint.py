@@ -611,6 +611,11 @@ def test_writer_and_reader_contract_odds(tmp_path):
     assert kd.KilnStorageWriter.validate_checkpoint_id(str(tmp_path))
     assert not kd.KilnStorageWriter.validate_checkpoint_id("s3://bucket/ckpt")
     assert not kd.KilnStorageReader.validate_checkpoint_id(str(tmp_path))   # no commit
+    assert not kd.KilnStorageReader.validate_checkpoint_id("s3://bucket/ckpt")
+    (tmp_path / kd.COMMIT_NAME).write_text("{}")   # a commit record: the reader's id
+    assert kd.KilnStorageReader.validate_checkpoint_id(str(tmp_path))
+    assert kd.KilnStorageReader(str(tmp_path)).checkpoint_id == str(tmp_path)
+    os.remove(tmp_path / kd.COMMIT_NAME)
     with pytest.raises(TypeError):   # (bytes are a path, as everywhere: test_safetensors_calls)
         kd.KilnStorageWriter(42)
     with pytest.raises(TypeError, match="contents"):

@@ -87,7 +87,27 @@ def _kiln_dtype(dtype: Any, what: str) -> str:
     return k
 
 
-class KilnStorageWriter(StorageWriter):
+class _CheckpointFolder:
+    """What DCP asks of the writer and the reader alike: the checkpoint's id
+    is its folder's path (the reader's also holding a commit record)."""
+
+    path: str
+    _needs_commit = False
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        try:
+            p = _local_path(checkpoint_id, cls.__name__)
+        except (TypeError, ValueError):
+            return False
+        return not cls._needs_commit or os.path.isfile(os.path.join(p, COMMIT_NAME))
+
+
+class KilnStorageWriter(_CheckpointFolder, StorageWriter):
     """DCP's ``StorageWriter`` for kiln files (see the module doc).
 
     Args:
@@ -194,17 +214,6 @@ class KilnStorageWriter(StorageWriter):
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
 
-    @property
-    def checkpoint_id(self) -> str:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        try:
-            _local_path(checkpoint_id, "KilnStorageWriter")
-        except (TypeError, ValueError):
-            return False
-        return True
 
 
 def _drop_replaced(folder: str, tag: str) -> None:
@@ -275,7 +284,7 @@ def _write_rank_file(target: str, name: str, sp: _RankPlan, items: Sequence[Any]
     return results
 
 
-class KilnStorageReader(StorageReader):
+class KilnStorageReader(_CheckpointFolder, StorageReader):
     """DCP's ``StorageReader`` for a folder :class:`KilnStorageWriter` wrote.
 
     ``read_metadata`` reads the commit record and checks every file it names
@@ -291,6 +300,8 @@ class KilnStorageReader(StorageReader):
     Attributes:
         bytes_read: payload bytes this reader read in its last load.
     """
+
+    _needs_commit = True
 
     def __init__(self, path: PathLike, *, verify: bool = True, thread_count: int = 1) -> None:
         super().__init__()
@@ -363,17 +374,6 @@ class KilnStorageReader(StorageReader):
             self.bytes_read = sum(one_file(fn) for fn in names)
         return _done(None)
 
-    @property
-    def checkpoint_id(self) -> str:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        try:
-            p = _local_path(checkpoint_id, "KilnStorageReader")
-        except (TypeError, ValueError):
-            return False
-        return os.path.isfile(os.path.join(p, COMMIT_NAME))
 
 
 def _byte_view(t: Any) -> Optional[memoryview]:
