@@ -62,3 +62,20 @@ def root_base(a):
     while isinstance(b, np.ndarray):
         b = b.base
     return b
+
+
+def st_i32_file(path, tensors):
+    """A safetensors file written by hand from the format's rules (an 8-byte
+    length, the JSON header, the payloads), not by kiln: ``tensors`` (name ->
+    array, stored as little-endian i32) in name order; returns its header dict."""
+    header, blobs, at = {}, [], 0
+    for name in sorted(tensors):
+        b = tensors[name].astype("<i4").tobytes()
+        header[name] = {"dtype": "I32", "shape": list(tensors[name].shape),
+                        "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return header

@@ -14,25 +14,9 @@ import pytest
 import kiln
 from kiln import _wire as W
 from kiln.convert import convert
-from _util import kiln_ref
+from _util import kiln_ref, st_i32_file as _st_file
 from test_cli import run
 import hostile_convert as H
-
-
-def _st_file(path, tensors):
-    """A safetensors file of ``tensors`` (name -> little-endian i32 array), in
-    name order; returns its header dict."""
-    header, blobs, at = {}, [], 0
-    for name in sorted(tensors):
-        b = tensors[name].astype("<i4").tobytes()
-        header[name] = {"dtype": "I32", "shape": list(tensors[name].shape),
-                        "data_offsets": [at, at + len(b)]}
-        blobs.append(b)
-        at += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-    return header
 
 
 def _st_read(path):

@@ -6,7 +6,6 @@ file-size limit (RLIMIT_FSIZE) stops its second shard with EFBIG."""
 
 import json
 import os
-import struct
 import subprocess
 import sys
 
@@ -16,6 +15,7 @@ import pytest
 import kiln
 from kiln import _wire as W
 from kiln._files.shardsave import split
+from _util import st_i32_file
 
 MiB = 1 << 20
 
@@ -112,17 +112,8 @@ def _st_set(folder, shards):
     wm = {}
     for k, tensors in enumerate(shards):
         fn = "model-%05d-of-%05d.safetensors" % (k + 1, len(shards))
-        header, blobs, at = {}, [], 0
-        for name in sorted(tensors):
-            b = tensors[name].astype("<i4").tobytes()
-            header[name] = {"dtype": "I32", "shape": list(tensors[name].shape),
-                            "data_offsets": [at, at + len(b)]}
-            blobs.append(b)
-            at += len(b)
-            wm[name] = fn
-        h = json.dumps(header).encode()
-        with open(os.path.join(folder, fn), "wb") as f:
-            f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        st_i32_file(os.path.join(folder, fn), tensors)
+        wm.update(dict.fromkeys(tensors, fn))
     index = os.path.join(folder, "model.safetensors.index.json")
     with open(index, "w") as f:
         json.dump({"metadata": {}, "weight_map": wm}, f)
