@@ -8,6 +8,7 @@ bytes, through the other read path), numpy arrays the test wrote, and
 hand-made truncations and corruptions at known offsets."""
 
 import gc
+import sys
 import os
 import threading
 import weakref
@@ -230,6 +231,7 @@ def test_keyboard_interrupt_leaves_no_thread_and_no_buffer(api, mixed):
         raise KeyboardInterrupt
 
     P.torch_module()   # (the module's torch is the test's)
+    P.release()   # (no ring kept from an earlier load: this one makes its own)
     torch.empty = tracking_empty
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -350,15 +352,204 @@ def test_the_link_carries_the_payload_and_little_else(api, tmp_path, shape):
     # 32-byte router bias, followed by the router: 32 bytes of padding a layer
     want = payload if shape == "llama" else payload + 32 * 2
     ref = _reference(tmp_path / "m.kiln")
-    for chunk in (P.CHUNK_BYTES, 3 << 20):
+    for chunk in (64 << 20, 3 << 20):
         items = _items(tmp_path / "m.kiln")
         counts = {}
         outs = P.load(items, "cpu", stage=True, counts=counts, chunk_bytes=chunk)
         for it, x in zip(items, outs):
             assert _bytes(x) == ref[it.key], it.key
         assert counts["payload_bytes"] == payload
-        if chunk == P.CHUNK_BYTES:   # one chunk: every padding byte between small ones crosses
+        if chunk == 64 << 20:   # one chunk: every padding byte between small ones crosses
             assert counts["link_bytes"] == want
         else:   # a gap at a chunk's edge is not read at all
             assert payload <= counts["link_bytes"] <= want
         assert counts["link_bytes"] <= 1.05 * payload
+
+
+# --- issue 58 item 5: every line of the device path runs on the CPU ----------------------
+
+def _device_path_code():
+    """The code objects the check covers, each with its nested ones: every
+    method of the CUDA copy class (CudaCopy; its device calls go through
+    HostDevice here, CudaDevice's one-line wrappers of torch.cuda aside), the
+    stand-in's, and the device path of the pipeline (the run, its readers,
+    ring and copies, the kept rings)."""
+    import types
+    from kiln.torch import _copy as C
+    fns = [C.spans, C.copy_step, P._run, P._take_ring, P._keep_ring, P.release]
+    for cls in (C.CudaCopy, C.StandInCopy, C.HostDevice, C._HostStream, C._HostEvent,
+                P._Run, P._Slot):
+        fns += [v for v in vars(cls).values() if isinstance(v, types.FunctionType)]
+    out = set()
+
+    def nested(code):
+        out.add(code)
+        for k in code.co_consts:
+            if isinstance(k, types.CodeType):
+                nested(k)
+    for f in fns:
+        nested(f.__code__)
+    return out
+
+
+def _executable(codes):
+    """(file, line) of every line with code, from the code objects (a line a
+    ``# pragma: no cover`` comment marks is left out, with the block under it)."""
+    import linecache
+    lines = set()
+    for code in codes:
+        lines.update((code.co_filename, n) for _, _, n in code.co_lines() if n is not None)
+    skip = set()
+    for f, n in lines:
+        src = linecache.getline(f, n)
+        if "pragma: no cover" in src:
+            indent = len(src) - len(src.lstrip())
+            skip.add((f, n))
+            k = n + 1
+            while (f, k) in lines or not linecache.getline(f, k).strip():
+                got = linecache.getline(f, k)
+                if got.strip() and len(got) - len(got.lstrip()) <= indent:
+                    break
+                skip.add((f, k))
+                k += 1
+                if k > n + 50:
+                    break
+    return lines - skip
+
+
+class _Lines:
+    """The lines of ``codes`` run while it is installed (every thread)."""
+
+    def __init__(self, codes):
+        self.codes, self.seen = codes, set()
+
+    def _local(self, frame, event, arg):
+        if event == "line":
+            self.seen.add((frame.f_code.co_filename, frame.f_lineno))
+        return self._local
+
+    def _global(self, frame, event, arg):
+        if frame.f_code in self.codes:
+            self.seen.add((frame.f_code.co_filename, frame.f_code.co_firstlineno))
+            return self._local
+        return None
+
+    def __enter__(self):
+        self.old = sys.gettrace()
+        threading.settrace(self._global)
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(self.old)
+        threading.settrace(None)
+
+
+class _SlowFirst(S.Descriptor):
+    """A file whose first read takes ``pause`` seconds, so that the other
+    threads of the load come to wait: the consumer for that chunk, a reader
+    for the one slot it holds."""
+
+    def __init__(self, path, pause):
+        super().__init__(os.open(path, os.O_RDONLY), str(path))
+        _OPEN.append(self)
+        self.pause, self.n = pause, 0
+
+    def read(self, view, at, what):
+        self.n += 1
+        if self.n == 1:
+            import time
+            time.sleep(self.pause)
+        super().read(view, at, what)
+
+
+class _Refusing(S.Descriptor):
+    """A file on a file system that opens it with O_DIRECT and then refuses
+    the read (``EINVAL``: the loader reads it buffered), or fails it (``EIO``)."""
+
+    def __init__(self, path, errno_):
+        super().__init__(os.open(path, os.O_RDONLY), str(path))
+        _OPEN.append(self)
+        self.errno = errno_
+
+    def read_direct(self, view, at, what, need):
+        raise OSError(self.errno, os.strerror(self.errno))
+
+
+def _device_path_workload(tmp_path, enough):
+    """Stand-in loads that take every branch of the device path (a slow
+    first read repeated, slower, until ``enough()``)."""
+    import errno
+    from kiln.torch._copy import SMALL
+    rng = np.random.default_rng(7)
+    t = {"a": rng.standard_normal(SMALL // 4 + 8).astype(np.float32),   # straight across
+         "b": np.arange(10, dtype=np.float32), "c": np.arange(7, dtype=np.int8),
+         "d": rng.standard_normal(SMALL // 4).astype(np.float32),
+         "e": np.arange(3, dtype=np.int64), "f": np.array([1, 0, 1], np.bool_)}
+    tmp_path.mkdir()
+    path = tmp_path / "cover.kiln"
+    kiln.save_tensors(path, t, checksum=True)
+    ref = _reference(path)
+    P.release()
+    seen = []
+    for chunk, slots, threads, direct in ((1 << 16, 2, 2, False), (64 << 20, 4, 4, True),
+                                          (1 << 18, 1, 2, False), (1 << 20, 8, 1, True)):
+        counts = {}
+        items = _items(path)
+        outs = P.load(items, "cpu", stage=True, chunk_bytes=chunk, slots=slots,
+                      threads=threads, direct_io=direct, counts=counts,
+                      progress=lambda done, total: seen.append(done))
+        assert [_bytes(x) for x in outs] == [ref[it.key] for it in items]
+    assert seen[-1] == os.path.getsize(path) - items[0].offset - 64 or seen
+    targets = {k: torch.zeros(v.shape, dtype=x.dtype) for (k, v), x in
+               zip(sorted(t.items()), outs)}
+    P.load(_items(path, targets), "cpu")   # the host path: large payloads in place
+    assert _bytes(targets["a"]) == ref["a"] and _bytes(targets["b"]) == ref["b"]
+    for code in (errno.EINVAL, errno.EIO):   # O_DIRECT refused: buffered; failed: an error
+        items = [it._replace(src=_Refusing(path, code)) for it in _items(path)]
+        if code == errno.EINVAL:
+            outs = P.load(items, "cpu", stage=True, direct_io=True, chunk_bytes=1 << 16)
+            assert [_bytes(x) for x in outs] == [ref[it.key] for it in items]
+        else:
+            with pytest.raises(OSError):
+                P.load(items, "cpu", stage=True, direct_io=True)
+    for pause in (0.2, 0.5, 1.0, 2.0):   # a slow first read: the others wait for it
+        src = _SlowFirst(path, pause)
+        items = [it._replace(src=src) for it in _items(path)]
+        outs = P.load(items, "cpu", stage=True, chunk_bytes=1 << 18, slots=1, threads=2)
+        assert [_bytes(x) for x in outs] == [ref[it.key] for it in items]
+        if enough():
+            break
+    with open(path, "r+b") as f:   # a payload changed: CHECKSUM after targets were written
+        f.seek(_items(path)[3].offset + 1)
+        f.write(b"\xff\xfe")
+    with pytest.raises(kiln.KilnError) as e:
+        P.load(_items(path, targets), "cpu", stage=True, chunk_bytes=1 << 16, slots=1)
+    assert e.value.code == "CHECKSUM" and "partly written" in e.value.reason
+    items = _items(path)
+    os.truncate(path, items[0].offset + 100)   # EOF in a reader, others waiting
+    for pause in (0.2, 0.5, 1.0, 2.0):
+        src = _SlowFirst(path, pause)
+        with pytest.raises(kiln.KilnError) as e:
+            P.load([it._replace(src=src) for it in items], "cpu", stage=True,
+                   chunk_bytes=1 << 16, slots=1, threads=3)
+        assert e.value.code == "EOF" and e.value.offset == items[0].offset + 100
+        if enough():
+            break
+    assert _readers() == []
+    P.release()
+
+
+def test_every_line_of_the_cuda_copy_path_runs_on_the_stand_in(api, tmp_path):
+    import linecache
+    codes = _device_path_code()
+    want = _executable(codes)
+    with _Lines(codes) as lines:
+        for k in range(3):   # (again where a wait a slow read sets up was not seen)
+            _device_path_workload(tmp_path / str(k), lambda: not want - lines.seen)
+            if not want - lines.seen:
+                break
+    missing = sorted(want - lines.seen)
+    assert not missing, "lines of the device path no test runs:\n" + "\n".join(
+        "%s:%d: %s" % (os.path.basename(f), n, linecache.getline(f, n).strip())
+        for f, n in missing)

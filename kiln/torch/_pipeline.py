@@ -54,8 +54,7 @@ import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from kiln import KilnError
-from kiln._access import (crc32_combine as _crc32_combine, kernel_crc32,
-                          read_exactly as _read_exact)
+from kiln._access import crc32_combine as _crc32_combine, kernel_crc32
 
 from ._common import torch_module
 from ._copy import SMALL, copy_step
@@ -187,23 +186,25 @@ class _Run:
         self.device, self.progress = device, progress
         self.stop = threading.Event()
         staged = [c for c in chunks if not c.in_place]
-        self.cuda = device.type == "cuda"
         ring = min(slots, len(staged))
         size = min(chunk_bytes, max([c.size for c in staged] or [0]))
         if self.odirect:   # room to widen a chunk to whole aligned blocks at both ends
             size += 3 * _ALIGN
-        self.pin = self.cuda and torch.cuda.is_available()
-        hosts = _pinned_ring(ring, size) if self.pin and ring else []
-        if not hosts:
-            hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
-                     for _ in range(ring)]
-        self.slots = [_Slot(h) for h in hosts]
-        self.free: List[int] = list(range(ring))    # slots no chunk holds (under self.cv)
         self.copier = copy_step(torch, device, stand_in)   # (kiln/torch/_copy.py)
+        self.key = (self.copier.kind, str(device))   # the kept ring this load may reuse
+        self.slots = _take_ring(self.key, ring, size) if ring else []
+        if not self.slots:
+            self.slots = [_Slot(self.copier.host_buffer(size)) for _ in range(ring)]
+        self.free: List[int] = list(range(ring))    # slots no chunk holds (under self.lock)
         # chunk index -> (its slot, None in place; the CRC-32 of each of its pieces)
         self.ready: Dict[int, Tuple[Optional[int], List[int]]] = {}
         self.crc32: Callable[[Any], int] = kernel_crc32   # compiled: carry-less multiply
-        self.cv = threading.Condition()
+        # targeted wake-ups: a released slot wakes one reader waiting for a
+        # slot, a chunk read wakes the consumer only when it waits for that one
+        self.lock = threading.Lock()
+        self.slot_cv = threading.Condition(self.lock)    # readers waiting for a slot
+        self.ready_cv = threading.Condition(self.lock)   # the consumer, for chunk self.want
+        self.want = -1
         self.error: Optional[BaseException] = None
         self.next = 0
         self.n_threads = max(1, min(threads, len(chunks)))
@@ -234,14 +235,15 @@ class _Run:
                     got = self.dest(p.item)[p.at:p.at + p.n]
                     c.src.read(got, c.start, what)
                     sums = self.piece_crcs(c, got)
-                with self.cv:
+                with self.lock:
                     self.ready[j] = (slot, sums)
-                    self.cv.notify_all()
+                    if j == self.want:
+                        self.ready_cv.notify()
         except BaseException as e:   # handed to the consumer, which raises it
-            with self.cv:
+            with self.lock:
                 if self.error is None:
                     self.error = e
-                self.cv.notify_all()
+                self.wake_all()
 
     def piece_crcs(self, c: Chunk, raw: memoryview) -> List[int]:
         """The CRC-32 of each piece of chunk ``c`` (its bytes in ``raw``, at
@@ -257,8 +259,7 @@ class _Run:
         """Chunk ``c`` into slot ``s`` with O_DIRECT: whole aligned blocks read
         into an aligned place of the slot, the chunk's bytes found at
         ``s.shift``; False where direct I/O is refused (read buffered)."""
-        fd = c.src.odirect_fd()
-        if fd < 0:
+        if c.src.odirect_fd() < 0:
             return False
         a0 = c.start - c.start % _ALIGN
         need = c.start + c.size - a0
@@ -266,7 +267,7 @@ class _Run:
         base = -s.host.data_ptr() % _ALIGN
         buf = memoryview(s.host.numpy())[base:base + span]
         try:
-            _read_exact(fd, buf, a0, c.src.name, what, need=need)
+            c.src.read_direct(buf, a0, what, need)
         except OSError as e:
             if e.errno != errno.EINVAL:
                 raise
@@ -279,21 +280,28 @@ class _Run:
         """The next chunk and, for a staged one, the slot it is read into:
         taken together, in chunk order, so the consumer (which takes chunks in
         order) never waits on a chunk whose reader waits on a slot."""
-        with self.cv:
-            while not self.stop.is_set() and self.error is None:
+        with self.lock:
+            while True:
+                if self.stop.is_set() or self.error is not None:
+                    return None
                 j = self.next
                 if j >= len(self.chunks):
+                    self.slot_cv.notify_all()   # the readers waiting for a slot: no more chunks
                     return None
                 if self.chunks[j].in_place or self.free:
                     self.next += 1
                     return j, (None if self.chunks[j].in_place else self.free.pop())
-                self.cv.wait(0.05)
-            return None
+                self.slot_cv.wait()
 
     def release(self, slot: int) -> None:
-        with self.cv:
+        with self.lock:
             self.free.append(slot)
-            self.cv.notify_all()
+            self.slot_cv.notify()   # one reader waiting for a slot
+
+    def wake_all(self) -> None:
+        """Every thread waiting (the load stops; under ``self.lock``)."""
+        self.slot_cv.notify_all()
+        self.ready_cv.notify_all()
 
     def dest(self, i: int) -> memoryview:
         """The host destination of item ``i`` as writable bytes."""
@@ -309,9 +317,10 @@ class _Run:
             w.start()
         crcs = [0] * len(self.items)
         for j, c in enumerate(self.chunks):
-            with self.cv:
+            with self.lock:
+                self.want = j
                 while j not in self.ready and self.error is None:
-                    self.cv.wait(0.1)
+                    self.ready_cv.wait()
                 if self.error is not None:
                     raise self.error
                 slot, sums = self.ready.pop(j)
@@ -344,42 +353,53 @@ class _Run:
         kept for the next load only after a load that succeeded (the files
         are their owner's to close)."""
         self.stop.set()
-        with self.cv:
-            self.cv.notify_all()
+        with self.lock:
+            self.wake_all()
         for w in self.workers:
             w.join()
         try:
             self.copier.finish()   # no copy may still read a buffer dropped here
         except Exception:   # pragma: no cover (a device fault: the error already raised)
             pass
-        if keep and self.pin and self.slots:
-            _keep_pinned([s.host for s in self.slots])
+        if keep and self.copier.kind != "host" and self.slots:
+            _keep_ring(self.key, self.slots)
         self.slots = []
 
 
-# The pinned ring of the last device load, kept for the next one: pinning
-# memory (cudaHostAlloc) costs about as much as copying it, so a ring made per
-# load would cost a fifth of a 7.8 GiB load at 45 GB/s.  At most one ring
-# (SLOTS x CHUNK_BYTES, 256 MiB by default) stays pinned; release() frees it.
-_PINNED: Dict[Tuple[int, int], List[Any]] = {}
-_PINNED_LOCK = threading.Lock()
+# The ring of the last device load onto each device, kept for the next one:
+# its pinned host buffers (pinning, cudaHostAlloc, costs about as much as
+# copying the memory, so a ring made per load would cost a fifth of a 7.8 GiB
+# load at 45 GB/s) and the device buffers its small payloads were split in.
+# A load reuses the kept ring when it has at least the slots and the buffer
+# size the load needs; release() frees them all.
+_KEPT: Dict[Tuple[str, str], List[_Slot]] = {}
+_KEPT_LOCK = threading.Lock()
 
 
-def _pinned_ring(slots: int, size: int) -> List[Any]:
-    with _PINNED_LOCK:
-        return _PINNED.pop((slots, size), [])
+def _take_ring(key: Tuple[str, str], ring: int, size: int) -> List[_Slot]:
+    """The kept ring of ``key`` when it has ``ring`` slots of ``size`` bytes
+    or more (all its slots: more of them cost nothing now), else none."""
+    with _KEPT_LOCK:
+        kept = _KEPT.pop(key, [])
+    if len(kept) < ring or int(kept[0].host.numel()) < size:
+        return []   # (dropped: a new ring is made and kept in its place)
+    for s in kept:
+        s.shift, s.event = 0, None
+    return kept
 
 
-def _keep_pinned(host: List[Any]) -> None:
-    with _PINNED_LOCK:
-        _PINNED.clear()
-        _PINNED[(len(host), int(host[0].numel()))] = host
+def _keep_ring(key: Tuple[str, str], slots: List[_Slot]) -> None:
+    with _KEPT_LOCK:
+        _KEPT[key] = slots
 
 
 def release() -> None:
-    """Free the pinned staging ring kept from the last device load."""
-    with _PINNED_LOCK:
-        _PINNED.clear()
+    """Free what the device loads keep between loads: for each device, the
+    staging ring of its last load (pinned host memory, ``slots x chunk_bytes``
+    bytes) and the device buffers of that ring (up to one chunk a slot, made
+    where a chunk held payloads under 1 MiB).  The next load makes them anew."""
+    with _KEPT_LOCK:
+        _KEPT.clear()
 
 
 def _new_tensor(torch: Any, it: Item, device: Any) -> Any:
