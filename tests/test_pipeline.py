@@ -553,3 +553,40 @@ def test_every_line_of_the_cuda_copy_path_runs_on_the_stand_in(api, tmp_path):
     assert not missing, "lines of the device path no test runs:\n" + "\n".join(
         "%s:%d: %s" % (os.path.basename(f), n, linecache.getline(f, n).strip())
         for f, n in missing)
+
+
+def test_the_ring_is_kept_between_loads_and_reused_when_large_enough(api, mixed):
+    # (the host stand-in keeps its ring as a device load keeps its pinned one)
+    P.release()
+    assert P._KEPT == {}
+    P.load(_items(mixed), "cpu", stage=True, chunk_bytes=4096, slots=3)
+    (key, ring), = P._KEPT.items()
+    assert key == ("stand-in", "cpu") and len(ring) == 3
+    hosts = [s.host.data_ptr() for s in ring]
+    assert all(s.host.numel() == 4096 for s in ring)   # (the file's chunks fill 4 KiB)
+    ref = _reference(mixed)
+    for chunk, slots in ((4096, 3), (1000, 2), (4000, 1)):   # no more than the kept: reused
+        outs = P.load(_items(mixed), "cpu", stage=True, chunk_bytes=chunk, slots=slots)
+        assert [s.host.data_ptr() for s in P._KEPT[key]] == hosts
+        assert [_bytes(x) for x in outs] == [ref[it.key] for it in _items(mixed)]
+    P.load(_items(mixed), "cpu", stage=True, chunk_bytes=8192, slots=3)   # larger: a new ring
+    assert P._KEPT[key][0].host.numel() > 4096
+    P.load(_items(mixed), "cpu", chunk_bytes=4096)   # a host load keeps nothing of its own
+    assert list(P._KEPT) == [key]
+    kt.release()
+    assert P._KEPT == {}
+
+
+@pytest.mark.parametrize("cpus, total, want", [
+    # (readers, slots, chunk MiB), worked out by hand from the rule in the docstring
+    (1, 1 << 20, (1, 3, 8)),                # one CPU: one reader; small load: 8 MiB chunks
+    (2, 100 << 20, (1, 3, 25)),             # 100 MiB / (4 x 1) = 25 MiB
+    (4, 8 << 30, (2, 4, 32)),               # large: 32 MiB chunks, ring 128 MiB
+    (8, 200 << 20, (4, 6, 12)),             # 200 / 16 = 12.5: 12 MiB
+    (16, int(7.8 * (1 << 30)), (12, 18, 32)),   # the H200 host: ring 576 MiB
+    (64, int(7.8 * (1 << 30)), (16, 24, 32)),   # readers capped at 16: ring 768 MiB
+])
+def test_concurrency_is_chosen_from_the_cpus_and_the_load(api, cpus, total, want):
+    threads, slots, chunk = P.concurrency(cpus, total)
+    assert (threads, slots, chunk >> 20) == want and chunk % (1 << 20) == 0
+    assert slots > threads and slots * chunk <= 1 << 30

@@ -34,7 +34,8 @@ load_file = _st(filename="path")(load_file)
 load_model = _st(filename="path")(load_model)
 from ._safe_open import SafeSlice, safe_open
 from ._collate import collate, to_torch
+from ._pipeline import release
 
 __all__ = ["save_file", "save_model", "save_sharded", "save", "load_file", "load_model",
            "load", "IncompatibleKeys", "LoadError", "ALIASES_KEY", "shared_names", "safe_open",
-           "SafeSlice", "collate", "to_torch"]
+           "SafeSlice", "collate", "to_torch", "release"]

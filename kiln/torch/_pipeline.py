@@ -60,12 +60,10 @@ from ._common import torch_module
 from ._copy import SMALL, copy_step
 from ._sources import FileBytes, file_bytes
 
-__all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "CHUNK_BYTES", "SLOTS",
-           "THREADS", "SMALL"]
+__all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "concurrency", "SMALL"]
 
-CHUNK_BYTES = 64 << 20   # a chunk: one read, one staging buffer
-SLOTS = 4                # staging buffers in the ring (host memory: SLOTS x CHUNK_BYTES at most)
-THREADS = 4              # reader threads
+_MIB = 1 << 20
+RING_BYTES = 1 << 30     # the staging ring's host memory, at most (slots x chunk_bytes)
 IN_PLACE = 64 << 10      # a host payload from this size is read in place (smaller: staged
                          # with its neighbours, one read for many, then copied out)
 _GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
@@ -411,8 +409,32 @@ def _writable_host(torch: Any, t: Any) -> bool:
         not t.is_conj() and t.layout == torch.strided
 
 
+def concurrency(cpus: int, total: int) -> Tuple[int, int, int]:
+    """``(threads, slots, chunk_bytes)`` for a load of ``total`` payload bytes
+    on a machine of ``cpus`` CPUs: readers ``cpus - 4`` (leaving cores to
+    the consumer, the copies and the caller) up to 16, half the CPUs on a
+    machine of 6 or fewer, at least 1; slots half as many again as readers
+    (at least 2 more: a reader never waits for the copy of a chunk another
+    has read); chunks of 8 to 32 MiB, about a quarter of a reader's share
+    of the load, within :data:`RING_BYTES` of ring."""
+    threads = max(1, min(16, cpus - 4)) if cpus > 6 else max(1, cpus // 2)
+    slots = threads + max(2, threads // 2)
+    chunk = min(max(8 * _MIB, total // (4 * threads) // _MIB * _MIB), 32 * _MIB,
+                RING_BYTES // slots // _MIB * _MIB)
+    return threads, slots, chunk
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # pragma: no cover (not Linux)
+        return os.cpu_count() or 1
+
+
 def load(items: Sequence[Item], device: Any, *, progress: Any = None,
-         chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS, threads: int = THREADS,
+         chunk_bytes: Optional[int] = None, slots: Optional[int] = None,
+         threads: Optional[int] = None,
          stage: Optional[bool] = None, direct_io: bool = False,
          counts: Optional[Dict[str, int]] = None) -> List[Any]:
     """The tensors of ``items`` (see the module doc), in their order: each
@@ -423,7 +445,8 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         device: where new tensors are made.
         progress: as kiln's ``progress=`` (True for tqdm, or ``fn(done, total)``).
         chunk_bytes, slots, threads: the chunk size, the staging buffers in
-            the ring and the reader threads.
+            the ring and the reader threads; each by default chosen from the
+            machine's CPUs and the load's size (:func:`concurrency`).
         stage: read through the staging ring even into host memory (the path
             a device takes, with the host standing in for it: the same copy
             step, see kiln/torch/_copy.py); by default only destinations
@@ -448,6 +471,10 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
     """
     from kiln._access import progress_session
     torch = torch_module()
+    auto = concurrency(_cpus(), sum(it.nbytes for it in items))
+    threads = auto[0] if threads is None else threads
+    slots = auto[1] if slots is None else slots
+    chunk_bytes = auto[2] if chunk_bytes is None else chunk_bytes
     if chunk_bytes < 1 or slots < 1 or threads < 1:
         raise ValueError("chunk_bytes, slots and threads must be at least 1")
     device = torch.device(device)
