@@ -590,3 +590,40 @@ def test_concurrency_is_chosen_from_the_cpus_and_the_load(api, cpus, total, want
     threads, slots, chunk = P.concurrency(cpus, total)
     assert (threads, slots, chunk >> 20) == want and chunk % (1 << 20) == 0
     assert slots > threads and slots * chunk <= 1 << 30
+
+
+# --- issue 58 item 6: several devices at once -------------------------------------------
+
+def test_each_device_gets_its_own_load_all_at_once(api, tmp_path):
+    rng = np.random.default_rng(6)
+    t = {"model.layers.%d.w" % i: rng.standard_normal(3000).astype(np.float32)
+         for i in range(4)}
+    t["lm_head.weight"] = rng.standard_normal(500).astype(np.float32)
+    kiln.save_tensors(tmp_path / "m.kiln", t, checksum=True)
+    ref = _reference(tmp_path / "m.kiln")
+    # the host standing in for two devices: "cpu" and "cpu:0" are two devices to the loader
+    items = _items(tmp_path / "m.kiln")
+    parts = {torch.device("cpu"): items[:3], torch.device("cpu:0"): items[3:]}
+    seen = []
+    real = P.load
+
+    def spy(its, dev, **kw):   # which thread runs each device's load, with how many readers
+        seen.append((str(dev), threading.current_thread().name, kw["threads"]))
+        return real(its, dev, **kw)
+
+    P.release()
+    P.load = spy
+    try:
+        got = P.load_each(parts, stage=True, chunk_bytes=4096, threads=4)
+    finally:
+        P.load = real
+    assert sorted(seen) == [("cpu", "kiln-torch-device", 2), ("cpu:0", "kiln-torch-device", 2)]
+    assert set(P._KEPT) == {("stand-in", "cpu"), ("stand-in", "cpu:0")}   # a ring each
+    for dev, its in parts.items():
+        assert [_bytes(x) for x in got[dev]] == [ref[it.key] for it in its]
+    P.release()
+    sd = kt.load_file(tmp_path / "m.kiln", device={"model.layers.1": "cpu", "": "cpu:0",
+                                                   "model.layers": "cpu"})
+    assert sorted(sd) == sorted(t) and all(_bytes(v) == ref[k] for k, v in sd.items())
+    with pytest.raises(ValueError, match="lm_head.weight"):   # a name the map does not place
+        kt.load_file(tmp_path / "m.kiln", device={"model": "cpu"})

@@ -100,7 +100,7 @@ def _open(path: Any, what: str) -> Any:
     return kiln.open(path)
 
 
-def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu", *,
+def load_file(path: PathLike, device: Union[str, "torch.device", Dict[str, Any]] = "cpu", *,
               direct_io: bool = False) -> Dict[str, "torch.Tensor"]:
     """The tensors of a Kiln tensor file, or of a sharded set (its index or its
     folder), as a state dict (name -> ``torch.Tensor``).
@@ -116,6 +116,12 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu", *,
     buffers and copied there (see "Loading onto a device" in the integrations guide); each tensor owns
     its memory.  Aliases (tied weights saved once) come back as the same
     tensor object.
+
+    ``device`` may be a device map (name prefix -> device, as accelerate
+    and transformers write ``device_map``: the longest prefix that is a name
+    or a dotted start of it, ``""`` for the rest): one pipelined load a
+    device, all at once, sharing out the reader threads; each tensor owns
+    its memory there, a ``"cpu"`` one included.
 
     ``direct_io=True`` (a device only) reads with O_DIRECT, for a cold load
     of a file the page cache does not hold (buffered where the file system
@@ -135,7 +141,8 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu", *,
         {'w': tensor([0, 1, 2])}
     """
     torch = _torch()
-    dev = torch.device(device)
+    places = device if isinstance(device, dict) else None
+    dev = torch.device("cuda" if places is not None else device)
     with _open(path, "load_file") as f:   # the views keep the mapping; closing frees nothing else
         aliases = _aliases(f)
         if dev.type == "cpu":
@@ -143,12 +150,31 @@ def load_file(path: PathLike, device: Union[str, "torch.device"] = "cpu", *,
         else:
             with _Files() as files:
                 entries = files.entries(f)
-                items = [_item(torch, n, e, _torch_dtype(torch, e.t, e.src.name), None)
-                         for n, e in entries.items()]
-                out = dict(zip(entries, _pipeline.load(items, dev, direct_io=direct_io)))
+                parts: Dict[Any, Any] = {}
+                for n, e in entries.items():
+                    parts.setdefault(dev if places is None else _place(torch, places, n),
+                                     []).append(_item(torch, n, e, _torch_dtype(
+                                         torch, e.t, e.src.name), None))
+                got = _pipeline.load_each(parts, direct_io=direct_io)
+                out = {it.key: t for d, its in parts.items() for it, t in zip(its, got[d])}
     for alias, name in aliases.items():
         out[alias] = out[name]
     return dict(sorted(out.items()))
+
+
+def _place(torch: Any, places: Dict[str, Any], name: str) -> Any:
+    """The device of ``name`` in a ``device_map`` (name prefix -> device, as
+    accelerate writes it: the longest prefix that is the name, a dotted
+    start of it, or ``""``)."""
+    best = None
+    for prefix in places:
+        if (prefix == "" or name == prefix or name.startswith(prefix + ".")) and \
+                (best is None or len(prefix) > len(best)):
+            best = prefix
+    if best is None:
+        raise ValueError("tensor %r: no entry of the device map names it or a prefix of it"
+                         % name)
+    return torch.device(places[best])
 
 
 def load(data: Any) -> Dict[str, "torch.Tensor"]:
@@ -454,10 +480,11 @@ def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress:
         for k in flags:
             if items[k].target is not None:
                 made[k] = items[k].target.copy_(made[k])
-    for dev, ks in groups.items():
-        ks = [k for k in ks if made[k] is None]
-        for k, t in zip(ks, _pipeline.load([items[k] for k in ks], dev, progress=progress,
-                                           direct_io=direct_io)):
+    groups = {dev: [k for k in ks if made[k] is None] for dev, ks in groups.items()}
+    loaded = _pipeline.load_each({dev: [items[k] for k in ks] for dev, ks in groups.items()
+                                  if ks}, progress=progress, direct_io=direct_io)
+    for dev, outs in loaded.items():   # (one load a device, all at once)
+        for k, t in zip(groups[dev], outs):
             made[k] = t
     return made
 

@@ -15,7 +15,9 @@ The plan: every payload range is known before the first read (:class:`Item`:
 file, offset, size, recorded CRC-32, dtype, shape, and the tensor to fill or
 None to make one).  The ranges are cut into chunks of at most ``chunk_bytes``
 (adjacent payloads of one file share a chunk; a payload larger than a chunk
-spans several), and a pool of reader threads reads them:
+spans several), and a pool of reader threads reads them (how many threads,
+buffers and bytes a chunk: :func:`concurrency`, from the CPUs and the load's
+size):
 
 - into the destination itself, when it is contiguous host memory (a CPU
   tensor): an *in-place* chunk, no staging buffer, no second copy;
@@ -28,7 +30,9 @@ spans several), and a pool of reader threads reads them:
   are copied to a device buffer of the ring and split there by one batched
   device-to-device copy (``torch._foreach_copy_``), so the link carries the
   payload and the padding between small neighbours, nothing else: each
-  returned tensor owns its memory, and no buffer is kept behind it.
+  returned tensor owns its memory.  The ring (its host buffers and the
+  device buffers of its slots) is kept for the next load onto the same
+  device, reused when it is large enough; :func:`release` frees it.
 
 O_DIRECT (``direct_io=True``) is another matter than in-place reads: staged
 chunks read with O_DIRECT through a second descriptor of the same open file
@@ -60,7 +64,8 @@ from ._common import torch_module
 from ._copy import SMALL, copy_step
 from ._sources import FileBytes, file_bytes
 
-__all__ = ["Item", "FileBytes", "file_bytes", "load", "release", "concurrency", "SMALL"]
+__all__ = ["Item", "FileBytes", "file_bytes", "load", "load_each", "release", "concurrency",
+           "SMALL"]
 
 _MIB = 1 << 20
 RING_BYTES = 1 << 30     # the staging ring's host memory, at most (slots x chunk_bytes)
@@ -518,6 +523,38 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
         t.copy_(outs[i])
         outs[i] = t
     return outs
+
+
+def load_each(parts: Dict[Any, List[Item]], *, threads: Optional[int] = None,
+              **options: Any) -> Dict[Any, List[Any]]:
+    """:func:`load` of each device's items (``parts``: device -> items), one
+    pipelined load a device, all at once, the reader threads shared out
+    between them (``threads``, by default :func:`concurrency`'s for the whole
+    load, divided by the devices, at least one each); the other options as
+    :func:`load`.  The first error of any load is raised once all have ended."""
+    if len(parts) == 1:
+        (dev, items), = parts.items()
+        return {dev: load(items, dev, threads=threads, **options)}
+    if threads is None:
+        threads = concurrency(_cpus(), sum(it.nbytes for v in parts.values() for it in v))[0]
+    each = max(1, threads // len(parts))
+    done: Dict[Any, List[Any]] = {}
+    errors: List[BaseException] = []
+
+    def one(dev: Any, items: List[Item]) -> None:
+        try:
+            done[dev] = load(items, dev, threads=each, **options)
+        except BaseException as e:   # raised below, after every load has ended
+            errors.append(e)
+    runs = [threading.Thread(target=one, args=kv, name="kiln-torch-device")
+            for kv in parts.items()]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    if errors:
+        raise errors[0]
+    return done
 
 
 def _run(torch: Any, items: List[Item], outs: List[Any], chunks: List[Chunk], device: Any,
