@@ -294,20 +294,20 @@ def check_tensor_file(buf, trusted=False, max_count=kiln.DEFAULT_MAX_COUNT,
 CONVERT_KINDS = ("safetensors", "gguf", "npz")
 CONVERT_FACTOR = 512
 CONVERT_SLACK = 48 << 20
-_WORK = []
-
-
-def _workdir():
-    if not _WORK:
-        import tempfile
-        _WORK.append(tempfile.mkdtemp(prefix="kiln-fuzz-convert-"))
-    return _WORK[0]
-
-
 def check_convert_input(kind, data):
+    """One conversion of ``data`` in a folder of its own, removed after it."""
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="kiln-fuzz-convert-")
+    try:
+        return _check_convert_in(folder, kind, data)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_convert_in(folder, kind, data):
     import os
     from kiln.convert import convert
-    folder = _workdir()
     src = os.path.join(folder, "in." + kind)
     dst = os.path.join(folder, "out.kiln")
     with open(src, "wb") as f:
