@@ -40,7 +40,8 @@ rows into host memory (the loader's readers and, with ``--stage``, its
 staging ring with the host standing in for the device) against a plain
 sequential ``pread`` of the file: what can be measured where there is no GPU.
 ``--stand-in`` is ``--device cpu --stage``: every row with the host standing
-in for the device.  Without CUDA and without ``--device cpu`` or
+in for the device, kiln's rows also printing their checkpoint, ``plain`` or
+``checksummed`` and ``link bytes / payload bytes`` (``load(counts=)``).  Without CUDA and without ``--device cpu`` or
 ``--stand-in`` it says so and exits 0.
 """
 
