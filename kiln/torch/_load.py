@@ -141,11 +141,11 @@ def load_file(path: PathLike, device: Union[str, "torch.device", Dict[str, Any]]
         {'w': tensor([0, 1, 2])}
     """
     torch = _torch()
-    places = device if isinstance(device, dict) else None
-    dev = torch.device("cuda" if places is not None else device)
+    places = device if isinstance(device, dict) else None   # a device map
+    dev = None if places is not None else torch.device(device)
     with _open(path, "load_file") as f:   # the views keep the mapping; closing frees nothing else
         aliases = _aliases(f)
-        if dev.type == "cpu":
+        if dev is not None and dev.type == "cpu":
             out = {name: _view(torch, f[name], f.path) for name in f.keys()}
         else:
             with _Files() as files:
