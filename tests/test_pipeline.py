@@ -352,12 +352,15 @@ def test_the_link_carries_the_payload_and_little_else(api, tmp_path, shape):
     # 32-byte router bias, followed by the router: 32 bytes of padding a layer
     want = payload if shape == "llama" else payload + 32 * 2
     ref = _reference(tmp_path / "m.kiln")
-    for chunk in (64 << 20, 3 << 20):
+    # the host standing in for the device, and CUDA itself where torch sees a GPU
+    runs = [("cpu", 64 << 20), ("cpu", 3 << 20)] + (
+        [("cuda", 64 << 20), ("cuda", 3 << 20)] if torch.cuda.is_available() else [])
+    for dev, chunk in runs:
         items = _items(tmp_path / "m.kiln")
         counts = {}
-        outs = P.load(items, "cpu", stage=True, counts=counts, chunk_bytes=chunk)
+        outs = P.load(items, dev, stage=True, counts=counts, chunk_bytes=chunk)
         for it, x in zip(items, outs):
-            assert _bytes(x) == ref[it.key], it.key
+            assert x.device.type == dev and _bytes(x.cpu()) == ref[it.key], it.key
         assert counts["payload_bytes"] == payload
         if chunk == 64 << 20:   # one chunk: every padding byte between small ones crosses
             assert counts["link_bytes"] == want
@@ -472,7 +475,7 @@ class _Refusing(S.Descriptor):
         _OPEN.append(self)
         self.errno = errno_
 
-    def read_direct(self, view, at, what, need):
+    def read_direct(self, fd, view, at, what, need):
         raise OSError(self.errno, os.strerror(self.errno))
 
 

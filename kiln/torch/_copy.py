@@ -139,8 +139,10 @@ class CudaCopy(CopyStep):
             ev.synchronize()   # the copies out of this buffer are done (the thread sleeps)
             s.event = None
 
-    def finish(self) -> None:
-        self.stream.synchronize()
+    def finish(self) -> None:   # waited on as an event, blocking: the thread sleeps
+        done = self.api.event()
+        done.record(self.stream)
+        done.synchronize()
 
 
 class CudaDevice:
@@ -178,9 +180,6 @@ class CudaDevice:
 
 class _HostStream:
     """A stream whose work is done when issued (the host stand-in copies at once)."""
-
-    def synchronize(self) -> None:
-        pass
 
     def __enter__(self) -> None:
         return None

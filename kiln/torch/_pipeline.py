@@ -262,7 +262,8 @@ class _Run:
         """Chunk ``c`` into slot ``s`` with O_DIRECT: whole aligned blocks read
         into an aligned place of the slot, the chunk's bytes found at
         ``s.shift``; False where direct I/O is refused (read buffered)."""
-        if c.src.odirect_fd() < 0:
+        fd = c.src.odirect_fd()   # (taken once: another reader may refuse it meanwhile)
+        if fd < 0:
             return False
         a0 = c.start - c.start % _ALIGN
         need = c.start + c.size - a0
@@ -270,7 +271,7 @@ class _Run:
         base = -s.host.data_ptr() % _ALIGN
         buf = memoryview(s.host.numpy())[base:base + span]
         try:
-            c.src.read_direct(buf, a0, what, need)
+            c.src.read_direct(fd, buf, a0, what, need)
         except OSError as e:
             if e.errno != errno.EINVAL:
                 raise

@@ -36,11 +36,12 @@ class FileBytes:
         """A descriptor of the same file opened with O_DIRECT, or -1."""
         return -1
 
-    def read_direct(self, view: memoryview, at: int, what: str, need: int) -> None:
-        """Fill ``view`` (aligned) from byte ``at`` (aligned) through
-        :meth:`odirect_fd`; the file may end after ``need`` bytes.  An
-        ``OSError`` with ``EINVAL`` is the file system refusing direct I/O."""
-        _read_exact(self.odirect_fd(), view, at, self.name, what, need=need)
+    def read_direct(self, fd: int, view: memoryview, at: int, what: str, need: int) -> None:
+        """Fill ``view`` (aligned) from byte ``at`` (aligned) through ``fd``,
+        the descriptor :meth:`odirect_fd` gave; the file may end after
+        ``need`` bytes.  An ``OSError`` with ``EINVAL`` is the file system
+        refusing direct I/O."""
+        _read_exact(fd, view, at, self.name, what, need=need)
 
     def refuse_odirect(self) -> None:
         """The file system refused an O_DIRECT read after all: buffered from now on."""
