@@ -284,18 +284,19 @@ class _Run:
         """The next chunk and, for a staged one, the slot it is read into:
         taken together, in chunk order, so the consumer (which takes chunks in
         order) never waits on a chunk whose reader waits on a slot."""
+        got = None   # (None: the load stops, or every chunk is taken)
         with self.lock:
-            while True:
-                if self.stop.is_set() or self.error is not None:
-                    return None
+            while got is None and not self.stop.is_set() and self.error is None:
                 j = self.next
                 if j >= len(self.chunks):
                     self.slot_cv.notify_all()   # the readers waiting for a slot: no more chunks
-                    return None
+                    break
                 if self.chunks[j].in_place or self.free:
                     self.next += 1
-                    return j, (None if self.chunks[j].in_place else self.free.pop())
-                self.slot_cv.wait()
+                    got = j, (None if self.chunks[j].in_place else self.free.pop())
+                else:
+                    self.slot_cv.wait()
+        return got
 
     def release(self, slot: int) -> None:
         with self.lock:
