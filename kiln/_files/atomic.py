@@ -39,6 +39,8 @@ import sys
 import threading
 from typing import Any, List, Optional, Tuple, Union
 
+import numpy as np
+
 from .paths import bytes_path, local_path
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -396,6 +398,17 @@ def _bytes_view(data: Any) -> memoryview:
     return view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")
 
 
+def _pending_view(data: Any) -> Any:
+    """``data`` to keep in a writer's pending list: a C-ordered 1-D byte array
+    as it is (its slices are views too, and unlike a memoryview it is not an
+    object the cyclic collector tracks: a save of many tensors keeps one
+    pending entry a tensor), anything else as :func:`_bytes_view`."""
+    if type(data) is np.ndarray and data.ndim == 1 and data.itemsize == 1 and \
+            data.flags.c_contiguous:
+        return data
+    return _bytes_view(data)
+
+
 HUGE_PAGE = 2 << 20   # the runs of a file Linux's page cache can map with one entry
 _pwritev: Any = getattr(os, "pwritev", None)
 
@@ -456,7 +469,7 @@ class AlignedWriter:
     def write(self, data: Any, counted: bool = False) -> None:
         """``data`` after what was written or skipped so far (``counted``: its
         length reported to ``prog`` once it is written)."""
-        view = _bytes_view(data)
+        view = _pending_view(data)
         if _pwritev is None:  # Windows
             self._out._put(view, self._start)
             self._start += len(view)

@@ -235,11 +235,14 @@ class KilnFile(TensorFile):
     def values(self) -> List[Tensor]:  # type: ignore[override]
         self._intact()
         vals = self._d().values()
-        for t in vals:
-            self._checks.tensor(t)
+        self._checks.tensors(vals)
         if self._verify and self.checksums is not None:
             self.verify()
         return vals
+
+    def items(self) -> List[Tuple[str, Tensor]]:  # type: ignore[override]
+        vals = self.values()   # every payload checked in one pass
+        return list(zip(self.keys(), vals))
 
     def tensors(self) -> TensorDirectory:
         """The tensors as a :class:`TensorDirectory` of views (metadata left out),
@@ -247,8 +250,7 @@ class KilnFile(TensorFile):
         compared with its CRC-32 (when the file records them)."""
         self._intact()
         d = self._d()
-        for t in d.values():
-            self._checks.tensor(t)
+        self._checks.tensors(d.values())
         if self._verify and self.checksums is not None:
             self.verify()
         return d

@@ -476,10 +476,14 @@ class ShardedFile(Mapping[str, Tensor]):
         return list(self._names)
 
     def values(self) -> List[Tensor]:  # type: ignore[override]
-        return [self[k] for k in self._names]
+        return [t for _, t in self.items()]
 
     def items(self) -> List[Tuple[str, Tensor]]:  # type: ignore[override]
-        return [(k, self[k]) for k in self._names]
+        got: Dict[str, Tensor] = {}
+        for shard in dict.fromkeys(self._map[k] for k in self._names):
+            f = self.shard(shard)   # its keys are the index's names for it (check_shard):
+            got.update(zip(f.keys(), f.values()))   # each shard's payloads checked together
+        return [(k, got[k]) for k in self._names]
 
     def get(self, name: Any, default: Any = None) -> Any:
         try:

@@ -38,6 +38,7 @@ TORCH_NAMES = {
 _E2M1 = DTYPE_CODES["e2m1"]
 
 _CODES: Dict[Any, int] = {}   # torch dtype -> Kiln code, filled on first use
+_NUMPY_NATIVE: set = set()   # torch dtypes whose .numpy() needs no view, filled with _CODES
 
 
 def torch_codes(torch: Any) -> Dict[Any, int]:
@@ -47,6 +48,8 @@ def torch_codes(torch: Any) -> Dict[Any, int]:
             dt = getattr(torch, tname, None)
             if dt is not None:
                 _CODES[dt] = DTYPE_CODES[kname]
+        _NUMPY_NATIVE.update(getattr(torch, n) for n in (
+            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8"))
     return _CODES
 
 
@@ -84,11 +87,14 @@ def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
         x = x.resolve_neg()   # bit is a complex tensor's alone, and kiln has no complex)
     if not x.is_contiguous():
         x = x.contiguous()   # one copy into C order, as for a non-contiguous numpy array
-    flat = x.reshape(-1)
-    if flat.numel() and flat.stride(0) != 1:   # one element, any stride (x.imag of one)
-        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
-    raw = flat.view(torch.uint8).numpy()
     shape = tuple(x.shape)   # (torch.Size holds ints)
+    if x.numel() == 1 and x.stride() != (1,) * x.dim():   # one element, any stride
+        x = torch.empty(shape, dtype=x.dtype).copy_(x)    # (x.imag of one)
+    if x.dtype in _NUMPY_NATIVE:
+        raw = x.numpy()   # over x itself: no second torch tensor is made (fewer objects
+    else:                 # for the collector to walk in a save of many tensors)
+        raw = (x if x.dim() else x.reshape(1)).view(torch.uint8).numpy()
+    raw = raw.reshape(-1).view(np.uint8)   # numpy views of C-ordered memory: no copy
     if code == _E2M1:
         shape = shape[:-1] + (2 * shape[-1],)   # elements, not bytes
     return code, shape, raw

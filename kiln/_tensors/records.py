@@ -57,7 +57,8 @@ def _torch_record(x, name):
             len(parts[1]) > W.MAX_RANK:
         return None
     return (parts[0], parts[1], name, None, 0, 0, W.NO_AXIS, 0, U32_MAX, U32_MAX,
-            memoryview(parts[2]))
+            parts[2])   # a 1-D uint8 array: a buffer, and (unlike a memoryview) not
+    # an object the cyclic collector tracks: a save of many tensors stays cheap to collect
 
 
 def normalize_tensors(value):
@@ -70,7 +71,6 @@ def normalize_tensors(value):
             pairs = [(None if t.name is None else _utf8(t.name, i), t)
                      for i, t in enumerate(value.values())]
         elif isinstance(value, Mapping):
-            pairs = []
             # one snapshot of the items (a dict: copied in one step), so a
             # key's code or another thread changing the mapping cannot break the loop
             try:
@@ -78,11 +78,15 @@ def normalize_tensors(value):
             except RuntimeError as e:
                 raise EncodeError("TYPE", 0, "the tensors mapping changed while it was read "
                                   "(%s)" % e) from None
+            keys, xs = [], []
             for i, (k, x) in enumerate(snap):
                 if not isinstance(k, str):
                     raise EncodeError("TYPE", 0, "tensor mapping key %r is not a str" % (k,))
-                pairs.append((_utf8(k, i), x))
-            pairs.sort(key=_first)
+                keys.append(_utf8(k, i))
+                xs.append(x)
+            # sorted by name through an order of ints: no (name, value) pair
+            # kept per tensor for the collector to walk while records are built
+            pairs = ((keys[j], xs[j]) for j in sorted(range(len(keys)), key=keys.__getitem__))
         elif isinstance(value, (list, tuple)):
             pairs = [(None, x) for x in value]
         else:
@@ -134,20 +138,3 @@ def normalize_tensors(value):
                 outer = outer if outer == U32_MAX else _resolve(outer, index, i)
                 records[i] = rec[:R_SCALE_INDEX] + (scale, outer, rec[R_PAYLOAD])
     return records
-
-
-def _first(t):
-    return t[0]
-
-
-def _resolve(ref, index, i):
-    if ref is None:
-        return U32_MAX
-    if isinstance(ref, str):
-        if ref not in index:
-            raise EncodeError("TYPE", 0, "tensor %d refers to unknown tensor %r" % (i, ref))
-        return index[ref]
-    ref = int(ref)
-    if not 0 <= ref <= U32_MAX:
-        raise EncodeError("TYPE", 0, "tensor %d: index %d out of range" % (i, ref))
-    return ref

@@ -146,7 +146,9 @@ def load_file(path: PathLike, device: Union[str, "torch.device", Dict[str, Any]]
     with _open(path, "load_file") as f:   # the views keep the mapping; closing frees nothing else
         aliases = _aliases(f)
         if dev is not None and dev.type == "cpu":
-            out = {name: _view(torch, f[name], f.path) for name in f.keys()}
+            pairs = f.items() if isinstance(f, kiln.ShardedFile) else \
+                zip(f.keys(), f.values())   # (no list of pairs kept for the collector)
+            out = {name: _view(torch, t, f.path) for name, t in pairs}
         else:
             with _Files() as files:
                 entries = files.entries(f)
@@ -159,7 +161,7 @@ def load_file(path: PathLike, device: Union[str, "torch.device", Dict[str, Any]]
                 out = {it.key: t for d, its in parts.items() for it, t in zip(its, got[d])}
     for alias, name in aliases.items():
         out[alias] = out[name]
-    return dict(sorted(out.items()))
+    return {k: out[k] for k in sorted(out)}
 
 
 def _place(torch: Any, places: Dict[str, Any], name: str) -> Any:

@@ -29,36 +29,62 @@ def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[st
     ``EncodeError`` naming both for any other overlap.
 
     Linear in the tensors but for one sort of the distinct tensors of each
-    storage: one dict lookup finds a tensor's earlier name, and the overlaps
-    are found by one sweep over the spans in address order."""
+    storage: a tensor is filed under its storage's address (an int, nothing
+    kept per tensor), and only a storage that two names reach is looked at
+    again, its names grouped by identity and its spans swept in address
+    order for overlaps."""
     store: Dict[str, Any] = {}
     aliases: Dict[str, str] = {}
-    first: Dict[Tuple[Any, ...], str] = {}   # identity -> the first name with it
-    by_storage: Dict[int, List[Tuple[int, int, int, str]]] = {}   # (lo, hi, rank, name)
+    by_storage: Dict[int, Any] = {}   # storage address -> its first name, or a list of names
     for name in tensors:
         if not isinstance(name, str):
             raise EncodeError("TYPE", 0, "state_dict key %r is not a str" % (name,))
-    for rank, name in enumerate(sorted(tensors) if order is None else order):
+    for name in sorted(tensors) if order is None else order:
         t = tensors[name]
         if not isinstance(t, torch.Tensor):
             raise EncodeError("TYPE", 0, "state_dict[%r] is %s, not a torch.Tensor"
                               % (name, type(t).__name__))
-        ident = same_memory_key(t)   # the one rule kiln.save_sharded uses too
-        if ident is None:
-            store[name] = t   # no memory to share (or refused when stored), or values
-            continue          # stored apart: a negation bit resolves into a copy
+        store[name] = t
+        if same_memory_key(t) is None:   # the one rule kiln.save_sharded uses too
+            continue   # no memory to share (or refused when stored), or values stored
+        # apart: a negation bit resolves into a copy.  The storage's address from
+        # the tensor's own (no storage object made: one a tensor would outlive
+        # this call, for the collector to walk)
+        key = t.data_ptr() - t.storage_offset() * t.element_size()
+        prev = by_storage.get(key)
+        if prev is None:
+            by_storage[key] = name
+        elif type(prev) is list:
+            prev.append(name)
+        else:
+            by_storage[key] = [prev, name]
+    for names in by_storage.values():
+        if type(names) is list:
+            _one_storage(tensors, names, store, aliases)
+    return store, aliases
+
+
+def _one_storage(tensors: Mapping[str, Any], names: List[str], store: Dict[str, Any],
+                 aliases: Dict[str, str]) -> None:
+    """The names on one storage address, in order: each name of a tensor an
+    earlier name has becomes its alias (out of ``store``); the distinct
+    tensors of each device must not overlap."""
+    first: Dict[Tuple[Any, ...], str] = {}   # identity -> the first name with it
+    by_device: Dict[Any, List[Tuple[int, int, int, str]]] = {}   # (lo, hi, rank, name)
+    for rank, name in enumerate(names):
+        t = tensors[name]
+        ident = same_memory_key(t)
         same = first.get(ident)
         if same is not None:
             aliases[name] = same
+            del store[name]
             continue
         first[ident] = name
         lo, hi = _span(t)
-        by_storage.setdefault(t.untyped_storage().data_ptr(), []).append((lo, hi, rank, name))
-        store[name] = t
-    for spans in by_storage.values():
+        by_device.setdefault(t.device, []).append((lo, hi, rank, name))
+    for spans in by_device.values():
         if len(spans) > 1:
             _no_overlap(spans)
-    return store, aliases
 
 
 def _no_overlap(spans: List[Tuple[int, int, int, str]]) -> None:
