@@ -595,6 +595,18 @@ def test_concurrency_is_chosen_from_the_cpus_and_the_load(api, cpus, total, want
     assert slots > threads and slots * chunk <= 1 << 30
 
 
+@pytest.mark.parametrize("cpus, total, want", [
+    # a load into host memory: a reader a CPU (the consumer copies only small payloads)
+    (1, 1 << 20, (1, 3, 8)),
+    (2, 100 << 20, (2, 4, 12)),             # 100 MiB / (4 x 2) = 12.5: 12 MiB
+    (8, 8 << 30, (8, 12, 32)),
+    (64, 8 << 30, (16, 24, 32)),            # capped at 16
+])
+def test_a_host_load_takes_a_reader_a_cpu(api, cpus, total, want):
+    threads, slots, chunk = P.concurrency(cpus, total, host=True)
+    assert (threads, slots, chunk >> 20) == want
+
+
 # --- issue 58 item 6: several devices at once -------------------------------------------
 
 def test_each_device_gets_its_own_load_all_at_once(api, tmp_path):

@@ -416,15 +416,20 @@ def _writable_host(torch: Any, t: Any) -> bool:
         not t.is_conj() and t.layout == torch.strided
 
 
-def concurrency(cpus: int, total: int) -> Tuple[int, int, int]:
+def concurrency(cpus: int, total: int, host: bool = False) -> Tuple[int, int, int]:
     """``(threads, slots, chunk_bytes)`` for a load of ``total`` payload bytes
     on a machine of ``cpus`` CPUs: readers ``cpus - 4`` (leaving cores to
     the consumer, the copies and the caller) up to 16, half the CPUs on a
-    machine of 6 or fewer, at least 1; slots half as many again as readers
-    (at least 2 more: a reader never waits for the copy of a chunk another
-    has read); chunks of 8 to 32 MiB, about a quarter of a reader's share
-    of the load, within :data:`RING_BYTES` of ring."""
-    threads = max(1, min(16, cpus - 4)) if cpus > 6 else max(1, cpus // 2)
+    machine of 6 or fewer, at least 1; a ``host`` load (into host memory,
+    its large payloads read in place: the consumer has only the small ones
+    to copy) one reader a CPU, up to 16.  Slots half as many again as
+    readers (at least 2 more: a reader never waits for the copy of a chunk
+    another has read); chunks of 8 to 32 MiB, about a quarter of a reader's
+    share of the load, within :data:`RING_BYTES` of ring."""
+    if host:
+        threads = max(1, min(16, cpus))
+    else:
+        threads = max(1, min(16, cpus - 4)) if cpus > 6 else max(1, cpus // 2)
     slots = threads + max(2, threads // 2)
     chunk = min(max(8 * _MIB, total // (4 * threads) // _MIB * _MIB), 32 * _MIB,
                 RING_BYTES // slots // _MIB * _MIB)
@@ -478,13 +483,14 @@ def load(items: Sequence[Item], device: Any, *, progress: Any = None,
     """
     from kiln._access import progress_session
     torch = torch_module()
-    auto = concurrency(_cpus(), sum(it.nbytes for it in items))
+    device = torch.device(device)
+    auto = concurrency(_cpus(), sum(it.nbytes for it in items),
+                       host=device.type == "cpu" and not stage)
     threads = auto[0] if threads is None else threads
     slots = auto[1] if slots is None else slots
     chunk_bytes = auto[2] if chunk_bytes is None else chunk_bytes
     if chunk_bytes < 1 or slots < 1 or threads < 1:
         raise ValueError("chunk_bytes, slots and threads must be at least 1")
-    device = torch.device(device)
     outs = [it.target if it.target is not None else _new_tensor(torch, it, device)
             for it in items]
     if all(t.is_meta for t in outs):
