@@ -90,10 +90,10 @@ def payload(sh):
 
 
 def scale_for(full, gb):
-    """The smallest power-of-two scale whose payload is at most ``gb`` GB."""
+    """The smallest scale whose payload is at most ``gb`` GB."""
     scale = 1
     while payload(scaled(full, scale)) > gb * 1e9:
-        scale *= 2
+        scale += 1
     return scale
 
 

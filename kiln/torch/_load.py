@@ -326,15 +326,29 @@ def _check_model(torch: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
     return plan
 
 
-def _put(torch: Any, model: Any, name: str, value: Any) -> None:
+def _put(torch: Any, model: Any, name: str, value: Any, owners: Dict[str, Any]) -> None:
     """Set parameter or buffer ``name`` of ``model`` to ``value`` (one lookup
-    of the name in its module: linear in the names loaded)."""
+    of the name in its module: linear in the names loaded); ``owners``: the
+    modules found so far by dotted name, each found from its parent's."""
     owner, _, attr = name.rpartition(".")
-    module = model.get_submodule(owner) if owner else model
-    if isinstance(getattr(module, attr, None), torch.nn.Parameter):
+    module = _module(model, owner, owners) if owner else model
+    if isinstance(module._parameters.get(attr), torch.nn.Parameter):
         module.register_parameter(attr, value)
     else:
         module.register_buffer(attr, value)
+
+
+def _module(model: Any, name: str, owners: Dict[str, Any]) -> Any:
+    """Submodule ``name`` of ``model``: its parent's child (one dict lookup
+    once the parent is known), else ``get_submodule``'s answer or error."""
+    m = owners.get(name)
+    if m is None:
+        parent, _, last = name.rpartition(".")
+        m = (_module(model, parent, owners) if parent else model)._modules.get(last)
+        if m is None:
+            m = model.get_submodule(name)
+        owners[name] = m
+    return m
 
 
 def load_model(model: "torch.nn.Module", path: PathLike, strict: bool = True,
@@ -465,9 +479,10 @@ def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress:
     checked first (a byte other than 0 or 1 is ``TYPE`` before any target of
     any device is written), then copied into their targets."""
     groups: Dict[Any, List[int]] = {}
+    cpu = torch.device("cpu")
+    fixed = None if device is None else torch.device(device)
     for k, (_, _, _, target) in enumerate(plan.loads):
-        dev = torch.device(device) if device is not None else (
-            torch.device("cpu") if target.is_meta else target.device)
+        dev = fixed if fixed is not None else (cpu if target.is_meta else target.device)
         groups.setdefault(dev, []).append(k)
     made: List[Any] = [None] * len(items)
     flags = {k for k, it in enumerate(items) if it.dtype == torch.bool and it.nbytes}
@@ -493,8 +508,9 @@ def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress:
 
 def _assign(torch: Any, model: Any, plan: _Plan, made: List[Any]) -> None:
     """The new tensors put in the model (tied names: one tensor again)."""
+    owners: Dict[str, Any] = {}
     for (names, _, _, target), t in zip(plan.loads, made):
         if isinstance(target, torch.nn.Parameter):
             t = torch.nn.Parameter(t, requires_grad=target.requires_grad)
         for name in names:
-            _put(torch, model, name, t)
+            _put(torch, model, name, t, owners)
