@@ -320,21 +320,55 @@ def test_a_large_file_replaced_is_freed_after_the_save_and_nothing_leaks(api, tm
     assert set(os.listdir("/proc/self/fd")) == fds
 
 
+def test_a_replaced_sets_large_shards_are_freed_after_the_save(api, tmp_path, monkeypatch):
+    """A set saved over another: its old shards are removed before the save
+    returns (no name of them is left), a large one held open across its
+    removal and closed on the freeing thread (each such shard once), and
+    nothing stays open once that thread is done."""
+    from kiln._files import atomic
+    held = []
+    real = atomic.hold_old
+
+    def spy(path):
+        fd = real(path)
+        held.append((os.path.basename(path), fd is not None))
+        return fd
+
+    monkeypatch.setattr(atomic, "hold_old", spy)
+    big = np.full(atomic.FREE_LATER // 4 + 1024, 1.5, np.float32)
+    t = {"a": big, "b": big.copy(), "c": np.ones(4, np.float32)}
+    kiln.save_sharded(t, tmp_path / "s", max_shard_size=atomic.FREE_LATER)
+    first = sorted(n for n in os.listdir(tmp_path / "s") if n.endswith(".kiln"))
+    _free_threads_done()
+    fds = set(os.listdir("/proc/self/fd"))
+    held.clear()
+    kiln.save_sharded(t, tmp_path / "s", max_shard_size=atomic.FREE_LATER)
+    now = sorted(n for n in os.listdir(tmp_path / "s") if n.endswith(".kiln"))
+    assert not set(first) & set(now) and len(now) == len(first) == 3
+    # the three old shards: the two of FREE_LATER bytes and more held, the small one not
+    dropped = {name: took for name, took in held if name in first}
+    assert sorted(dropped.values()) == [False, True, True], held
+    _free_threads_done()
+    assert set(os.listdir("/proc/self/fd")) == fds
+    with kiln.open(tmp_path / "s") as f:
+        assert f["b"].numpy()[-1] == 1.5
+
+
 def test_holding_the_old_file_takes_only_a_large_regular_file_and_never_blocks(tmp_path):
     from kiln._files import atomic
     big, small = tmp_path / "big", tmp_path / "small"
     with open(big, "wb") as f:
         f.truncate(atomic.FREE_LATER)
     small.write_bytes(b"x" * 100)
-    fd = atomic._hold_old(str(big))
+    fd = atomic.hold_old(str(big))
     assert fd is not None and os.fstat(fd).st_ino == os.stat(big).st_ino
     os.close(fd)
-    assert atomic._hold_old(str(small)) is None
-    assert atomic._hold_old(str(tmp_path / "missing")) is None
+    assert atomic.hold_old(str(small)) is None
+    assert atomic.hold_old(str(tmp_path / "missing")) is None
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     # a FIFO with no writer: an open without O_NONBLOCK would wait for one forever
-    code = "import sys; from kiln._files import atomic; print(atomic._hold_old(sys.argv[1]))"
+    code = "import sys; from kiln._files import atomic; print(atomic.hold_old(sys.argv[1]))"
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True,

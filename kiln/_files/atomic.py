@@ -247,15 +247,15 @@ class AtomicFile:
 
     def commit(self) -> None:
         """Flush, fsync, rename over the target, fsync the folder.  A large
-        file replaced is freed after the call returns (:func:`_hold_old`)."""
+        file replaced is freed after the call returns (:func:`hold_old`)."""
         self.f.flush()
         os.fsync(self.fd)
         self.f.close()
-        old = _hold_old(self.target)
+        old = hold_old(self.target)
         try:
             os.replace(self.tmp, self.target)
         finally:
-            _free_later(old)
+            free_later(old)
         _fsync_dir(os.path.dirname(self.target))
 
     def discard(self) -> None:
@@ -345,12 +345,12 @@ def _start_writeback(fd: int) -> None:
 FREE_LATER = 16 << 20   # a replaced file this large is freed off the caller's path
 
 
-def _hold_old(target: str) -> Optional[int]:
+def hold_old(target: str) -> Optional[int]:
     """A descriptor of the regular file ``target`` when it is at least
     ``FREE_LATER`` bytes, else None.  Held across the rename, it keeps the
     old file's pages and blocks alive, so the rename does not free them (for
     a checkpoint of 400 MB that is about 0.1 s of page-cache and extent work
-    inside ``rename``); :func:`_free_later` drops it on another thread.
+    inside ``rename``); :func:`free_later` drops it on another thread.
     Not on Windows, where an open file cannot be replaced."""
     if os.name != "posix":  # pragma: no cover - Windows
         return None
@@ -369,7 +369,7 @@ def _hold_old(target: str) -> Optional[int]:
     return None
 
 
-def _free_later(fd: Optional[int]) -> None:
+def free_later(fd: Optional[int]) -> None:
     """Close ``fd`` (the replaced file's last reference) on a daemon thread."""
     if fd is None:
         return

@@ -161,14 +161,21 @@ def fresh_names(names: List[str], index: str, ext: str) -> List[str]:
 
 
 def drop_shards(folder: str, old: List[str], new: List[str]) -> None:
-    """Remove the replaced set's shards (after its index was replaced)."""
+    """Remove the replaced set's shards (after its index was replaced); a
+    large one's pages and blocks are freed after the call returns, as an
+    atomic replace frees the file it replaced (``atomic.hold_old``)."""
+    from .atomic import free_later, hold_old
     keep = set(new)
     for name in old:
         if name not in keep and plain_file_name(name):
+            path = os.path.join(folder, name)
+            held = hold_old(path)
             try:
-                os.remove(os.path.join(folder, name))
+                os.remove(path)
             except FileNotFoundError:
                 pass
+            finally:
+                free_later(held)
 
 
 def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
