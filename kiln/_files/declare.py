@@ -11,10 +11,9 @@ from typing import Any
 from .. import _compat, _meta
 from .. import _wire as W
 from .._errors import EncodeError, KilnError
-from .._pread import read_bytes
 from .atomic import AtomicFile
 from .base import read_table_head
-from .local import check_span, rules_from
+from .local import check_spans, rules_from
 from .tables import code_of, element_count
 
 
@@ -126,13 +125,10 @@ def _check_file(out: AtomicFile, payloads: bool = True) -> None:
             from None
 
 
-_WINDOW = 1 << 20   # the spans of small payloads are read this many bytes at a time
-
-
 def _check_payloads(fd: int, path: str, base: int, size: int, blob: bytes, count: int) -> None:
     """Each payload with rules for its bytes, and each gap after a payload,
-    read with pread (``check_payload``'s words and offsets): the spans that
-    lie within one 1 MiB window in one read, a longer span a chunk at a time."""
+    read with pread (``check_payload``'s words and offsets; :func:`check_spans`
+    reads the spans that lie within one 1 MiB window together)."""
     spans = []   # (file offset of the span, payload offset, lo, end, code, count, nbytes)
     for i in range(count):
         d = W.DESC.unpack_from(blob, W.DESC_SIZE * i)
@@ -143,20 +139,4 @@ def _check_payloads(fd: int, path: str, base: int, size: int, blob: bytes, count
         if at + lo < end:
             spans.append((at + lo, at, lo, end, code,
                           element_count(d[W.I_SHAPE:W.I_SHAPE + d[W.I_RANK]]), nbytes))
-    spans.sort()
-    check = _compat.kernels.check_payload
-    i = 0
-    while i < len(spans):
-        start = spans[i][0]
-        j = i
-        while j < len(spans) and spans[j][3] - start <= _WINDOW:
-            j += 1
-        if j == i:   # one span longer than the window
-            _, at, lo, end, code, n, nbytes = spans[i]
-            check_span(fd, path, at, lo, end, code, n, nbytes)
-            i += 1
-            continue
-        with memoryview(read_bytes(fd, spans[j - 1][3] - start, start, path)) as window:
-            for first, at, lo, end, code, n, nbytes in spans[i:j]:
-                check(window[first - start:end - start], lo, code, n, nbytes, at)
-        i = j
+    check_spans(fd, path, spans)

@@ -22,7 +22,7 @@ import mmap
 import os
 import stat
 import sys
-from typing import Any, Optional, Set, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -144,7 +144,7 @@ class PayloadChecks:
             for t in ts:
                 self.tensor(t)
             return
-        spans = []   # (file start, end, payload offset, lo, code, count, nbytes)
+        spans = []   # (file offset of the span, payload offset, lo, end, code, count, nbytes)
         for t in ts:
             at = tensor_offset(t)
             if at in self.done:
@@ -153,34 +153,13 @@ class PayloadChecks:
             nbytes, code = row[W.R_BYTE_LENGTH], row[W.R_CODE]
             end = min(W.dir_align(at + nbytes), self.block_end)
             lo = rules_from(code, nbytes)
-            if at + lo >= end:   # no byte with rules
-                self.done.add(at)
-            elif end - at - lo > _SPAN_CHUNK:
-                self.tensor(t)
-            else:
-                spans.append((at + lo, end, at, lo, code, element_count(row[W.R_SHAPE]),
+            if at + lo < end:
+                spans.append((at + lo, at, lo, end, code, element_count(row[W.R_SHAPE]),
                               nbytes))
-        spans.sort()
-        check = _compat.kernels.check_payload
-        from .._pread import read_bytes
-        i = 0
         with self.fd.held(self.path) as fd:   # a close meanwhile waits for these reads
-            while i < len(spans):
-                start, stop, j = spans[i][0], spans[i][1], i + 1
-                while j < len(spans) and spans[j][1] - start <= _SPAN_CHUNK:
-                    stop = max(stop, spans[j][1])
-                    j += 1
-                try:
-                    buf = memoryview(read_bytes(fd, stop - start, start, self.path))
-                except KilnError:
-                    buf = None   # the file ends early: each span as tensor() reads it
-                for a, b, at, lo, code, count, nbytes in spans[i:j]:
-                    if buf is None:
-                        check_span(fd, self.path, at, lo, b, code, count, nbytes)
-                    else:
-                        check(buf[a - start:b - start], lo, code, count, nbytes, at)
-                    self.done.add(at)
-                i = j
+            check_spans(fd, self.path, spans)
+        for t in ts:
+            self.done.add(tensor_offset(t))
 
     def rows(self, t: Any, start: int, stop: int) -> None:
         """Check only the payload bytes of rows ``start:stop`` of ``t`` (a
@@ -237,6 +216,41 @@ def check_span(fd: int, path: str, at: int, lo: int, end: int, code: int, count:
         k = min(_SPAN_CHUNK, end - at - lo)
         check(read_bytes(fd, k, at + lo, path), lo, code, count, nbytes, at)
         lo += k
+
+
+def check_spans(fd: int, path: str, spans: List[Tuple[int, int, int, int, int, int, int]]
+                ) -> None:
+    """Check each span ``(first, at, lo, end, code, count, nbytes)``: bytes
+    ``first .. end`` of the file, from byte ``lo`` of the payload at ``at``
+    (and its gap), as :func:`check_span` does.  The spans that lie within one
+    1 MiB window are read together, one ``pread``; a longer span a chunk at a
+    time; a window the file no longer holds whole span by span, so that the
+    fault is the one the first bad span gives alone (the writers' last
+    check and a lazy open's check of many tensors share it)."""
+    spans.sort()
+    check = _compat.kernels.check_payload
+    from .._pread import read_bytes
+    i = 0
+    while i < len(spans):
+        start, stop, j = spans[i][0], spans[i][3], i
+        while j < len(spans) and spans[j][3] - start <= _SPAN_CHUNK:
+            stop = max(stop, spans[j][3])
+            j += 1
+        if j == i:   # one span longer than the window
+            _, at, lo, end, code, n, nbytes = spans[i]
+            check_span(fd, path, at, lo, end, code, n, nbytes)
+            i += 1
+            continue
+        try:
+            window: Optional[memoryview] = memoryview(read_bytes(fd, stop - start, start, path))
+        except KilnError:
+            window = None   # the file ends early: each span as check_span reads it
+        for first, at, lo, end, code, n, nbytes in spans[i:j]:
+            if window is None:
+                check_span(fd, path, at, lo, end, code, n, nbytes)
+            else:
+                check(window[first - start:end - start], lo, code, n, nbytes, at)
+        i = j
 
 
 # --- mapping a file ------------------------------------------------------------

@@ -138,3 +138,16 @@ def normalize_tensors(value):
                 outer = outer if outer == U32_MAX else _resolve(outer, index, i)
                 records[i] = rec[:R_SCALE_INDEX] + (scale, outer, rec[R_PAYLOAD])
     return records
+
+
+def _resolve(ref, index, i):
+    if ref is None:
+        return U32_MAX
+    if isinstance(ref, str):
+        if ref not in index:
+            raise EncodeError("TYPE", 0, "tensor %d refers to unknown tensor %r" % (i, ref))
+        return index[ref]
+    ref = int(ref)
+    if not 0 <= ref <= U32_MAX:
+        raise EncodeError("TYPE", 0, "tensor %d: index %d out of range" % (i, ref))
+    return ref
