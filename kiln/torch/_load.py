@@ -326,26 +326,28 @@ def _check_model(torch: Any, entries: Dict[str, _Entry], sd: Dict[str, Any],
     return plan
 
 
-def _put(torch: Any, model: Any, name: str, value: Any, owners: Dict[str, Any]) -> None:
-    """Set parameter or buffer ``name`` of ``model`` to ``value`` (one lookup
-    of the name in its module: linear in the names loaded); ``owners``: the
-    modules found so far by dotted name, each found from its parent's."""
+def _put(torch: Any, model: Any, name: str, value: Any, param: bool,
+         owners: Dict[str, Any]) -> None:
+    """Set parameter (``param``) or buffer ``name`` of ``model`` to ``value``
+    (one lookup of the name in its module: linear in the names loaded);
+    ``owners``: the modules found so far by dotted name, each found as an
+    attribute of its parent."""
     owner, _, attr = name.rpartition(".")
-    module = _module(model, owner, owners) if owner else model
-    if isinstance(module._parameters.get(attr), torch.nn.Parameter):
+    module = _module(torch, model, owner, owners) if owner else model
+    if param:
         module.register_parameter(attr, value)
     else:
         module.register_buffer(attr, value)
 
 
-def _module(model: Any, name: str, owners: Dict[str, Any]) -> Any:
-    """Submodule ``name`` of ``model``: its parent's child (one dict lookup
+def _module(torch: Any, model: Any, name: str, owners: Dict[str, Any]) -> Any:
+    """Submodule ``name`` of ``model``: its parent's attribute (one lookup
     once the parent is known), else ``get_submodule``'s answer or error."""
     m = owners.get(name)
     if m is None:
         parent, _, last = name.rpartition(".")
-        m = (_module(model, parent, owners) if parent else model)._modules.get(last)
-        if m is None:
+        m = getattr(_module(torch, model, parent, owners) if parent else model, last, None)
+        if not isinstance(m, torch.nn.Module):
             m = model.get_submodule(name)
         owners[name] = m
     return m
@@ -466,7 +468,7 @@ def _load_model(model: Any, f: Any, strict: bool, device: Any, assign: bool, pro
             made = _by_device(torch, plan, items, device if assign else None, progress,
                               direct_io)
         if assign:
-            _assign(torch, model, plan, made)
+            _assign(torch, model, plan, made, sd)
         for k, value in zip(plan.extra, states):
             extra[k].set_extra_state(value)
     return IncompatibleKeys(plan.missing, plan.unexpected)
@@ -506,11 +508,14 @@ def _by_device(torch: Any, plan: _Plan, items: List[Any], device: Any, progress:
     return made
 
 
-def _assign(torch: Any, model: Any, plan: _Plan, made: List[Any]) -> None:
-    """The new tensors put in the model (tied names: one tensor again)."""
+def _assign(torch: Any, model: Any, plan: _Plan, made: List[Any], sd: Dict[str, Any]
+            ) -> None:
+    """The new tensors put in the model (tied names: one tensor again), each
+    name as what it is now (``sd``: the model's ``state_dict(keep_vars=True)``,
+    its parameters and buffers themselves)."""
     owners: Dict[str, Any] = {}
     for (names, _, _, target), t in zip(plan.loads, made):
         if isinstance(target, torch.nn.Parameter):
             t = torch.nn.Parameter(t, requires_grad=target.requires_grad)
         for name in names:
-            _put(torch, model, name, t, owners)
+            _put(torch, model, name, t, isinstance(sd[name], torch.nn.Parameter), owners)

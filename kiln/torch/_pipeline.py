@@ -426,10 +426,7 @@ def concurrency(cpus: int, total: int, host: bool = False) -> Tuple[int, int, in
     readers (at least 2 more: a reader never waits for the copy of a chunk
     another has read); chunks of 8 to 32 MiB, about a quarter of a reader's
     share of the load, within :data:`RING_BYTES` of ring."""
-    if host:
-        threads = max(1, min(16, cpus))
-    else:
-        threads = max(1, min(16, cpus - 4)) if cpus > 6 else max(1, cpus // 2)
+    threads = max(1, min(16, cpus if host else cpus - 4 if cpus > 6 else cpus // 2))
     slots = threads + max(2, threads // 2)
     chunk = min(max(8 * _MIB, total // (4 * threads) // _MIB * _MIB), 32 * _MIB,
                 RING_BYTES // slots // _MIB * _MIB)
