@@ -161,3 +161,55 @@ def test_a_run_the_file_no_longer_holds_is_checked_span_by_span(api, tmp_path):
     assert (batched.value.code, batched.value.offset) == (single.value.code,
                                                           single.value.offset)
     assert off["t020"] <= batched.value.offset <= cut + 64
+
+
+def test_an_empty_tensor_read_first_does_not_stand_for_the_next(api, tmp_path):
+    """An empty payload sits at the offset of the payload after it: reading
+    the empty tensor first must not count the next one as checked (its bad
+    bool byte is TYPE at that byte, read alone, after the empty one, or with
+    every tensor)."""
+    p = tmp_path / "e.kiln"
+    kiln.save_tensors(p, {"a": np.zeros(0, np.float32), "b": np.array([True, False])})
+    data = bytearray(p.read_bytes())
+    at = _offsets(data)["b"]
+    assert _offsets(data)["a"] == at         # the layout the case is about
+    data[at] = 2
+    p.write_bytes(bytes(data))
+    for first in ([], ["a"]):
+        with kiln.open(p) as f:
+            for k in first:
+                assert f[k].numpy().size == 0
+            with pytest.raises(kiln.KilnError) as e:
+                f["b"]
+            assert (e.value.code, e.value.offset) == ("TYPE", at)
+    with kiln.open(p) as f:
+        f["a"]
+        with pytest.raises(kiln.KilnError) as e:
+            f.values()
+        assert (e.value.code, e.value.offset) == ("TYPE", at)
+
+
+class _LoopWriter:
+    """A file object whose write() loops while the buffer it was given is
+    not empty (as hand-written writers do): it needs a bytes-like object with
+    a length and a truth value, never a numpy array."""
+
+    def __init__(self):
+        self.out = bytearray()
+
+    def write(self, b):
+        view = b
+        while view:
+            self.out += view[:7]
+            view = view[7:]
+        return len(b)
+
+
+def test_a_file_object_is_given_memoryviews_of_torch_payloads(api):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    sd = {"w": torch.arange(6, dtype=torch.bfloat16), "x": torch.arange(3.0)}
+    w = _LoopWriter()
+    kiln.save_tensors(w, sd)
+    back = kiln.decode_tensors(bytes(w.out))
+    assert back["x"].numpy().tolist() == [0.0, 1.0, 2.0]
+    assert bytes(back["w"].data) == sd["w"].view(torch.uint8).numpy().tobytes()

@@ -626,13 +626,21 @@ def _oracle_shared(tensors, order):
 def test_shared_names_agrees_with_the_pairwise_rule(api):
     rng = random.Random(57)
     for _ in range(400):
-        bases = [torch.zeros(rng.randint(8, 40)) for _ in range(rng.randint(1, 3))]
+        arrays = [np.zeros(rng.randint(8, 40), np.float32) for _ in range(rng.randint(1, 3))]
+        bases = [torch.from_numpy(a) for a in arrays]   # (a storage over each array)
         tensors = {}
         for k in range(rng.randint(1, 9)):
-            b = rng.choice(bases)
+            i = rng.randrange(len(bases))
+            b = bases[i]
             lo = rng.randint(0, len(b) - 1)
             hi = rng.randint(lo + 1, len(b))
+            # the same memory through a storage of its own (torch.from_numpy of a
+            # slice: another storage object and address): one tensor all the same
             v = b[lo:hi]
+            if rng.random() < 0.2:
+                v = torch.from_numpy(arrays[i][lo:hi])
+                if rng.random() < 0.5:
+                    tensors["w%d" % k] = b[lo:hi]
             if rng.random() < 0.2 and len(v) >= 2:
                 v = v[::2]
             tensors["t%d" % k] = v

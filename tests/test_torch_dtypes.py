@@ -184,3 +184,41 @@ def test_float4_through_load_model(api, torch, tmp_path):
     wrong.register_buffer("q", torch.zeros(2, 4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2))
     with pytest.raises(kiln.torch.LoadError, match=r"shape \[2, 2\] from checkpoint"):
         kiln.torch.load_model(wrong, path)
+
+
+def _layouts(torch):
+    """(label, tensor, its values in C order as a flat list, written by hand):
+    layouts torch calls contiguous whatever the stride of a size-1 or empty
+    axis, views with an offset, one element with any stride, 0-d."""
+    a = torch.tensor([0.0, 1.0, 2.0])
+    return [
+        ("column of a transposed row", a.reshape(1, 3).t(), [0.0, 1.0, 2.0]),
+        ("empty, transposed", torch.empty(0, 3).t(), []),
+        ("offset view", torch.arange(8.0)[3:6], [3.0, 4.0, 5.0]),
+        ("one element, stride 3", torch.arange(9.0).reshape(3, 3)[1:2, 2:3], [5.0]),
+        ("0-d", torch.tensor(7.0), [7.0]),
+        ("size-1 middle axis", torch.arange(6.0).reshape(2, 1, 3).transpose(0, 1)
+         .transpose(0, 1), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int16", "uint16",
+                                   "float8_e4m3fn"])
+def test_every_contiguous_layout_saves_its_values_in_c_order(api, torch, tmp_path, dtype):
+    """kiln.torch.save_file reads a tensor's bytes straight from it (x.numpy()
+    where numpy has the dtype, a byte view otherwise): each layout gives the
+    file its values in C order, compared with the values written by hand."""
+    import kiln.torch as kt
+    dt = getattr(torch, dtype)
+    sd = {}
+    want = {}
+    for i, (label, x, values) in enumerate(_layouts(torch)):
+        sd["t%d" % i] = x.to(dt) if x.dtype != dt else x
+        if sd["t%d" % i].shape != x.shape or sd["t%d" % i].stride() != x.stride():
+            sd["t%d" % i] = torch.empty_strided(x.shape, x.stride(), dtype=dt).copy_(x)
+        want["t%d" % i] = (label, tuple(x.shape), values)
+    kt.save_file(sd, tmp_path / "l.kiln")
+    got = kt.load_file(tmp_path / "l.kiln")
+    for k, (label, shape, values) in want.items():
+        assert (tuple(got[k].shape), got[k].dtype) == (shape, dt), label
+        assert got[k].reshape(-1).float().tolist() == values, label

@@ -123,15 +123,17 @@ class PayloadChecks:
 
     def __init__(self, block_end: int, fd: Any = None, path: str = "") -> None:
         self.block_end = block_end
-        self.done: Set[int] = set()   # byte offsets of the payloads checked
+        # (byte offset, length) of the payloads checked: an empty payload may
+        # share its offset with the next one, which it does not check
+        self.done: Set[Tuple[int, int]] = set()
         self.fd, self.path = fd, path  # a file's SharedFd: its bytes read with pread
 
     def tensor(self, t: Any) -> Any:
         """``t`` (a Tensor of the directory) once its payload is checked."""
-        at = tensor_offset(t)
-        if at not in self.done:
+        key = _key(t)
+        if key not in self.done:
             self._check(t, 0, None)
-            self.done.add(at)
+            self.done.add(key)
         return t
 
     def tensors(self, ts: Any) -> None:
@@ -146,10 +148,9 @@ class PayloadChecks:
             return
         spans = []   # (file offset of the span, payload offset, lo, end, code, count, nbytes)
         for t in ts:
-            at = tensor_offset(t)
-            if at in self.done:
+            if _key(t) in self.done:
                 continue
-            row = tensor_row(t)
+            at, row = tensor_offset(t), tensor_row(t)
             nbytes, code = row[W.R_BYTE_LENGTH], row[W.R_CODE]
             end = min(W.dir_align(at + nbytes), self.block_end)
             lo = rules_from(code, nbytes)
@@ -159,12 +160,12 @@ class PayloadChecks:
         with self.fd.held(self.path) as fd:   # a close meanwhile waits for these reads
             check_spans(fd, self.path, spans)
         for t in ts:
-            self.done.add(tensor_offset(t))
+            self.done.add(_key(t))
 
     def rows(self, t: Any, start: int, stop: int) -> None:
         """Check only the payload bytes of rows ``start:stop`` of ``t`` (a
         tensor with whole-byte rows), and its gap when they reach the end."""
-        if tensor_offset(t) in self.done:
+        if _key(t) in self.done:
             return
         row = tensor_row(t)
         shape, nbytes = row[W.R_SHAPE], row[W.R_BYTE_LENGTH]
@@ -196,7 +197,12 @@ class PayloadChecks:
                                           nbytes, at)
 
 
+def _key(t: Any) -> Tuple[int, int]:
+    return tensor_offset(t), tensor_row(t)[W.R_BYTE_LENGTH]
+
+
 _SPAN_CHUNK = 1 << 20   # payload bytes read and checked at a time
+_SPAN_SKIP = 16 << 10   # bytes a window of spans reads past between two of them, at most
 
 
 def rules_from(code: int, nbytes: int) -> int:
@@ -222,18 +228,21 @@ def check_spans(fd: int, path: str, spans: List[Tuple[int, int, int, int, int, i
                 ) -> None:
     """Check each span ``(first, at, lo, end, code, count, nbytes)``: bytes
     ``first .. end`` of the file, from byte ``lo`` of the payload at ``at``
-    (and its gap), as :func:`check_span` does.  The spans that lie within one
-    1 MiB window are read together, one ``pread``; a longer span a chunk at a
-    time; a window the file no longer holds whole span by span, so that the
-    fault is the one the first bad span gives alone (the writers' last
-    check and a lazy open's check of many tensors share it)."""
+    (and its gap), as :func:`check_span` does.  Spans that lie within one
+    1 MiB window, each at most 16 KiB past the one before (a ``pread`` costs
+    about what copying that many bytes does), are read together, one
+    ``pread``; a longer span a chunk at a time; a window the file no longer
+    holds whole span by span, so that the fault is the one the first bad
+    span gives alone (the writers' last check and a lazy open's check of
+    many tensors share it)."""
     spans.sort()
     check = _compat.kernels.check_payload
     from .._pread import read_bytes
     i = 0
     while i < len(spans):
         start, stop, j = spans[i][0], spans[i][3], i
-        while j < len(spans) and spans[j][3] - start <= _SPAN_CHUNK:
+        while j < len(spans) and spans[j][3] - start <= _SPAN_CHUNK and \
+                (j == i or spans[j][0] - stop <= _SPAN_SKIP):
             stop = max(stop, spans[j][3])
             j += 1
         if j == i:   # one span longer than the window

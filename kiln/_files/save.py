@@ -77,7 +77,9 @@ def write_stream(f: Any, metas: Sequence[tuple], payloads: Sequence[Any],
     for place, payload, meta in zip(places, payloads, metas):
         if place > pos:
             f.write(bytes(place - pos))
-        write_payload(f.write, payload, prog)
+        # a memoryview, as a file object's write() is given everywhere (a payload
+        # may be a numpy array, whose truth value a write loop cannot test)
+        write_payload(f.write, memoryview(payload), prog)
         pos = place + meta[_P]
     if total > pos:
         f.write(bytes(total - pos))

@@ -93,7 +93,9 @@ def torch_parts(x: Any) -> Optional[Tuple[int, Tuple[int, ...], np.ndarray]]:
     if x.dtype in _NUMPY_NATIVE:
         raw = x.numpy()   # over x itself: no second torch tensor is made (fewer objects
     else:                 # for the collector to walk in a save of many tensors)
-        raw = (x if x.dim() else x.reshape(1)).view(torch.uint8).numpy()
+        # (torch calls a tensor contiguous whatever the stride of a size-1 or
+        # empty axis; its reshape to one axis has stride 1, which the view needs)
+        raw = x.reshape(-1).view(torch.uint8).numpy()
     raw = raw.reshape(-1).view(np.uint8)   # numpy views of C-ordered memory: no copy
     if code == _E2M1:
         shape = shape[:-1] + (2 * shape[-1],)   # elements, not bytes

@@ -29,13 +29,14 @@ def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[st
     ``EncodeError`` naming both for any other overlap.
 
     Linear in the tensors but for one sort of the distinct tensors of each
-    storage: a tensor is filed under its storage's address (an int, nothing
-    kept per tensor), and only a storage that two names reach is looked at
-    again, its names grouped by identity and its spans swept in address
-    order for overlaps."""
+    storage: a tensor is filed under its address and its storage's (ints,
+    nothing kept per tensor), and only an address or a storage that two
+    names reach is looked at again: the names at one address grouped by
+    identity, the distinct tensors of one storage swept in address order."""
     store: Dict[str, Any] = {}
     aliases: Dict[str, str] = {}
-    by_storage: Dict[int, Any] = {}   # storage address -> its first name, or a list of names
+    at_address: Dict[int, Any] = {}   # data address -> its first name, or a list of names
+    on_storage: Dict[int, Any] = {}   # storage address -> the same
     for name in tensors:
         if not isinstance(name, str):
             raise EncodeError("TYPE", 0, "state_dict key %r is not a str" % (name,))
@@ -47,39 +48,48 @@ def shared_names(torch: Any, tensors: Mapping[str, Any], order: Optional[List[st
         store[name] = t
         if same_memory_key(t) is None:   # the one rule kiln.save_sharded uses too
             continue   # no memory to share (or refused when stored), or values stored
-        # apart: a negation bit resolves into a copy.  The storage's address from
-        # the tensor's own (no storage object made: one a tensor would outlive
-        # this call, for the collector to walk)
-        key = t.data_ptr() - t.storage_offset() * t.element_size()
-        prev = by_storage.get(key)
-        if prev is None:
-            by_storage[key] = name
-        elif type(prev) is list:
-            prev.append(name)
-        else:
-            by_storage[key] = [prev, name]
-    for names in by_storage.values():
+        ptr = t.data_ptr()   # apart: a negation bit resolves into a copy.  The
+        _file(at_address, ptr, name)   # storage's address from the tensor's own (no
+        _file(on_storage, ptr - t.storage_offset() * t.element_size(), name)   # storage
+    for names in at_address.values():   # object made, for the collector to walk)
         if type(names) is list:
-            _one_storage(tensors, names, store, aliases)
+            _same_tensors(tensors, names, store, aliases)
+    for names in on_storage.values():
+        if type(names) is list:
+            _no_overlaps(tensors, [n for n in names if n not in aliases])
     return store, aliases
 
 
-def _one_storage(tensors: Mapping[str, Any], names: List[str], store: Dict[str, Any],
-                 aliases: Dict[str, str]) -> None:
-    """The names on one storage address, in order: each name of a tensor an
-    earlier name has becomes its alias (out of ``store``); the distinct
-    tensors of each device must not overlap."""
+def _file(by: Dict[int, Any], key: int, name: str) -> None:
+    prev = by.get(key)
+    if prev is None:
+        by[key] = name
+    elif type(prev) is list:
+        prev.append(name)
+    else:
+        by[key] = [prev, name]
+
+
+def _same_tensors(tensors: Mapping[str, Any], names: List[str], store: Dict[str, Any],
+                  aliases: Dict[str, str]) -> None:
+    """The names at one address, in order: each name of a tensor an earlier
+    name has (:func:`same_memory_key`) becomes its alias, out of ``store``."""
     first: Dict[Tuple[Any, ...], str] = {}   # identity -> the first name with it
-    by_device: Dict[Any, List[Tuple[int, int, int, str]]] = {}   # (lo, hi, rank, name)
-    for rank, name in enumerate(names):
-        t = tensors[name]
-        ident = same_memory_key(t)
+    for name in names:
+        ident = same_memory_key(tensors[name])
         same = first.get(ident)
         if same is not None:
             aliases[name] = same
             del store[name]
-            continue
-        first[ident] = name
+        else:
+            first[ident] = name
+
+
+def _no_overlaps(tensors: Mapping[str, Any], names: List[str]) -> None:
+    """The distinct tensors of one storage, of each device, must not overlap."""
+    by_device: Dict[Any, List[Tuple[int, int, int, str]]] = {}   # (lo, hi, rank, name)
+    for rank, name in enumerate(names):
+        t = tensors[name]
         lo, hi = _span(t)
         by_device.setdefault(t.device, []).append((lo, hi, rank, name))
     for spans in by_device.values():
