@@ -13,7 +13,7 @@ from .paths import bytes_path
 from .tied import SET_ALIASES_KEY, alias_fault, same_memory_key
 
 __all__ = ["save_sharded", "write_index", "shard_names", "split", "shared_tensors",
-           "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made"]
+           "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made", "save_set"]
 
 
 def shard_names(prefix: str, n: int, ext: str) -> List[str]:
@@ -233,13 +233,27 @@ def save_sharded(tensors: Any, folder: PathLike, *, max_shard_size: Any = "5GB",
         ...     f.keys(), f["b"].numpy()[:2].tolist()
         (['a', 'b'], [1.0, 1.0])
     """
+    return save_set(tensors, folder, max_shard_size=max_shard_size, metadata=metadata,
+                    checksum=checksum, prefix=prefix, aliases=aliases, once=False)
+
+
+def save_set(tensors: Any, folder: PathLike, *, max_shard_size: Any,
+             metadata: Optional[Dict[str, Any]], checksum: bool, prefix: str,
+             aliases: Optional[Mapping[str, str]], once: bool) -> str:
+    """:func:`save_sharded`; ``once``: ``tensors`` holds each tensor once
+    already (``kiln.torch``'s ``shared_names`` found its other names, given
+    as ``aliases``), so the search for values given under two names is not
+    made again."""
     from .save import save_records
     from .tables import normalize_tensors
     folder = bytes_path(folder, "kiln.save_sharded", "kiln.encode_tensors")
     cap = parse_size(max_shard_size)
     if not plain_file_name(prefix):
         raise ValueError("prefix must be a plain file name, not %r" % (prefix,))
-    tensors, found = shared_tensors(tensors, aliases)
+    if once:
+        found = dict(aliases or {})
+    else:
+        tensors, found = shared_tensors(tensors, aliases)
     records = normalize_tensors(tensors)
     names: List[str] = []
     for i, r in enumerate(records):

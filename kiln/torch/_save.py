@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import kiln
 from kiln import EncodeError
-from kiln._access import same_memory_key
+from kiln._access import same_memory_key, save_set
 
 from ._common import ALIASES_KEY, PathLike, check_path, torch_module as _torch
 
@@ -228,9 +228,9 @@ def save_sharded(state_dict: Mapping[str, "torch.Tensor"], folder: PathLike, *,
     """
     torch = _torch()
     check_path(folder, "save_sharded")
-    store, aliases = _state(torch, state_dict)
-    return kiln.save_sharded(store, folder, max_shard_size=max_shard_size, metadata=metadata,
-                             checksum=checksum, prefix=prefix, aliases=aliases)
+    store, aliases = _state(torch, state_dict)   # (each tensor once: not searched again)
+    return save_set(store, folder, max_shard_size=max_shard_size, metadata=metadata,
+                    checksum=checksum, prefix=prefix, aliases=aliases, once=True)
 
 
 def save(tensors: Mapping[str, "torch.Tensor"], metadata: Optional[Dict[str, Any]] = None
