@@ -299,13 +299,18 @@ def test_direct_io_reads_the_same_bytes_or_falls_back(api, mixed, chunk):
 
 # --- issue 58 item 2: only the bytes that must cross the link --------------------------
 
+def _ends(seed, hidden, vocab):
+    """(a maker of random f32 arrays, the embedding, head and final norm)."""
+    rng = np.random.default_rng(seed)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)   # noqa: E731
+    return f, {"model.embed_tokens.weight": f(vocab, hidden),
+               "lm_head.weight": f(vocab, hidden), "model.norm.weight": f(hidden)}
+
+
 def _llama(layers=2, hidden=512, inter=1024, vocab=600):
     """LLaMA's tensors (f32, small): projections of 1 MiB or more (straight
     across), two 2 KiB norms a layer between them in sorted order."""
-    rng = np.random.default_rng(58)
-    f = lambda *s: rng.standard_normal(s).astype(np.float32)   # noqa: E731
-    t = {"model.embed_tokens.weight": f(vocab, hidden), "lm_head.weight": f(vocab, hidden),
-         "model.norm.weight": f(hidden)}
+    f, t = _ends(58, hidden, vocab)
     for i in range(layers):
         p = "model.layers.%d." % i
         t.update({p + "input_layernorm.weight": f(hidden),
@@ -322,10 +327,7 @@ def _moe(layers=2, hidden=512, experts=8, inter=96, vocab=600):
     """A mixture of experts: 1 MiB attention projections, and between them a
     run of small payloads a layer (norms, 8 experts x 3 projections of 192
     KiB, a router, and DeepSeek-V3's 32-byte router bias, padded to 64)."""
-    rng = np.random.default_rng(59)
-    f = lambda *s: rng.standard_normal(s).astype(np.float32)   # noqa: E731
-    t = {"model.embed_tokens.weight": f(vocab, hidden), "lm_head.weight": f(vocab, hidden),
-         "model.norm.weight": f(hidden)}
+    f, t = _ends(59, hidden, vocab)
     for i in range(layers):
         p = "model.layers.%d." % i
         t.update({p + "input_layernorm.weight": f(hidden),

@@ -157,8 +157,9 @@ class PayloadChecks:
             if at + lo < end:
                 spans.append((at + lo, at, lo, end, code, element_count(row[W.R_SHAPE]),
                               nbytes))
-        with self.fd.held(self.path) as fd:   # a close meanwhile waits for these reads
-            check_spans(fd, self.path, spans)
+        if spans:
+            with self.fd.held(self.path) as fd:   # a close meanwhile waits for these reads
+                check_spans(fd, self.path, spans)
         for t in ts:
             self.done.add(_key(t))
 
