@@ -49,6 +49,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -312,9 +313,16 @@ def main(argv=None):
               "--stand-in runs every row with the host standing in for the device"
               % torch.__version__)
         return 0
+    folder = tempfile.mkdtemp(prefix="kiln-gpu-load-")
+    try:   # the files are gigabytes: never left behind, however the run ends
+        return _measure(args, torch, device, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure(args, torch, device, folder):
     import kiln.torch as kt
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    folder = tempfile.mkdtemp(prefix="kiln-gpu-load-")
     sd = _state_dict(torch, args.tensors, args.gib, args.shape)
     args.tensors = len(sd)
     kp, sp = os.path.join(folder, "m.kiln"), os.path.join(folder, "m.safetensors")
