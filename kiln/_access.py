@@ -36,7 +36,7 @@ if TYPE_CHECKING:   # what type checkers see; at run time __getattr__ imports th
     from ._files.atomic import AtomicFile
     from ._files.save import write_payload
     from ._files.shardsave import (drop_shards, fresh_names, make_folder, old_shards,
-                                   remove_made, save_set, write_index)
+                                   remove_made, save_set, uncache_shards, write_index)
     from ._files.sharded import (KILN_INDEX, ST_INDEX, check_shard, parse_index, parse_size,
                                  read_index, strict_json)
     from ._files.tied import FILE_ALIASES_KEY, SET_ALIASES_KEY, alias_fault, same_memory_key
@@ -47,7 +47,7 @@ _LATER = {"AtomicFile": "._files.atomic", "write_payload": "._files.save",
           "drop_shards": "._files.shardsave", "fresh_names": "._files.shardsave",
           "old_shards": "._files.shardsave", "write_index": "._files.shardsave",
           "make_folder": "._files.shardsave", "remove_made": "._files.shardsave",
-          "save_set": "._files.shardsave",
+          "save_set": "._files.shardsave", "uncache_shards": "._files.shardsave",
           **{name: "._files.sharded" for name in ("KILN_INDEX", "ST_INDEX", "check_shard",
                                                  "parse_index", "read_index", "strict_json",
                                                  "parse_size")},
@@ -64,7 +64,7 @@ __all__ = ["bytes_path", "AtomicFile", "read_exactly", "write_payload", "progres
            "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",
            "version", "held_descriptor", "remote_range", "kernel_crc32", "crc32_combine", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",
-           "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made", "save_set", "metadata_blob",
+           "parse_index", "read_index", "write_index", "old_shards", "fresh_names", "uncache_shards", "drop_shards", "make_folder", "remove_made", "save_set", "metadata_blob",
            "metadata_of_blob", "strict_json", "value_start", "saved_head", "saved_head_size", "parse_size",
            "SET_ALIASES_KEY", "FILE_ALIASES_KEY", "alias_fault",
            "same_memory_key"]

@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 import struct
+import sys
 import threading
 
 import numpy as np
@@ -303,9 +304,9 @@ def test_a_large_file_replaced_is_freed_after_the_save_and_nothing_leaks(api, tm
     across the rename and closes it on another thread: a reader of the old
     generation still reads it, the new file is whole, and once that thread is
     done no descriptor is left open."""
-    from kiln._files import atomic
+    from kiln._files import pagecache
     p = tmp_path / "big.kiln"
-    old = np.full(atomic.FREE_LATER // 4 + 1024, 1.5, np.float32)
+    old = np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)
     kiln.save_tensors(p, {"w": old})
     _free_threads_done()
     fds = set(os.listdir("/proc/self/fd"))
@@ -325,24 +326,24 @@ def test_a_replaced_sets_large_shards_are_freed_after_the_save(api, tmp_path, mo
     returns (no name of them is left), a large one held open across its
     removal and closed on the freeing thread (each such shard once), and
     nothing stays open once that thread is done."""
-    from kiln._files import atomic
+    from kiln._files import pagecache
     held = []
-    real = atomic.hold_old
+    real = pagecache.hold_old
 
     def spy(path):
         fd = real(path)
         held.append((os.path.basename(path), fd is not None))
         return fd
 
-    monkeypatch.setattr(atomic, "hold_old", spy)
-    big = np.full(atomic.FREE_LATER // 4 + 1024, 1.5, np.float32)
+    monkeypatch.setattr(pagecache, "hold_old", spy)
+    big = np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)
     t = {"a": big, "b": big.copy(), "c": np.ones(4, np.float32)}
-    kiln.save_sharded(t, tmp_path / "s", max_shard_size=atomic.FREE_LATER)
+    kiln.save_sharded(t, tmp_path / "s", max_shard_size=pagecache.FREE_LATER)
     first = sorted(n for n in os.listdir(tmp_path / "s") if n.endswith(".kiln"))
     _free_threads_done()
     fds = set(os.listdir("/proc/self/fd"))
     held.clear()
-    kiln.save_sharded(t, tmp_path / "s", max_shard_size=atomic.FREE_LATER)
+    kiln.save_sharded(t, tmp_path / "s", max_shard_size=pagecache.FREE_LATER)
     now = sorted(n for n in os.listdir(tmp_path / "s") if n.endswith(".kiln"))
     assert not set(first) & set(now) and len(now) == len(first) == 3
     # the three old shards: the two of FREE_LATER bytes and more held, the small one not
@@ -355,22 +356,136 @@ def test_a_replaced_sets_large_shards_are_freed_after_the_save(api, tmp_path, mo
 
 
 def test_holding_the_old_file_takes_only_a_large_regular_file_and_never_blocks(tmp_path):
-    from kiln._files import atomic
+    from kiln._files import pagecache
     big, small = tmp_path / "big", tmp_path / "small"
     with open(big, "wb") as f:
-        f.truncate(atomic.FREE_LATER)
+        f.truncate(pagecache.FREE_LATER)
     small.write_bytes(b"x" * 100)
-    fd = atomic.hold_old(str(big))
+    fd = pagecache.hold_old(str(big))
     assert fd is not None and os.fstat(fd).st_ino == os.stat(big).st_ino
     os.close(fd)
-    assert atomic.hold_old(str(small)) is None
-    assert atomic.hold_old(str(tmp_path / "missing")) is None
+    assert pagecache.hold_old(str(small)) is None
+    assert pagecache.hold_old(str(tmp_path / "missing")) is None
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     # a FIFO with no writer: an open without O_NONBLOCK would wait for one forever
-    code = "import sys; from kiln._files import atomic; print(atomic.hold_old(sys.argv[1]))"
+    code = "import sys; from kiln._files import pagecache; print(pagecache.hold_old(sys.argv[1]))"
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True,
                        timeout=60)
     assert r.stdout.strip() == "None", r.stderr
+
+
+def _resident(fd, size):
+    """The fraction of the file behind ``fd`` (``size`` bytes) in the page
+    cache, by ``mincore`` over a mapping made and dropped here."""
+    import ctypes
+    import mmap
+    m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    try:
+        a = np.frombuffer(m, np.uint8)
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = (ctypes.c_ubyte * pages)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        assert libc.mincore(ctypes.c_void_p(a.ctypes.data), size, vec) == 0, ctypes.get_errno()
+        del a
+        return sum(v & 1 for v in vec) / pages
+    finally:
+        m.close()
+
+
+def _cached_file(path, n):
+    """A file of ``n`` float32 through kiln, read whole (its pages cached);
+    a descriptor of it, held (no mapping) to look at it once replaced."""
+    kiln.save_tensors(path, {"w": np.full(n, 1.5, np.float32)})
+    fd = os.open(path, os.O_RDONLY)
+    while os.read(fd, 1 << 20):
+        pass
+    assert _resident(fd, os.fstat(fd).st_size) > 0.9
+    return fd
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+def test_a_save_over_a_large_file_gives_its_cached_pages_back_first(api, tmp_path):
+    """The old file's cached pages are dropped before the new bytes are
+    written (the new file takes them, not fresh memory): the old
+    generation, held open here, is whole on disk but no longer in memory;
+    a small file replaced keeps its pages."""
+    from kiln._files import pagecache
+    p, q = tmp_path / "big.kiln", tmp_path / "small.kiln"
+    fd, small = _cached_file(p, pagecache.FREE_LATER // 4 + 1024), _cached_file(q, 1024)
+    try:
+        kiln.save_tensors(p, {"w": np.full(8, 2.5, np.float32)})
+        kiln.save_tensors(q, {"w": np.full(8, 2.5, np.float32)})
+        assert _resident(fd, os.fstat(fd).st_size) < 0.1
+        assert _resident(small, os.fstat(small).st_size) > 0.9
+        whole = os.pread(fd, os.fstat(fd).st_size, 0)   # read back from disk, as it was
+        assert whole[-4:] == np.float32(1.5).tobytes()
+    finally:
+        os.close(fd)
+        os.close(small)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+def test_a_file_this_process_maps_keeps_its_pages_when_saved_over(api, tmp_path):
+    """The tensors being saved may view the file they replace: a file this
+    process maps is left in the page cache, all of it (not only the pages
+    mapped so far)."""
+    from kiln._files import pagecache
+    p = tmp_path / "big.kiln"
+    fd = _cached_file(p, pagecache.FREE_LATER // 4 + 1024)
+    try:
+        with kiln.open(p) as f:
+            w = f["w"].numpy()
+            kiln.save_tensors(p, {"w": w[:16] + 1})
+            assert _resident(fd, os.fstat(fd).st_size) > 0.9
+            del w
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+def test_a_set_saved_over_another_gives_the_old_shards_pages_back_first(api, tmp_path):
+    from kiln._files import pagecache
+    big = np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)
+    folder = tmp_path / "s"
+    kiln.save_sharded({"a": big, "b": big + 1}, folder, max_shard_size=pagecache.FREE_LATER)
+    fds = []
+    try:
+        for n in sorted(os.listdir(folder)):
+            if n.endswith(".kiln"):
+                fds.append(os.open(folder / n, os.O_RDONLY))
+                while os.read(fds[-1], 1 << 20):
+                    pass
+        assert len(fds) == 2 and all(_resident(fd, os.fstat(fd).st_size) > 0.9 for fd in fds)
+        kiln.save_sharded({"a": big}, folder)
+        assert all(_resident(fd, os.fstat(fd).st_size) < 0.1 for fd in fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+def test_a_conversion_into_a_set_gives_the_old_shards_pages_back_first(api, tmp_path):
+    pytest.importorskip("safetensors")
+    from kiln._files import pagecache
+    big = np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)
+    kiln.save_sharded({"a": big}, tmp_path / "k")
+    st_index = str(tmp_path / "st" / "model.safetensors.index.json")
+    convert(str(tmp_path / "k" / "model.kiln.index.json"), st_index)
+    out = str(tmp_path / "out" / "model.kiln.index.json")
+    convert(st_index, out)
+    (shard,) = [n for n in os.listdir(tmp_path / "out") if n.endswith(".kiln")]
+    fd = os.open(tmp_path / "out" / shard, os.O_RDONLY)
+    try:
+        while os.read(fd, 1 << 20):
+            pass
+        assert _resident(fd, os.fstat(fd).st_size) > 0.9
+        convert(st_index, out)
+        assert _resident(fd, os.fstat(fd).st_size) < 0.1
+    finally:
+        os.close(fd)
+    with kiln.open(out) as f:
+        assert f["a"].numpy()[-1] == 1.5

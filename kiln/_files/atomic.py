@@ -41,6 +41,7 @@ from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
+from .pagecache import drop_cached, free_later, hold_old
 from .paths import bytes_path, local_path
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -159,6 +160,8 @@ class AtomicFile:
             old = None
         # an existing target: 0600 first, its group and bits once the file is
         # ours; a new one: what any new file gets (the umask applies)
+        if old is not None:
+            drop_cached([self.target])   # its pages serve the new bytes
         fd, self.tmp = _create(folder, base, 0o600 if old is not None else 0o666)
         try:
             if old is not None:
@@ -340,44 +343,6 @@ def _start_writeback(fd: int) -> None:
     fn = _writeback[0]
     if fn is not None:
         fn(fd, 0, 0, 2)   # a failure only means the fsync does all the work
-
-
-FREE_LATER = 16 << 20   # a replaced file this large is freed off the caller's path
-
-
-def hold_old(target: str) -> Optional[int]:
-    """A descriptor of the regular file ``target`` when it is at least
-    ``FREE_LATER`` bytes, else None.  Held across the rename, it keeps the
-    old file's pages and blocks alive, so the rename does not free them (for
-    a checkpoint of 400 MB that is about 0.1 s of page-cache and extent work
-    inside ``rename``); :func:`free_later` drops it on another thread.
-    Not on Windows, where an open file cannot be replaced."""
-    if os.name != "posix":  # pragma: no cover - Windows
-        return None
-    try:
-        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None   # no target, a symlink (resolve_target followed it already), no access
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_size >= FREE_LATER:
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
-
-
-def free_later(fd: Optional[int]) -> None:
-    """Close ``fd`` (the replaced file's last reference) on a daemon thread."""
-    if fd is None:
-        return
-    try:
-        threading.Thread(target=os.close, args=(fd,), name="kiln-free-replaced",
-                         daemon=True).start()
-    except RuntimeError:   # no new threads (interpreter shutting down): close here
-        os.close(fd)
 
 
 def _fsync_dir(folder: str) -> None:

@@ -13,7 +13,8 @@ from .paths import bytes_path
 from .tied import SET_ALIASES_KEY, alias_fault, same_memory_key
 
 __all__ = ["save_sharded", "write_index", "shard_names", "split", "shared_tensors",
-           "old_shards", "fresh_names", "drop_shards", "make_folder", "remove_made", "save_set"]
+           "old_shards", "fresh_names", "uncache_shards", "drop_shards", "make_folder",
+           "remove_made", "save_set"]
 
 
 def shard_names(prefix: str, n: int, ext: str) -> List[str]:
@@ -160,11 +161,18 @@ def fresh_names(names: List[str], index: str, ext: str) -> List[str]:
             return tagged
 
 
+def uncache_shards(folder: str, old: List[str]) -> None:
+    """Before a set is written over another: the old shards' cached pages
+    given back, for the new shards to take (``pagecache.drop_cached``)."""
+    from .pagecache import drop_cached
+    drop_cached([os.path.join(folder, n) for n in old if plain_file_name(n)])
+
+
 def drop_shards(folder: str, old: List[str], new: List[str]) -> None:
     """Remove the replaced set's shards (after its index was replaced); a
     large one's pages and blocks are freed after the call returns, as an
     atomic replace frees the file it replaced (``atomic.hold_old``)."""
-    from .atomic import free_later, hold_old
+    from .pagecache import free_later, hold_old
     keep = set(new)
     for name in old:
         if name not in keep and plain_file_name(name):
@@ -272,6 +280,7 @@ def save_set(tensors: Any, folder: PathLike, *, max_shard_size: Any,
     made = make_folder(folder)
     index = os.path.join(folder, prefix + KILN_INDEX)
     old = old_shards(index, ".kiln")
+    uncache_shards(folder, old)
     files = fresh_names(shard_names(prefix, len(groups), ".kiln"), index, ".kiln")
     wm: Dict[str, str] = {}
     written: List[str] = []

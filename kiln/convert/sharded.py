@@ -22,7 +22,7 @@ from .. import _wire as W
 from .._access import (FILE_ALIASES_KEY, KILN_INDEX, SET_ALIASES_KEY, ST_INDEX, check_shard,
                        drop_shards, fresh_names, make_folder, old_shards, open_kiln_file,
                        open_regular_file, parse_index, read_index, remove_made, table,
-                       tensor_offset, tensor_row, write_index)
+                       tensor_offset, tensor_row, uncache_shards, write_index)
 from .._errors import KilnError
 from ._common import ConvertError, UnsupportedConversion
 
@@ -96,6 +96,7 @@ def convert_set(src: str, dst: str, a: str, b: str, checksum: bool, progress: An
         _checked(shards[s], names, where, src)
         total += n
     old = old_shards(dst, out_ext)   # a set at dst is replaced whole (kiln._files.sharded)
+    uncache_shards(out_folder, old)
     plain = [s[:-len(suffix)] + out_ext for s in shards]
     renamed = dict(zip(shards, fresh_names(plain, dst, out_ext)))
     made = make_folder(out_folder)   # removed again if the conversion fails

@@ -477,6 +477,7 @@ def consolidate(path: PathLike, out: PathLike, *, max_shard_size: Any = "5GB",
     made = _access.make_folder(dest)   # taken away again if the set fails
     index = os.path.join(dest, prefix + ".kiln.index.json")
     old = _access.old_shards(index, ".kiln")
+    _access.uncache_shards(dest, old)
     names = _access.fresh_names(["%s-%05d-of-%05d.kiln" % (prefix, i + 1, len(groups))
                                  for i in range(len(groups))], index, ".kiln")
     opened: Dict[str, RankFile] = {}
