@@ -25,7 +25,7 @@ from ._compat import COMPILED_TENSOR_LAYER
 from ._tensors.dtypes import _dtype_code_of_numpy
 from ._tensors.tensor import dtype_label
 from ._lazy import attribute
-from ._pread import read_exactly
+from ._pread import read_exactly, read_scattered
 from ._files.local import file_size, open_regular_file, read_head
 from ._files.paths import FOREIGN_HEAD, bytes_path, foreign_hint, is_url, local_path
 from ._files.progress import make as check_progress, session as progress_session
@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
     return attribute(globals(), _LATER, name)
 
 
-__all__ = ["bytes_path", "AtomicFile", "read_exactly", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
+__all__ = ["bytes_path", "AtomicFile", "read_exactly", "read_scattered", "write_payload", "progress_session", "check_progress", "local_path", "is_url",
            "foreign_hint", "FOREIGN_HEAD", "read_head", "open_regular_file", "file_size", "table", "file_offset",
            "version", "held_descriptor", "remote_range", "kernel_crc32", "crc32_combine", "dtype_code", "dtype_label", "COMPILED_TENSOR_LAYER",
            "compiled_tensor_part_bound", "tensor_row", "KILN_INDEX", "ST_INDEX", "check_shard",

@@ -6,11 +6,11 @@ the torch loaders' buffered and ``O_DIRECT`` reads)."""
 import contextlib
 import os
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 from ._errors import KilnError
 
-__all__ = ["read_exactly", "read_bytes", "SharedFd"]
+__all__ = ["read_exactly", "read_scattered", "read_bytes", "SharedFd"]
 
 
 def read_exactly(fd: int, view: Any, at: int, path: str, what: Optional[str] = None,
@@ -33,6 +33,28 @@ def read_exactly(fd: int, view: Any, at: int, path: str, what: Optional[str] = N
                                 path, end, what or "bytes %d..%d" % (at, at + n)))
         done += got
     return done
+
+
+def read_scattered(fd: int, views: List[Any], at: int, path: str,
+                   what: Callable[[int], str]) -> None:
+    """Fill ``views`` (writable byte memoryviews, at most ``IOV_MAX``) from
+    ``fd``'s bytes at ``at`` on, one after another, with ``preadv``; ``EOF``
+    as :func:`read_exactly` when the file ends first, ``what(offset)``
+    naming what was being read at the offset where it ends."""
+    total = sum(len(v) for v in views)
+    done, k = 0, 0
+    while done < total:
+        got = os.preadv(fd, views[k:], at + done)
+        if got <= 0:
+            end = min(at + done, os.fstat(fd).st_size)
+            raise KilnError("EOF", end, "%s: the file changed under the reader: it ends at "
+                            "byte %d, before the end of %s" % (path, end, what(end)))
+        done += got
+        while got and got >= len(views[k]):   # the views filled; then the rest of one
+            got -= len(views[k])
+            k += 1
+        if got:
+            views[k] = views[k][got:]
 
 
 def read_bytes(fd: int, n: int, at: int, path: str, what: Optional[str] = None) -> bytes:

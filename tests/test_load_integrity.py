@@ -284,8 +284,14 @@ def _check_plan(items, in_place, chunk_bytes, chunks):
     covered = {i: [] for i, it in enumerate(items) if it.nbytes}
     for c in chunks:
         assert 0 < c.size <= chunk_bytes
-        if c.in_place:
-            assert len(c.pieces) == 1 and c.pieces[0].where == 0 and c.pieces[0].n == c.size
+        if c.in_place:   # whole payloads in file order, or one cut payload alone
+            if len(c.pieces) > 1 or c.pieces[0].n < items[c.pieces[0].item].nbytes:
+                ends = [(p.where, p.where + p.n) for p in c.pieces]
+                assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), ends
+                assert all(p.at == 0 and p.n == items[p.item].nbytes for p in c.pieces) or \
+                    (len(c.pieces) == 1 and c.pieces[0].where == 0 and c.pieces[0].n == c.size)
+            assert c.pieces[0].where == 0 and c.pieces[-1].where + c.pieces[-1].n == c.size
+            assert len(c.pieces) <= P.MAX_PIECES
         for p in c.pieces:
             it = items[p.item]
             assert p.n > 0, p

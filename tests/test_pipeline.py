@@ -508,8 +508,11 @@ def _device_path_workload(tmp_path, enough):
     assert seen[-1] == os.path.getsize(path) - items[0].offset - 64 or seen
     targets = {k: torch.zeros(v.shape, dtype=x.dtype) for (k, v), x in
                zip(sorted(t.items()), outs)}
-    P.load(_items(path, targets), "cpu")   # the host path: large payloads in place
-    assert _bytes(targets["a"]) == ref["a"] and _bytes(targets["b"]) == ref["b"]
+    for chunk in (None, 1 << 16):   # the host path: large payloads in place (one read for
+        for x in targets.values():  # "a" and "d"; then "a" cut in chunks of its own)
+            x.zero_()
+        P.load(_items(path, targets), "cpu", chunk_bytes=chunk)
+        assert [_bytes(targets[k]) for k in "abcdef"] == [ref[k] for k in "abcdef"]
     for code in (errno.EINVAL, errno.EIO):   # O_DIRECT refused: buffered; failed: an error
         items = [it._replace(src=_Refusing(path, code)) for it in _items(path)]
         if code == errno.EINVAL:
@@ -541,6 +544,10 @@ def _device_path_workload(tmp_path, enough):
         assert e.value.code == "EOF" and e.value.offset == items[0].offset + 100
         if enough():
             break
+    with pytest.raises(kiln.KilnError) as e:   # EOF in an in-place read: its tensor named
+        P.load([it._replace(target=targets[it.key]) for it in items if it.key in "ad"], "cpu")
+    assert e.value.code == "EOF" and e.value.offset == items[0].offset + 100 and \
+        "tensor %r" % items[0].key in e.value.reason
     assert _readers() == []
     P.release()
 
@@ -644,3 +651,68 @@ def test_each_device_gets_its_own_load_all_at_once(api, tmp_path):
     assert sorted(sd) == sorted(t) and all(_bytes(v) == ref[k] for k, v in sd.items())
     with pytest.raises(ValueError, match="lm_head.weight"):   # a name the map does not place
         kt.load_file(tmp_path / "m.kiln", device={"model": "cpu"})
+
+
+# --- in-place chunks of many payloads: one scattered preadv -------------------------
+
+def test_many_small_payloads_are_read_in_place_with_few_reads(api, tmp_path, monkeypatch):
+    """600 payloads of 70-90 KB (in place: from IN_PLACE) are read into their
+    targets and into new tensors with one ``preadv`` per chunk of up to
+    MAX_PIECES of them, their gaps skipped, every byte as the reference
+    decoder reads it, the recorded CRC-32s checked."""
+    from kiln import _pread
+    from kiln.torch import _plan
+    rng = np.random.default_rng(3)
+    t = {"t%03d" % i: rng.integers(0, 255, int(rng.integers(70_000, 90_000)), np.uint8)
+         for i in range(600)}
+    path = tmp_path / "many.kiln"
+    kiln.save_tensors(path, t, checksum=True)
+    ref = _reference(path)
+    calls = []
+    real = os.preadv
+
+    def counted(fd, views, at):
+        calls.append(len(views))
+        return real(fd, views, at)
+    monkeypatch.setattr(_pread.os, "preadv", counted)
+    targets = {k: torch.zeros(len(v), dtype=torch.uint8) for k, v in t.items()}
+    chunk = 8 << 20
+    for tg in (targets, None):
+        calls.clear()
+        outs = P.load(_items(path, tg), "cpu", chunk_bytes=chunk)
+        assert [_bytes(x) for x in outs] == [ref[k] for k in sorted(t)]
+        assert len(calls) == len(P.plan(_items(path), [True] * 600, chunk))
+        assert 600 // _plan.MAX_PIECES <= len(calls) <= 12 and max(calls) > 100
+    with open(path, "r+b") as f:   # one byte changed in the 500th payload
+        at = _items(path)[499].offset + 7
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(kiln.KilnError) as e:
+        P.load(_items(path), "cpu")
+    assert e.value.code == "CHECKSUM" and "'t499'" in e.value.reason
+
+
+def test_a_scattered_read_goes_on_after_short_reads_and_names_where_the_file_ends(
+        api, tmp_path, monkeypatch):
+    from kiln import _pread
+    data = bytes(range(256)) * 4
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    real = os.preadv
+    monkeypatch.setattr(_pread.os, "preadv", lambda fd, views, at: real(
+        fd, [memoryview(views[0])[:5]] if len(views[0]) > 5 else views[:2], at))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        bufs = [bytearray(n) for n in (7, 1, 12, 3, 40)]
+        _pread.read_scattered(fd, [memoryview(b) for b in bufs], 100, "f", lambda end: "x")
+        assert b"".join(bufs) == data[100:163]
+        bufs = [bytearray(n) for n in (900, 200)]
+        with pytest.raises(kiln.KilnError) as e:
+            _pread.read_scattered(fd, [memoryview(b) for b in bufs], 20, "f",
+                                  lambda end: "part %d" % (end >= 920))
+        assert e.value.code == "EOF" and e.value.offset == 1024 and "part 1" in e.value.reason
+        assert bytes(bufs[0]) == data[20:920] and bytes(bufs[1][:104]) == data[920:]
+    finally:
+        os.close(fd)

@@ -11,16 +11,17 @@ file object without a descriptor is read from the bytes ``kiln.open`` took
 from it; a remote file (``s3://``, ``https://``, ``memory://``) in ranges of
 at most one chunk, through its reader (:class:`FileBytes`).
 
-The plan: every payload range is known before the first read (:class:`Item`:
-file, offset, size, recorded CRC-32, dtype, shape, and the tensor to fill or
-None to make one).  The ranges are cut into chunks of at most ``chunk_bytes``
-(adjacent payloads of one file share a chunk; a payload larger than a chunk
-spans several), and a pool of reader threads reads them (how many threads,
-buffers and bytes a chunk: :func:`concurrency`, from the CPUs and the load's
-size):
+The plan (kiln/torch/_plan.py): every payload range is known before the
+first read (:class:`Item`: file, offset, size, recorded CRC-32, dtype, shape,
+and the tensor to fill or None to make one).  The ranges are cut into chunks
+of at most ``chunk_bytes`` (adjacent payloads of one file share a chunk; a
+payload larger than a chunk spans several), and a pool of reader threads
+reads them (how many threads, buffers and bytes a chunk:
+:func:`concurrency`, from the CPUs and the load's size):
 
-- into the destination itself, when it is contiguous host memory (a CPU
-  tensor): an *in-place* chunk, no staging buffer, no second copy;
+- into the destinations themselves, when they are contiguous host memory (CPU
+  tensors): an *in-place* chunk, no staging buffer, no second copy (one
+  ``preadv`` scattered into the many payloads of a chunk of small ones);
 - otherwise into a ring of ``slots`` staging buffers (pinned when CUDA is
   there), each chunk copied to its tensors with non-blocking copies on a
   stream of its own; a buffer is read into again only after the event
@@ -52,6 +53,7 @@ buffers dropped before the error propagates; new tensors are not handed out,
 and an error after a target was written names the targets written.
 """
 
+import ctypes
 import errno
 import os
 import threading
@@ -62,6 +64,7 @@ from kiln._access import crc32_combine as _crc32_combine, kernel_crc32
 
 from ._common import torch_module
 from ._copy import SMALL, copy_step
+from ._plan import _GAP, IN_PLACE, MAX_PIECES, Chunk, Item, plan  # noqa: F401 (MAX_PIECES: the tests)
 from ._sources import FileBytes, file_bytes
 
 __all__ = ["Item", "FileBytes", "file_bytes", "load", "load_each", "release", "concurrency",
@@ -69,98 +72,7 @@ __all__ = ["Item", "FileBytes", "file_bytes", "load", "load_each", "release", "c
 
 _MIB = 1 << 20
 RING_BYTES = 1 << 30     # the staging ring's host memory, at most (slots x chunk_bytes)
-IN_PLACE = 64 << 10      # a host payload from this size is read in place (smaller: staged
-                         # with its neighbours, one read for many, then copied out)
-_GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
 _ALIGN = 4096            # O_DIRECT: offsets, lengths and addresses on this boundary
-
-
-# --- the plan ----------------------------------------------------------------------
-
-class Item(NamedTuple):
-    """One payload to load (see the module doc)."""
-
-    key: str            # the name errors report (the file's tensor name)
-    src: FileBytes      # the open file the payload lies in
-    offset: int         # the payload's first byte in that file
-    nbytes: int         # its size in bytes
-    crc: Optional[int]  # the CRC-32 recorded for it, None when none is
-    dtype: Any          # the torch dtype of the result
-    shape: Tuple[int, ...]
-    target: Any         # a tensor to fill in place, or None: a new one on the device
-
-    def untargeted(self) -> "Item":
-        """This item with no target: read into a new tensor."""
-        return self._replace(target=None)
-
-
-class Piece(NamedTuple):
-    """Bytes ``at:at+n`` of item ``item``'s payload, at ``where`` in its chunk."""
-
-    item: int      # index into the items
-    at: int        # offset in the item's payload
-    where: int     # offset in the chunk
-    n: int
-
-
-class Chunk(NamedTuple):
-    """One read: ``size`` bytes of ``src`` from ``start``."""
-
-    src: FileBytes
-    start: int      # file offset of the chunk's first byte
-    size: int
-    pieces: List[Piece]
-    in_place: bool  # read into the destination itself (no staging buffer)
-
-
-class _Building:
-    """The staged chunk under construction in :func:`plan`."""
-
-    __slots__ = ("src", "start", "end", "pieces")
-
-    def __init__(self, src: FileBytes, start: int) -> None:
-        self.src, self.start, self.end = src, start, start
-        self.pieces: List[Piece] = []
-
-    def takes(self, src: FileBytes, at: int, chunk_bytes: int) -> bool:
-        """Can the byte at ``at`` of ``src`` go on in this chunk?"""
-        return src is self.src and 0 <= at - self.end <= _GAP and \
-            at - self.start < chunk_bytes
-
-    def chunk(self) -> Chunk:
-        return Chunk(self.src, self.start, self.end - self.start, self.pieces, False)
-
-
-def plan(items: Sequence[Item], in_place: Sequence[bool], chunk_bytes: int) -> List[Chunk]:
-    """The chunks of a load, in file order: staged payloads coalesced (gaps up
-    to 64 KiB read and skipped), each payload cut at chunk boundaries; an
-    in-place payload in chunks of its own.  Every byte of every item lies in
-    exactly one piece, each piece non-empty and inside its chunk."""
-    order = sorted((i for i, it in enumerate(items) if it.nbytes),
-                   key=lambda i: (id(items[i].src), items[i].offset))
-    out: List[Chunk] = []
-    cur: Optional[_Building] = None
-    for i in order:
-        it = items[i]
-        if in_place[i]:
-            for a in range(0, it.nbytes, chunk_bytes):
-                n = min(chunk_bytes, it.nbytes - a)
-                out.append(Chunk(it.src, it.offset + a, n, [Piece(i, a, 0, n)], True))
-            continue
-        done = 0
-        while done < it.nbytes:
-            at = it.offset + done
-            if cur is None or not cur.takes(it.src, at, chunk_bytes):
-                if cur is not None:
-                    out.append(cur.chunk())
-                cur = _Building(it.src, at)
-            n = min(it.nbytes - done, chunk_bytes - (at - cur.start))
-            cur.pieces.append(Piece(i, done, at - cur.start, n))
-            cur.end = at + n
-            done += n
-    if cur is not None:
-        out.append(cur.chunk())
-    return out
 
 
 # --- the run -----------------------------------------------------------------------
@@ -217,6 +129,7 @@ class _Run:
     # --- the readers -------------------------------------------------------------
 
     def reader(self) -> None:
+        scratch = memoryview(bytearray(_GAP))   # the gaps between in-place payloads
         try:
             while True:
                 claimed = self.claim()
@@ -233,11 +146,7 @@ class _Run:
                         c.src.read(memoryview(s.host.numpy())[:c.size], c.start, what)
                     sums = self.piece_crcs(c, memoryview(s.host.numpy())[s.shift:])
                 else:
-                    p = c.pieces[0]
-                    self.written.add(p.item)
-                    got = self.dest(p.item)[p.at:p.at + p.n]
-                    c.src.read(got, c.start, what)
-                    sums = self.piece_crcs(c, got)
+                    sums = self.read_in_place(c, scratch)
                 with self.lock:
                     self.ready[j] = (slot, sums)
                     if j == self.want:
@@ -247,6 +156,29 @@ class _Run:
                 if self.error is None:
                     self.error = e
                 self.wake_all()
+
+    def read_in_place(self, c: Chunk, scratch: memoryview) -> List[int]:
+        """In-place chunk ``c`` read straight into its destinations (one
+        ``preadv`` for all its payloads); the CRC-32 of each piece."""
+        views: List[Any] = []   # the destinations, and the gaps between them
+        got: List[Any] = []
+        pos = 0
+        for p in c.pieces:
+            self.written.add(p.item)
+            if p.where > pos:
+                views.append(scratch[:p.where - pos])
+            v = self.dest(p.item)[p.at:p.at + p.n]
+            views.append(v)
+            got.append(v)
+            pos = p.where + p.n
+        c.src.read_many(views, c.start, lambda end: self.what(c, end))
+        items, crc = self.items, self.crc32
+        return [crc(v) if items[p.item].crc is not None else 0 for p, v in zip(c.pieces, got)]
+
+    def what(self, c: Chunk, at: int) -> str:
+        """What chunk ``c`` holds at file offset ``at`` (for an ``EOF``)."""
+        p = next((p for p in c.pieces if c.start + p.where + p.n > at), c.pieces[-1])
+        return "the payload of tensor %r" % self.items[p.item].key
 
     def piece_crcs(self, c: Chunk, raw: memoryview) -> List[int]:
         """The CRC-32 of each piece of chunk ``c`` (its bytes in ``raw``, at
@@ -309,9 +241,11 @@ class _Run:
         self.ready_cv.notify_all()
 
     def dest(self, i: int) -> memoryview:
-        """The host destination of item ``i`` as writable bytes."""
-        t = self.outs[i].detach()
-        return memoryview(t.reshape(-1).view(self.torch.uint8).numpy())
+        """The host destination of item ``i`` as writable bytes: its
+        ``nbytes`` from its first byte (contiguous host memory, of the
+        payload's size, checked by :func:`load`; kept alive by ``outs``)."""
+        n = self.items[i].nbytes
+        return memoryview((ctypes.c_ubyte * n).from_address(self.outs[i].data_ptr())).cast("B")
 
     # --- the consumer ------------------------------------------------------------
 

@@ -12,10 +12,11 @@ remote file's reader, of the version it opened (:class:`Remote`)."""
 
 import os
 import threading
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from kiln import KilnError
-from kiln._access import held_descriptor, read_exactly as _read_exact, remote_range
+from kiln._access import (held_descriptor, read_exactly as _read_exact, read_scattered,
+                          remote_range)
 
 __all__ = ["FileBytes", "Descriptor", "Memory", "Remote", "file_bytes", "reopen_odirect"]
 
@@ -31,6 +32,25 @@ class FileBytes:
 
     def read(self, view: memoryview, at: int, what: str) -> None:
         raise NotImplementedError
+
+    def read_many(self, views: List[Any], at: int, what: Callable[[int], str]) -> None:
+        """Fill ``views`` one after another from byte ``at`` on (one read of
+        their span: a scattered ``preadv`` where there is a descriptor);
+        ``what(offset)`` names what lies at an offset, for ``EOF``."""
+        if len(views) == 1:
+            return self.read(views[0], at, what(at))
+        buf = memoryview(bytearray(sum(len(v) for v in views)))
+        try:
+            self.read(buf, at, what(at))
+        except KilnError as e:   # named by where the file ends
+            if e.code != "EOF":
+                raise
+            raise KilnError("EOF", e.offset, "%s: the file ends at byte %d, before the end "
+                            "of %s" % (self.name, e.offset, what(e.offset))) from None
+        k = 0
+        for v in views:
+            v[:] = buf[k:k + len(v)]
+            k += len(v)
 
     def odirect_fd(self) -> int:
         """A descriptor of the same file opened with O_DIRECT, or -1."""
@@ -62,6 +82,9 @@ class Descriptor(FileBytes):
 
     def read(self, view: memoryview, at: int, what: str) -> None:
         _read_exact(self.fd, view, at, self.name, what)
+
+    def read_many(self, views: List[Any], at: int, what: Callable[[int], str]) -> None:
+        read_scattered(self.fd, views, at, self.name, what)
 
     def odirect_fd(self) -> int:
         with self._lock:
