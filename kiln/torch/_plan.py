@@ -8,9 +8,9 @@ Two kinds of chunk:
   staging buffer (gaps up to :data:`_GAP` read and skipped), then copied to
   their tensors; a payload larger than a chunk is cut across chunks;
 - *in place*: read straight into the destinations, contiguous host memory.
-  A payload of ``chunk_bytes`` or more has chunks of its own; smaller ones
-  that lie close together in one file share a chunk of up to ``chunk_bytes``
-  and :data:`MAX_PIECES` payloads, read with one ``preadv`` scattered into
+  A payload of :data:`GROUP_BYTES` (or ``chunk_bytes``) or more has chunks
+  of its own; smaller ones that lie close together in one file share a chunk
+  of up to that many bytes and :data:`MAX_PIECES` payloads, read with one ``preadv`` scattered into
   their tensors (the gaps between them into a scratch buffer).  A
   mixture-of-experts checkpoint of 18,867 tensors of about 90 KB is read in
   a few hundred calls, not one call and one hand-over between threads a
@@ -21,13 +21,16 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._sources import FileBytes
 
-__all__ = ["Item", "Piece", "Chunk", "plan", "IN_PLACE", "MAX_PIECES"]
+__all__ = ["Item", "Piece", "Chunk", "plan", "IN_PLACE", "MAX_PIECES", "GROUP_BYTES"]
 
 IN_PLACE = 64 << 10      # a host payload from this size is read in place (smaller: staged
                          # with its neighbours, one read for many, then copied out)
 _GAP = 64 << 10          # payloads this close share a chunk (the gap is read and skipped)
 MAX_PIECES = 256         # payloads of one in-place chunk: with the gaps between them,
                          # within any system's IOV_MAX (1024 on Linux)
+GROUP_BYTES = 4 << 20    # in-place payloads under this size share chunks of up to this
+                         # size (larger chunks would leave the readers unevenly loaded
+                         # at the end of a load of few of them)
 
 
 class Item(NamedTuple):
@@ -92,21 +95,23 @@ def plan(items: Sequence[Item], in_place: Sequence[bool], chunk_bytes: int) -> L
     """The chunks of a load, in file order (see the module doc).  Every byte of
     every item lies in exactly one piece, each piece non-empty and inside its
     chunk; the pieces of a chunk do not overlap; an in-place payload is cut
-    only when it is ``chunk_bytes`` or more, and then its chunks are its own."""
+    only when it is more than ``chunk_bytes``, and then its chunks are its
+    own."""
     order = sorted((i for i, it in enumerate(items) if it.nbytes),
                    key=lambda i: (id(items[i].src), items[i].offset))
     out: List[Chunk] = []
     cur: Optional[_Building] = None    # staged
     near: Optional[_Building] = None   # in place, small payloads together
+    group = min(chunk_bytes, GROUP_BYTES)
     for i in order:
         it = items[i]
-        if in_place[i] and it.nbytes >= chunk_bytes:
+        if in_place[i] and it.nbytes >= group:
             for a in range(0, it.nbytes, chunk_bytes):
                 n = min(chunk_bytes, it.nbytes - a)
                 out.append(Chunk(it.src, it.offset + a, n, [Piece(i, a, 0, n)], True))
             continue
         if in_place[i]:
-            if near is None or not near.takes(it.src, it.offset, it.nbytes, chunk_bytes):
+            if near is None or not near.takes(it.src, it.offset, it.nbytes, group):
                 if near is not None:
                     out.append(near.chunk())
                 near = _Building(it.src, it.offset, True)
