@@ -377,12 +377,17 @@ def test_holding_the_old_file_takes_only_a_large_regular_file_and_never_blocks(t
     assert r.stdout.strip() == "None", r.stderr
 
 
-def _resident(fd, size):
-    """The fraction of the file behind ``fd`` (``size`` bytes) in the page
-    cache, by ``mincore`` over a mapping made and dropped here."""
+def _resident(path):
+    """The fraction of the file ``path`` names in the page cache, by
+    ``mincore`` over a mapping made and dropped here."""
     import ctypes
     import mmap
-    m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
     try:
         a = np.frombuffer(m, np.uint8)
         pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
@@ -396,78 +401,108 @@ def _resident(fd, size):
         m.close()
 
 
-def _cached_file(path, n):
-    """A file of ``n`` float32 through kiln, read whole (its pages cached);
-    a descriptor of it, held (no mapping) to look at it once replaced."""
-    kiln.save_tensors(path, {"w": np.full(n, 1.5, np.float32)})
-    fd = os.open(path, os.O_RDONLY)
-    while os.read(fd, 1 << 20):
-        pass
-    assert _resident(fd, os.fstat(fd).st_size) > 0.9
-    return fd
+def _cached(path):
+    """``path`` read whole (its pages cached) and a second name of it (a hard
+    link: neither a mapping nor an open descriptor) to look at it by once
+    it is replaced."""
+    with open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+    link = str(path) + ".old"
+    os.link(path, link)
+    assert _resident(link) > 0.9
+    return link
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                           reason="mincore, /proc/self/maps and /proc/self/fd")
+
+
+@LINUX
 def test_a_save_over_a_large_file_gives_its_cached_pages_back_first(api, tmp_path):
     """The old file's cached pages are dropped before the new bytes are
     written (the new file takes them, not fresh memory): the old
-    generation, held open here, is whole on disk but no longer in memory;
-    a small file replaced keeps its pages."""
+    generation is whole on disk but no longer in memory; a small file
+    replaced keeps its pages."""
     from kiln._files import pagecache
     p, q = tmp_path / "big.kiln", tmp_path / "small.kiln"
-    fd, small = _cached_file(p, pagecache.FREE_LATER // 4 + 1024), _cached_file(q, 1024)
+    kiln.save_tensors(p, {"w": np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)})
+    kiln.save_tensors(q, {"w": np.full(1024, 1.5, np.float32)})
+    old, small = _cached(p), _cached(q)
+    kiln.save_tensors(p, {"w": np.full(8, 2.5, np.float32)})
+    kiln.save_tensors(q, {"w": np.full(8, 2.5, np.float32)})
+    assert _resident(old) < 0.1 and _resident(small) > 0.9
+    with kiln.open(old) as f:   # read back from disk, as it was
+        assert f["w"].numpy()[-1] == 1.5
+
+
+def _map_alone(path):
+    """A read-only mapping of ``path`` with no descriptor left open (as
+    torch's ``from_file``, and so safetensors' ``load_file``, map a file),
+    its first page touched: ``(libc, address, size)``."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(path, os.O_RDONLY)
     try:
-        kiln.save_tensors(p, {"w": np.full(8, 2.5, np.float32)})
-        kiln.save_tensors(q, {"w": np.full(8, 2.5, np.float32)})
-        assert _resident(fd, os.fstat(fd).st_size) < 0.1
-        assert _resident(small, os.fstat(small).st_size) > 0.9
-        whole = os.pread(fd, os.fstat(fd).st_size, 0)   # read back from disk, as it was
-        assert whole[-4:] == np.float32(1.5).tobytes()
+        size = os.fstat(fd).st_size
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
     finally:
         os.close(fd)
-        os.close(small)
+    assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    assert ctypes.string_at(addr, 4) == open(path, "rb").read(4)
+    return libc, addr, size
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
-def test_a_file_this_process_maps_keeps_its_pages_when_saved_over(api, tmp_path):
-    """The tensors being saved may view the file they replace: a file this
-    process maps is left in the page cache, all of it (not only the pages
-    mapped so far)."""
+@LINUX
+@pytest.mark.parametrize("how", ["mapped", "mapped alone", "open"])
+def test_a_file_this_process_maps_or_has_open_keeps_its_pages_when_saved_over(
+        api, tmp_path, how):
+    """The tensors being saved may view the file they replace, or a reader
+    here copy from it: a file this process maps (only a part of it so far:
+    through kiln, or alone, with no descriptor open) or holds a descriptor
+    of keeps all of its cached pages."""
     from kiln._files import pagecache
     p = tmp_path / "big.kiln"
-    fd = _cached_file(p, pagecache.FREE_LATER // 4 + 1024)
-    try:
+    kiln.save_tensors(p, {"w": np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)})
+    old = _cached(p)
+    w = fd = alone = None
+    if how == "mapped":
         with kiln.open(p) as f:
-            w = f["w"].numpy()
-            kiln.save_tensors(p, {"w": w[:16] + 1})
-            assert _resident(fd, os.fstat(fd).st_size) > 0.9
-            del w
+            w = f["w"].numpy()[:16]
+            del f
+    elif how == "open":
+        fd = os.open(p, os.O_RDONLY)
+    else:
+        alone = _map_alone(p)
+    try:
+        kiln.save_tensors(p, {"w": np.full(16, 2.5, np.float32) if w is None else w + 1})
+        assert _resident(old) > 0.9
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
+        if alone is not None:
+            alone[0].munmap(alone[1], alone[2])
+    del w
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+@LINUX
 def test_a_set_saved_over_another_gives_the_old_shards_pages_back_first(api, tmp_path):
     from kiln._files import pagecache
     big = np.full(pagecache.FREE_LATER // 4 + 1024, 1.5, np.float32)
     folder = tmp_path / "s"
     kiln.save_sharded({"a": big, "b": big + 1}, folder, max_shard_size=pagecache.FREE_LATER)
-    fds = []
-    try:
-        for n in sorted(os.listdir(folder)):
-            if n.endswith(".kiln"):
-                fds.append(os.open(folder / n, os.O_RDONLY))
-                while os.read(fds[-1], 1 << 20):
-                    pass
-        assert len(fds) == 2 and all(_resident(fd, os.fstat(fd).st_size) > 0.9 for fd in fds)
-        kiln.save_sharded({"a": big}, folder)
-        assert all(_resident(fd, os.fstat(fd).st_size) < 0.1 for fd in fds)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    old = [_cached(folder / n) for n in sorted(os.listdir(folder)) if n.endswith(".kiln")]
+    assert len(old) == 2
+    kiln.save_sharded({"a": big}, folder)
+    assert all(_resident(x) < 0.1 for x in old)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and /proc/self/maps")
+@LINUX
 def test_a_conversion_into_a_set_gives_the_old_shards_pages_back_first(api, tmp_path):
     pytest.importorskip("safetensors")
     from kiln._files import pagecache
@@ -478,14 +513,8 @@ def test_a_conversion_into_a_set_gives_the_old_shards_pages_back_first(api, tmp_
     out = str(tmp_path / "out" / "model.kiln.index.json")
     convert(st_index, out)
     (shard,) = [n for n in os.listdir(tmp_path / "out") if n.endswith(".kiln")]
-    fd = os.open(tmp_path / "out" / shard, os.O_RDONLY)
-    try:
-        while os.read(fd, 1 << 20):
-            pass
-        assert _resident(fd, os.fstat(fd).st_size) > 0.9
-        convert(st_index, out)
-        assert _resident(fd, os.fstat(fd).st_size) < 0.1
-    finally:
-        os.close(fd)
+    old = _cached(tmp_path / "out" / shard)
+    convert(st_index, out)
+    assert _resident(old) < 0.1
     with kiln.open(out) as f:
         assert f["a"].numpy()[-1] == 1.5

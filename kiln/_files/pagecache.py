@@ -60,9 +60,10 @@ def drop_cached(paths: List[str]) -> None:
     first touched (1.7 GB saved over its old file: 1.2-1.5 s after this, 2.4-4.7 s
     without; see docs/benchmarks.md).  The old file stays whole and
     readable (a reader may find it on disk rather than in memory); pages a
-    process has mapped are never dropped, and a file this process maps
-    (its tensors may be the bytes being saved) is left alone.  Best effort:
-    where it cannot tell which files this process maps, nothing is dropped."""
+    process has mapped are never dropped, and a file this process maps or
+    has open is left alone (its tensors may be the bytes being saved, a
+    reader here may be copying from it).  Best effort: where it cannot tell
+    which files this process uses, nothing is dropped."""
     fadvise = getattr(os, "posix_fadvise", None)
     big = []
     for path in paths:
@@ -72,11 +73,11 @@ def drop_cached(paths: List[str]) -> None:
             continue
         if stat.S_ISREG(st.st_mode) and st.st_size >= FREE_LATER:
             big.append((path, (st.st_dev, st.st_ino)))
-    mapped = _mapped_files() if big and fadvise is not None else None
-    if mapped is None:
+    used = _used_files() if big and fadvise is not None else None
+    if used is None:
         return
     for path, key in big:
-        if key in mapped:
+        if key in used:
             continue
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
@@ -93,12 +94,14 @@ def drop_cached(paths: List[str]) -> None:
             os.close(fd)
 
 
-def _mapped_files() -> Optional[set]:
-    """``{(st_dev, st_ino)}`` of the files this process maps (Linux's
-    ``/proc/self/maps``), or None where that cannot be read."""
+def _used_files() -> Optional[set]:
+    """``{(st_dev, st_ino)}`` of the files this process maps or has open
+    (Linux's ``/proc/self/maps`` and ``/proc/self/fd``), or None where that
+    cannot be read."""
     try:
         with open("/proc/self/maps", "rb") as f:
             lines = f.read().splitlines()
+        fds = os.listdir("/proc/self/fd")
     except OSError:
         return None
     out = set()
@@ -110,4 +113,10 @@ def _mapped_files() -> Optional[set]:
                 out.add((os.makedev(int(major, 16), int(minor, 16)), int(parts[4])))
             except ValueError:
                 return None
+    for fd in fds:
+        try:
+            st = os.stat("/proc/self/fd/" + fd)
+        except OSError:   # closed meanwhile (the listing's own descriptor is)
+            continue
+        out.add((st.st_dev, st.st_ino))
     return out
