@@ -281,17 +281,20 @@ def test_a_gap_before_a_chunk_boundary_makes_no_negative_piece(api):
 
 
 def _check_plan(items, in_place, chunk_bytes, chunks):
+    from kiln.torch import _plan
     covered = {i: [] for i, it in enumerate(items) if it.nbytes}
     for c in chunks:
         assert 0 < c.size <= chunk_bytes
-        if c.in_place:   # whole payloads in file order, or one cut payload alone
-            if len(c.pieces) > 1 or c.pieces[0].n < items[c.pieces[0].item].nbytes:
-                ends = [(p.where, p.where + p.n) for p in c.pieces]
-                assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), ends
-                assert all(p.at == 0 and p.n == items[p.item].nbytes for p in c.pieces) or \
-                    (len(c.pieces) == 1 and c.pieces[0].where == 0 and c.pieces[0].n == c.size)
+        ends = [(p.where, p.where + p.n) for p in c.pieces]
+        assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), ends   # file order
+        if c.in_place and len(c.pieces) > 1:   # one preadv: the payloads and the gaps
+            assert c.size <= _plan.GROUP_BYTES and len(c.pieces) <= _plan.MAX_PIECES
+            assert len(c.pieces) + sum(b[0] > a[1] for a, b in zip(ends, ends[1:])) <= 1024
+            assert all(b[0] - a[1] <= 64 << 10 for a, b in zip(ends, ends[1:])), ends
+        if c.in_place:   # whole payloads, or one cut payload alone
+            assert all(p.at == 0 and p.n == items[p.item].nbytes for p in c.pieces) or \
+                (len(c.pieces) == 1 and c.pieces[0].where == 0 and c.pieces[0].n == c.size)
             assert c.pieces[0].where == 0 and c.pieces[-1].where + c.pieces[-1].n == c.size
-            assert len(c.pieces) <= P.MAX_PIECES
         for p in c.pieces:
             it = items[p.item]
             assert p.n > 0, p
@@ -300,9 +303,8 @@ def _check_plan(items, in_place, chunk_bytes, chunks):
             assert c.src is it.src and c.start + p.where == it.offset + p.at
             assert c.in_place == in_place[p.item]
             covered[p.item].append((p.at, p.n))
-    for i, got in covered.items():   # every byte of every loaded payload exactly once
-        got.sort()
-        pos = 0
+    for i, got in covered.items():   # every byte of every loaded payload exactly once,
+        pos = 0                      # its pieces in the order of its bytes (CRCs join so)
         for a, n in got:   # each piece starts where the one before ends
             assert a == pos, (i, got)
             pos += n

@@ -718,3 +718,55 @@ def test_a_scattered_read_goes_on_after_short_reads_and_names_where_the_file_end
         assert bytes(bufs[0]) == data[20:920] and bytes(bufs[1][:104]) == data[920:]
     finally:
         os.close(fd)
+
+
+def _spread(tmp_path, n=40):
+    """A file of ``n`` payloads of 64-80 KiB and odd sizes (alignment gaps
+    between them), saved with CRC-32s; its reference bytes."""
+    rng = np.random.default_rng(11)
+    t = {"t%02d" % i: rng.integers(0, 255, int(rng.integers(65_537, 80_000)), np.uint8)
+         for i in range(n)}
+    path = tmp_path / "spread.kiln"
+    kiln.save_tensors(path, t, checksum=True)
+    return path, _reference(path)
+
+
+def test_in_place_chunks_from_a_file_object_and_a_short_one(api, tmp_path):
+    """A file object's bytes (no descriptor) and a remote file read into
+    many in-place payloads a chunk: every byte as the reference decoder
+    reads it; a file
+    object shorter than its table is EOF at its end, naming the tensor the
+    bytes end in (and with a payload changed, CHECKSUM naming it)."""
+    path, ref = _spread(tmp_path)
+    data = path.read_bytes()
+    items = _items(path)
+    mem = [it._replace(src=S.Memory(data, "<bytes>")) for it in items]
+    outs = P.load(mem, "cpu")
+    assert [_bytes(x) for x in outs] == [ref[it.key] for it in items]
+    cut = items[25].offset + 1000
+    short = S.Memory(data[:cut], "<bytes>")
+    with pytest.raises(kiln.KilnError) as e:
+        P.load([it._replace(src=short) for it in items], "cpu")
+    assert e.value.code == "EOF" and e.value.offset == cut and "'t25'" in e.value.reason
+    fsspec = pytest.importorskip("fsspec")   # a remote file: one range a chunk
+    fsspec.filesystem("memory").pipe("/spread-%s.kiln" % api.name, data)
+    remote = _items("memory:///spread-%s.kiln" % api.name)
+    assert isinstance(remote[0].src, S.Remote)
+    assert [_bytes(x) for x in P.load(remote, "cpu")] == [ref[it.key] for it in items]
+    bad = bytearray(data)
+    bad[items[31].offset + 5] ^= 1
+    with pytest.raises(kiln.KilnError) as e:
+        P.load([it._replace(src=S.Memory(bytes(bad), "<bytes>")) for it in items], "cpu")
+    assert e.value.code == "CHECKSUM" and "'t31'" in e.value.reason
+
+
+def test_gaps_wider_than_the_scratch_buffer_are_skipped_whole(api, tmp_path, monkeypatch):
+    """The bytes between two in-place payloads go to a scratch buffer; a gap
+    wider than it takes as many slices of it as it needs (here 16 bytes for
+    gaps of up to 63): never a short skip that shifts the next payload."""
+    path, ref = _spread(tmp_path)
+    monkeypatch.setattr(P, "_GAP", 16)
+    items = _items(path)
+    assert max(b.offset - a.offset - a.nbytes for a, b in zip(items, items[1:])) > 16
+    outs = P.load([it._replace(crc=None) for it in items], "cpu")
+    assert [_bytes(x) for x in outs] == [ref[it.key] for it in items]

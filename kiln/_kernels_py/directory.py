@@ -30,7 +30,7 @@ class Dir:
                  "flags", "count", "name_bytes", "payload_bytes", "directory_bytes",
                  "reserved32", "want", "base", "block", "pb", "heap0", "named", "descs",
                  "counts", "names", "layouts", "heap", "contents", "wide_ok", "wide", "at_name",
-                 "at_layout", "no_name")
+                 "at_layout", "no_name", "raw")
 
     def __init__(self, buf, s, standalone, trusted, max_count, max_bytes, max_copy,
                  wide_ok=False):
@@ -146,14 +146,17 @@ def _first_nonzero(buf, a, b, what):
 
 
 def read_table(st):
-    """The descriptors (one tuple each) and the heap, copied once: only after step 7."""
-    buf, s0 = st.buf, st.s + W.HEADER_SIZE
-    st.descs = [W.DESC.unpack_from(buf, s0 + _D * i) for i in range(st.count)]
+    """The descriptors (one tuple each) and the heap, copied once: only after
+    step 7.  ``st.raw``: the private copy of the descriptors' bytes the
+    tuples are unpacked from (a narrow directory's checked table, as is)."""
+    s0 = st.s + W.HEADER_SIZE
+    st.raw = bytes(st.buf[s0:s0 + _D * st.count])
+    st.descs = list(W.DESC.iter_unpack(st.raw))
     if st.wide:   # the u32 name fields where the steps read names, bytes 4..11 as "reserved"
         st.descs = [dsc[:W.I_NAME_OFF] + W.WIDE_FIELDS.unpack(dsc[W.I_RESERVED16])
                     + dsc[W.I_BLOCK_SIZE:W.I_RESERVED16]
                     + (_NARROW.pack(*dsc[W.I_NAME_OFF:W.I_BLOCK_SIZE]),) for dsc in st.descs]
-    st.heap = st.names = bytes(buf[st.heap0:st.heap0 + st.name_bytes])  # names: for now
+    st.heap = st.names = bytes(st.buf[st.heap0:st.heap0 + st.name_bytes])  # names: for now
 
 
 _NARROW = struct.Struct("<HHHH")   # bytes 4..11 of a wide descriptor
@@ -405,9 +408,13 @@ def check_payload(buf, at, code, count, nbytes, origin):
             _payload_contents(mv, 0, len(mv), at, code, count, nbytes, origin)
 
 
+_UNQUANTIZED = (0, W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX)   # descriptor fields 8..12
+
+
 def step11b_quantization(st):
     for i, dsc in enumerate(st.descs):
-        _quantization(st, i, dsc)
+        if dsc[W.I_QUANT_SCHEME:W.I_OUTER_INDEX + 1] != _UNQUANTIZED:
+            _quantization(st, i, dsc)
 
 
 def _quantization(st, i, dsc):
@@ -518,7 +525,9 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
     st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False, length,
                   wide)
     end = step12_trailing(st)
-    blob = b"".join([_raw(st, dsc) for dsc in st.descs]) + st.heap
+    # a narrow table as checked (the private copy every step read); a wide one
+    # packed again from the checked tuples, its name fields where the file has them
+    blob = (b"".join([_raw(st, dsc) for dsc in st.descs]) if st.wide else st.raw) + st.heap
     return end, st.base, st.count, bool(st.named), blob, list(st.names)
 
 

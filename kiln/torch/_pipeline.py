@@ -57,7 +57,7 @@ import ctypes
 import errno
 import os
 import threading
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kiln import KilnError
 from kiln._access import crc32_combine as _crc32_combine, kernel_crc32
@@ -165,8 +165,10 @@ class _Run:
         pos = 0
         for p in c.pieces:
             self.written.add(p.item)
-            if p.where > pos:
-                views.append(scratch[:p.where - pos])
+            gap = p.where - pos
+            while gap > 0:   # (the plan keeps a gap within one scratch buffer)
+                views.append(scratch[:gap])
+                gap -= len(views[-1])
             v = self.dest(p.item)[p.at:p.at + p.n]
             views.append(v)
             got.append(v)
@@ -263,7 +265,7 @@ class _Run:
                 if self.error is not None:
                     raise self.error
                 slot, sums = self.ready.pop(j)
-            for p, x in zip(c.pieces, sums):   # the readers' CRCs, joined in file order
+            for p, x in zip(c.pieces, sums):   # the readers' CRCs, joined piece by piece
                 if self.items[p.item].crc is not None:
                     crcs[p.item] = x if p.at == 0 else _crc32_combine(crcs[p.item], x, p.n)
             if slot is not None:

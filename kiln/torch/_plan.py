@@ -92,11 +92,13 @@ class _Building:
 
 
 def plan(items: Sequence[Item], in_place: Sequence[bool], chunk_bytes: int) -> List[Chunk]:
-    """The chunks of a load, in file order (see the module doc).  Every byte of
-    every item lies in exactly one piece, each piece non-empty and inside its
-    chunk; the pieces of a chunk do not overlap; an in-place payload is cut
-    only when it is more than ``chunk_bytes``, and then its chunks are its
-    own."""
+    """The chunks of a load (see the module doc): each kind in file order, the
+    chunks of a payload cut across several in the order of its bytes.  Every
+    byte of every item lies in exactly one piece, each piece non-empty and
+    inside its chunk; the pieces of a chunk do not overlap and come in file
+    order, an in-place chunk's gaps at most :data:`_GAP` bytes; an in-place
+    payload is cut only when it is more than ``chunk_bytes``, and then its
+    chunks are its own."""
     order = sorted((i for i, it in enumerate(items) if it.nbytes),
                    key=lambda i: (id(items[i].src), items[i].offset))
     out: List[Chunk] = []

@@ -135,11 +135,19 @@ class Memory(FileBytes):
 
     def read(self, view: memoryview, at: int, what: str) -> None:
         n = len(view)
-        if at + n > len(self.data):
-            end = max(min(at, len(self.data)), 0)
-            raise KilnError("EOF", end, "%s: the file ends at byte %d, before the end of %s"
-                            % (self.name, len(self.data), what))
+        if at + n > len(self.data):   # (at the byte where the file ends, as a descriptor's)
+            raise KilnError("EOF", len(self.data), "%s: the file ends at byte %d, before the "
+                            "end of %s" % (self.name, len(self.data), what))
         view[:] = self.data[at:at + n]
+
+    def read_many(self, views: List[Any], at: int, what: Callable[[int], str]) -> None:
+        end = len(self.data)
+        if at + sum(len(v) for v in views) > end:
+            raise KilnError("EOF", end, "%s: the file ends at byte %d, before the end of %s"
+                            % (self.name, end, what(end)))
+        for v in views:
+            v[:] = self.data[at:at + len(v)]
+            at += len(v)
 
     def close(self) -> None:
         self.data = memoryview(b"")
