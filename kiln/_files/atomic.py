@@ -482,9 +482,13 @@ class AlignedWriter:
                 if got <= 0:
                     raise OSError(errno.EIO, "pwritev wrote nothing", self._out.path)
                 at, want = at + got, want - got
-                while part and got >= len(part[0]):   # a short write: on from where it stopped
-                    got -= len(part[0])
-                    part = part[1:]
+                if not want:
+                    break
+                n = 0   # a short write: on from where it stopped
+                while got >= len(part[n]):
+                    got -= len(part[n])
+                    n += 1
+                part = part[n:]
                 if got:
                     part[0] = part[0][got:]
         self._start += k

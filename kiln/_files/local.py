@@ -147,12 +147,16 @@ class PayloadChecks:
                 self.tensor(t)
             return
         spans = []   # (file offset of the span, payload offset, lo, end, code, count, nbytes)
+        keys = []
+        done, block_end = self.done, self.block_end
         for t in ts:
-            if _key(t) in self.done:
-                continue
             at, row = tensor_offset(t), tensor_row(t)
-            nbytes, code = row[W.R_BYTE_LENGTH], row[W.R_CODE]
-            end = min(W.dir_align(at + nbytes), self.block_end)
+            nbytes = row[W.R_BYTE_LENGTH]
+            keys.append((at, nbytes))
+            if (at, nbytes) in done:
+                continue
+            code = row[W.R_CODE]
+            end = min(W.dir_align(at + nbytes), block_end)
             lo = rules_from(code, nbytes)
             if at + lo < end:
                 spans.append((at + lo, at, lo, end, code, element_count(row[W.R_SHAPE]),
@@ -160,8 +164,7 @@ class PayloadChecks:
         if spans:
             with self.fd.held(self.path) as fd:   # a close meanwhile waits for these reads
                 check_spans(fd, self.path, spans)
-        for t in ts:
-            self.done.add(_key(t))
+        done.update(keys)
 
     def rows(self, t: Any, start: int, stop: int) -> None:
         """Check only the payload bytes of rows ``start:stop`` of ``t`` (a

@@ -12,6 +12,8 @@ that tensor is read, so an open costs the table, whatever the payloads
 claim.
 """
 
+import math
+import operator
 import struct
 
 import numpy as np
@@ -151,28 +153,24 @@ def read_table(st):
     tuples are unpacked from (a narrow directory's checked table, as is)."""
     s0 = st.s + W.HEADER_SIZE
     st.raw = bytes(st.buf[s0:s0 + _D * st.count])
-    st.descs = list(W.DESC.iter_unpack(st.raw))
     if st.wide:   # the u32 name fields where the steps read names, bytes 4..11 as "reserved"
-        st.descs = [dsc[:W.I_NAME_OFF] + W.WIDE_FIELDS.unpack(dsc[W.I_RESERVED16])
-                    + dsc[W.I_BLOCK_SIZE:W.I_RESERVED16]
-                    + (_NARROW.pack(*dsc[W.I_NAME_OFF:W.I_BLOCK_SIZE]),) for dsc in st.descs]
+        st.descs = list(map(_WIDE_ORDER, _WIDE.iter_unpack(st.raw)))
+    else:
+        st.descs = list(W.DESC.iter_unpack(st.raw))
     st.heap = st.names = bytes(st.buf[st.heap0:st.heap0 + st.name_bytes])  # names: for now
 
 
-_NARROW = struct.Struct("<HHHH")   # bytes 4..11 of a wide descriptor
-
-
-def _raw(st, dsc):
-    """A checked descriptor tuple packed as the file holds it."""
-    if st.wide:
-        dsc = (dsc[:W.I_NAME_OFF] + _NARROW.unpack(dsc[W.I_RESERVED16])
-               + dsc[W.I_BLOCK_SIZE:W.I_RESERVED16]
-               + (W.WIDE_FIELDS.pack(*dsc[W.I_NAME_OFF:W.I_BLOCK_SIZE]),))
-    return W.DESC.pack(*dsc)
+# a wide descriptor (bytes 4..11 one reserved field, the u32 name fields last),
+# its fields put in the places of DESC's tuple
+_WIDE = struct.Struct("<HBB8sIHHIIIQQ8QIIII")
+_WIDE_ORDER = operator.itemgetter(0, 1, 2, 20, 21, 22, 23, *range(4, 20), 3)
 
 
 def step8a_reserved(st):
     resv = W.D_NARROW if st.wide else W.D_RESERVED16
+    zero = bytes(8 if st.wide else 16)
+    if not any(dsc[W.I_RESERVED] or dsc[W.I_RESERVED16] != zero for dsc in st.descs):
+        return   # (else the first fault, in descriptor order)
     for i, dsc in enumerate(st.descs):
         d = st.d(i)
         if dsc[W.I_RESERVED]:
@@ -262,12 +260,31 @@ def step8d_duplicates(st):
 
 
 def step9_descriptors(st):
-    st.counts = [_descriptor(st, i, dsc) for i, dsc in enumerate(st.descs)]
+    """Step 9: a plain descriptor that is right taken here, any other by
+    :func:`_descriptor` (its first fault, or an opaque dtype's checks)."""
+    counts = []
+    add, dtypes, packed, top = counts.append, W.DTYPES, W.PACKED, W.U64_MAX
+    limit, rank_max = st.payload_bytes, W.MAX_RANK
+    for i, dsc in enumerate(st.descs):
+        code, rank = dsc[W.I_DTYPE], dsc[W.I_RANK]
+        info = dtypes.get(code)
+        if info is not None and rank <= rank_max and not dsc[W.I_BLOCK_SIZE] and \
+                not dsc[W.I_LAYOUT_LEN]:
+            shape = dsc[W.I_SHAPE:W.I_SHAPE + rank_max]
+            if not any(shape[rank:]):
+                ne = math.prod(shape[:rank])
+                blen = dsc[W.I_BYTE_LENGTH]
+                if ne <= top and blen == ((ne + 1) // 2 if code in packed else ne * info[1]) \
+                        and dsc[W.I_BYTE_OFFSET] + blen <= limit:
+                    add(ne)
+                    continue
+        add(_descriptor(st, i, dsc))
+    st.counts = counts
 
 
 def _descriptor(st, i, dsc):
     """Step 9 for one descriptor; returns its element count."""
-    d = st.d(i)
+    d = st.s + W.HEADER_SIZE + _D * i
     code, rank = dsc[W.I_DTYPE], dsc[W.I_RANK]
     opaque = W.OPAQUE_MIN <= code <= W.OPAQUE_MAX
     if not opaque and code not in W.DTYPES:
@@ -275,18 +292,13 @@ def _descriptor(st, i, dsc):
     if rank > W.MAX_RANK:
         raise err("TYPE", d + W.D_RANK, "rank %d is above 8" % rank)
     shape = dsc[W.I_SHAPE:W.I_SHAPE + W.MAX_RANK]
-    for k in range(rank, W.MAX_RANK):
-        if shape[k]:
-            raise err("TYPE", d + W.D_SHAPE + 8 * k, "shape slot %d past rank %d is not 0"
-                      % (k, rank))
-    ne = 1
-    if 0 not in shape[:rank]:  # a zero dimension makes the exact product 0
-        for k in range(rank):
-            ne *= shape[k]
-            if ne > W.U64_MAX:
-                raise err("LIMIT", d + W.D_SHAPE, "element count overflows u64")
-    else:
-        ne = 0
+    if any(shape[rank:]):
+        k = next(k for k in range(rank, W.MAX_RANK) if shape[k])
+        raise err("TYPE", d + W.D_SHAPE + 8 * k, "shape slot %d past rank %d is not 0"
+                  % (k, rank))
+    ne = math.prod(shape[:rank])   # exact: 0 with a zero dimension, whatever the others
+    if ne > W.U64_MAX:
+        raise err("LIMIT", d + W.D_SHAPE, "element count overflows u64")
     block_size, blen = dsc[W.I_BLOCK_SIZE], dsc[W.I_BYTE_LENGTH]
     if opaque:
         if dsc[W.I_LAYOUT_LEN] == 0:
@@ -319,8 +331,22 @@ def _descriptor(st, i, dsc):
     return ne
 
 
+def _placement(descs):
+    """``(end, None)`` when every payload offset is canonical (step 10; such
+    ranges never overlap), else ``(None, (i, want))`` for the first not."""
+    r = 0
+    for i, dsc in enumerate(descs):
+        want = W.dir_align(r)
+        if dsc[W.I_BYTE_OFFSET] != want:
+            return None, (i, want)
+        r = want + dsc[W.I_BYTE_LENGTH]
+    return r, None
+
+
 def step9_overlaps(st):
     descs = st.descs
+    if _placement(descs)[1] is None:
+        return   # (no two canonical ranges overlap)
     ranges = sorted((dsc[W.I_BYTE_OFFSET], i) for i, dsc in enumerate(descs)
                     if dsc[W.I_BYTE_LENGTH])
     top_end = -1
@@ -336,13 +362,11 @@ def step9_overlaps(st):
 
 
 def step10_placement(st):
-    r = 0
-    for i, dsc in enumerate(st.descs):
-        want_off = W.dir_align(r)
-        if dsc[W.I_BYTE_OFFSET] != want_off:
-            raise err("TYPE", st.d(i) + W.D_BYTE_OFFSET, "byte_offset %d is not the canonical %d"
-                      % (dsc[W.I_BYTE_OFFSET], want_off))
-        r = want_off + dsc[W.I_BYTE_LENGTH]
+    r, bad = _placement(st.descs)
+    if bad is not None:
+        i, want = bad
+        raise err("TYPE", st.d(i) + W.D_BYTE_OFFSET, "byte_offset %d is not the canonical %d"
+                  % (st.descs[i][W.I_BYTE_OFFSET], want))
     if st.payload_bytes != r:
         raise err("TYPE", st.s + W.H_PAYLOAD_BYTES, "payload_bytes is %d, the canonical end is "
                   "%d" % (st.payload_bytes, r))
@@ -387,7 +411,7 @@ def _payload_contents(buf, lo, hi, at, code, count, nbytes, origin):
             raise err("TYPE", origin + nbytes - 1, "high nibble of an odd packed tail is not 0")
     for a in range(end, hi, _CHUNK):
         gap = bytes(buf[a:min(hi, a + _CHUNK)])
-        if any(gap):
+        if gap.count(0) != len(gap):
             k = next(k for k, v in enumerate(gap) if v)
             raise err("TYPE", origin + at + (a - lo) + k, "alignment gap byte is not 0")
 
@@ -401,11 +425,17 @@ def check_payload(buf, at, code, count, nbytes, origin):
     of the first bad byte; returns None."""
     if at < 0 or count < 0 or nbytes < 0 or origin < 0:
         raise ValueError("at, count, nbytes and origin must be non-negative")
-    with memoryview(buf) as view:
-        with (view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")) as mv:
+    view = memoryview(buf)
+    try:   # (released on the way out, whatever happens: the caller may close buf)
+        mv = view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")
+        try:
             if origin + at + len(mv) + nbytes >= 0x7FFFFFFFFFFFFFFF or code > 0xFFFF:
                 raise ValueError("offsets past 2**63 or a dtype code past u16")
             _payload_contents(mv, 0, len(mv), at, code, count, nbytes, origin)
+        finally:
+            mv.release()
+    finally:
+        view.release()
 
 
 _UNQUANTIZED = (0, W.NO_AXIS, 0, W.NO_INDEX, W.NO_INDEX)   # descriptor fields 8..12
@@ -525,9 +555,9 @@ def validate_directory_copy(buf, start, standalone, trusted, max_count, max_byte
     st = _checked(buf, start, standalone, trusted, max_count, max_bytes, None, False, length,
                   wide)
     end = step12_trailing(st)
-    # a narrow table as checked (the private copy every step read); a wide one
-    # packed again from the checked tuples, its name fields where the file has them
-    blob = (b"".join([_raw(st, dsc) for dsc in st.descs]) if st.wide else st.raw) + st.heap
+    # the table as checked: the private copy every step's tuples were unpacked
+    # from (a wide one's name fields where the file has them)
+    blob = st.raw + st.heap
     return end, st.base, st.count, bool(st.named), blob, list(st.names)
 
 
