@@ -252,10 +252,12 @@ class _Run:
     # --- the consumer ------------------------------------------------------------
 
     def run(self) -> None:
-        for _ in range(self.n_threads):
-            w = threading.Thread(target=self.reader, name="kiln-torch-reader", daemon=True)
-            self.workers.append(w)
-            w.start()
+        with self.lock:   # every reader started before any reads (they claim under the
+            for _ in range(self.n_threads):   # lock): a thread started while another is
+                w = threading.Thread(target=self.reader, name="kiln-torch-reader",
+                                     daemon=True)   # in a long pread took 1-4 ms to start
+                self.workers.append(w)
+                w.start()
         crcs = [0] * len(self.items)
         for j, c in enumerate(self.chunks):
             with self.lock:
