@@ -732,9 +732,8 @@ def _spread(tmp_path, n=40):
 
 
 def test_in_place_chunks_from_a_file_object_and_a_short_one(api, tmp_path):
-    """A file object's bytes (no descriptor) and a remote file read into
-    many in-place payloads a chunk: every byte as the reference decoder
-    reads it; a file
+    """A file object's bytes (no descriptor) read into many in-place
+    payloads a chunk: every byte as the reference decoder reads it; a file
     object shorter than its table is EOF at its end, naming the tensor the
     bytes end in (and with a payload changed, CHECKSUM naming it)."""
     path, ref = _spread(tmp_path)
@@ -748,16 +747,23 @@ def test_in_place_chunks_from_a_file_object_and_a_short_one(api, tmp_path):
     with pytest.raises(kiln.KilnError) as e:
         P.load([it._replace(src=short) for it in items], "cpu")
     assert e.value.code == "EOF" and e.value.offset == cut and "'t25'" in e.value.reason
-    fsspec = pytest.importorskip("fsspec")   # a remote file: one range a chunk
-    fsspec.filesystem("memory").pipe("/spread-%s.kiln" % api.name, data)
-    remote = _items("memory:///spread-%s.kiln" % api.name)
-    assert isinstance(remote[0].src, S.Remote)
-    assert [_bytes(x) for x in P.load(remote, "cpu")] == [ref[it.key] for it in items]
     bad = bytearray(data)
     bad[items[31].offset + 5] ^= 1
     with pytest.raises(kiln.KilnError) as e:
         P.load([it._replace(src=S.Memory(bytes(bad), "<bytes>")) for it in items], "cpu")
     assert e.value.code == "CHECKSUM" and "'t31'" in e.value.reason
+
+
+def test_in_place_chunks_from_a_remote_file(api, tmp_path):
+    """A remote file's in-place chunk: one range fetched, split into its
+    payloads (FileBytes.read_many's own path), every byte as the reference
+    decoder reads it."""
+    fsspec = pytest.importorskip("fsspec")   # (the README's test extras install it)
+    path, ref = _spread(tmp_path)
+    fsspec.filesystem("memory").pipe("/spread-%s.kiln" % api.name, path.read_bytes())
+    remote = _items("memory:///spread-%s.kiln" % api.name)
+    assert isinstance(remote[0].src, S.Remote)
+    assert [_bytes(x) for x in P.load(remote, "cpu")] == [ref[it.key] for it in remote]
 
 
 def test_gaps_wider_than_the_scratch_buffer_are_skipped_whole(api, tmp_path, monkeypatch):

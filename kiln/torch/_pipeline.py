@@ -64,7 +64,7 @@ from kiln._access import crc32_combine as _crc32_combine, kernel_crc32
 
 from ._common import torch_module
 from ._copy import SMALL, copy_step
-from ._plan import _GAP, IN_PLACE, MAX_PIECES, Chunk, Item, plan  # noqa: F401 (MAX_PIECES: the tests)
+from ._plan import _GAP, IN_PLACE, Chunk, Item, plan
 from ._sources import FileBytes, file_bytes
 
 __all__ = ["Item", "FileBytes", "file_bytes", "load", "load_each", "release", "concurrency",
@@ -137,8 +137,8 @@ class _Run:
                     return
                 j, slot = claimed
                 c = self.chunks[j]
-                what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
                 if slot is not None:
+                    what = "the payload of tensor %r" % self.items[c.pieces[0].item].key
                     s = self.slots[slot]
                     self.copier.wait(s)
                     if not (self.odirect and self.read_odirect(s, c, what)):
